@@ -1,0 +1,143 @@
+#include "magi/ir/types.h"
+
+#include <array>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace magi {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  absl::string_view name;
+  int64_t size;
+  bool floating_point;
+};
+
+constexpr std::array<DTypeInfo, 12> kDTypes = {{
+    {DType::kFloat32, "f32", 4, true},
+    {DType::kFloat64, "f64", 8, true},
+    {DType::kFloat16, "f16", 2, true},
+    {DType::kBFloat16, "bf16", 2, true},
+    {DType::kInt64, "i64", 8, false},
+    {DType::kInt32, "i32", 4, false},
+    {DType::kInt16, "i16", 2, false},
+    {DType::kInt8, "i8", 1, false},
+    {DType::kUInt8, "u8", 1, false},
+    {DType::kBool, "bool", 1, false},
+    {DType::kComplex64, "c64", 8, false},
+    {DType::kComplex128, "c128", 16, false},
+}};
+
+const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
+
+}  // namespace
+
+absl::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+
+std::optional<DType> ParseDType(absl::string_view name) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.name == name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+int64_t DTypeSize(DType dtype) { return Info(dtype).size; }
+
+bool IsFloatingPoint(DType dtype) { return Info(dtype).floating_point; }
+
+std::string Device::ToString() const {
+  switch (type) {
+    case DeviceType::kCpu:
+      return "cpu";
+    case DeviceType::kMeta:
+      return "meta";
+    case DeviceType::kCuda:
+      return index < 0 ? "cuda" : absl::StrCat("cuda:", index);
+  }
+  return "cpu";
+}
+
+absl::StatusOr<Device> Device::Parse(absl::string_view text) {
+  if (text == "cpu") return Device{DeviceType::kCpu, -1};
+  if (text == "meta") return Device{DeviceType::kMeta, -1};
+  if (text == "cuda") return Device{DeviceType::kCuda, -1};
+  constexpr absl::string_view kCudaPrefix = "cuda:";
+  if (text.substr(0, kCudaPrefix.size()) == kCudaPrefix) {
+    int index = 0;
+    if (absl::SimpleAtoi(text.substr(kCudaPrefix.size()), &index) && index >= 0 && index < (1 << 16)) {
+      return Device{DeviceType::kCuda, index};
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device '", text, "' (expected cpu, meta, cuda or cuda:N)"));
+}
+
+bool TensorType::HasDynamicDims() const {
+  for (int64_t size : sizes) {
+    if (size == kDynamicDim) return true;
+  }
+  return false;
+}
+
+std::optional<int64_t> TensorType::NumElements() const {
+  int64_t n = 1;
+  for (int64_t size : sizes) {
+    if (size == kDynamicDim) return std::nullopt;
+    n *= size;
+  }
+  return n;
+}
+
+std::optional<int64_t> TensorType::SizeInBytes() const {
+  std::optional<int64_t> n = NumElements();
+  if (!n) return std::nullopt;
+  return *n * DTypeSize(dtype);
+}
+
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= sizes[i] > 0 ? sizes[i] : 1;
+  }
+  return strides;
+}
+
+bool TensorType::IsContiguous() const { return strides.empty() || strides == ContiguousStrides(sizes); }
+
+namespace {
+
+std::string JoinDims(const std::vector<int64_t>& dims) {
+  return absl::StrJoin(dims, ",", [](std::string* out, int64_t d) {
+    if (d == kDynamicDim) {
+      out->append("?");
+    } else {
+      absl::StrAppend(out, d);
+    }
+  });
+}
+
+}  // namespace
+
+std::string TensorType::ToString() const {
+  std::string text = absl::StrCat(DTypeName(dtype), "[", JoinDims(sizes), "]");
+  if (!strides.empty()) absl::StrAppend(&text, "strides[", absl::StrJoin(strides, ","), "]");
+  if (device.type != DeviceType::kCpu) absl::StrAppend(&text, "@", device.ToString());
+  return text;
+}
+
+bool TensorType::operator==(const TensorType& other) const {
+  return dtype == other.dtype && sizes == other.sizes && strides == other.strides && device == other.device;
+}
+
+std::string Type::ToString() const {
+  if (is_future()) return absl::StrCat("future<", tensor_.ToString(), ">");
+  return tensor_.ToString();
+}
+
+}  // namespace magi

@@ -1,0 +1,298 @@
+#include "magi/ir/verifier.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "magi/ir/collectives.h"
+
+namespace magi {
+namespace {
+
+constexpr int kMaxReportedErrors = 20;
+
+// Arity of an ATen op the verifier knows: tensor operands in [min, max], results.
+struct KnownOp {
+  absl::string_view op;
+  int min_tensors;
+  int max_tensors;
+  int results;
+};
+
+constexpr KnownOp kKnownOps[] = {
+    {"aten::mm", 2, 2, 1},
+    {"aten::bmm", 2, 2, 1},
+    {"aten::addmm", 3, 3, 1},
+    {"aten::matmul", 2, 2, 1},
+    {"aten::t", 1, 1, 1},
+    {"aten::relu", 1, 1, 1},
+    {"aten::gelu", 1, 1, 1},
+    {"aten::silu", 1, 1, 1},
+    {"aten::add.Tensor", 2, 2, 1},
+    {"aten::sub.Tensor", 2, 2, 1},
+    {"aten::mul.Tensor", 2, 2, 1},
+    {"aten::div.Tensor", 2, 2, 1},
+    {"aten::view", 1, 1, 1},
+    {"aten::clone", 1, 1, 1},
+    {"aten::sum", 1, 1, 1},
+    {"aten::_log_softmax", 1, 1, 1},
+    {"aten::_log_softmax_backward_data", 2, 2, 1},
+    {"aten::nll_loss_forward", 2, 3, 2},
+    {"aten::nll_loss_backward", 4, 5, 1},
+    {"aten::native_layer_norm", 1, 3, 3},
+    {"aten::embedding", 2, 2, 1},
+    {"aten::threshold_backward", 2, 2, 1},
+};
+
+const KnownOp* FindKnownOp(absl::string_view op) {
+  for (const KnownOp& known : kKnownOps) {
+    if (known.op == op) return &known;
+  }
+  return nullptr;
+}
+
+class GraphVerifier {
+ public:
+  GraphVerifier(const Graph& graph, const Module* module) : graph_(graph), module_(module) {}
+
+  absl::Status Run() {
+    for (const Value* input : graph_.inputs()) {
+      defined_.insert(input);
+      if (input->type().is_future()) Error(nullptr, absl::StrCat("input %", input->name(), " is a future"));
+    }
+    for (const Node* node : graph_.nodes()) {
+      VerifyNode(*node);
+      for (const Value* result : node->results()) defined_.insert(result);
+    }
+    absl::flat_hash_set<absl::string_view> output_names;
+    for (const GraphOutput& output : graph_.outputs()) {
+      if (!output_names.insert(output.name).second) Error(nullptr, absl::StrCat("output '", output.name, "' twice"));
+      if (output.value == nullptr || !defined_.contains(output.value)) {
+        Error(nullptr, absl::StrCat("output '", output.name, "' is not a value of the graph"));
+      } else if (output.value->type().is_future()) {
+        Error(nullptr, absl::StrCat("output '", output.name, "' is a future; wait for it first"));
+      }
+    }
+    if (errors_.empty()) return absl::OkStatus();
+    if (suppressed_ > 0) errors_.push_back(absl::StrCat("... and ", suppressed_, " more"));
+    return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+  }
+
+ private:
+  void Error(const Node* node, absl::string_view message) {
+    if (static_cast<int>(errors_.size()) >= kMaxReportedErrors) {
+      ++suppressed_;
+      return;
+    }
+    std::string where = absl::StrCat("graph @", graph_.name());
+    if (node != nullptr) absl::StrAppend(&where, ": ", node->DebugName());
+    errors_.push_back(absl::StrCat(where, ": ", message));
+  }
+
+  void VerifyNode(const Node& node) {
+    if (node.op_namespace().empty()) Error(&node, "op name has no namespace");
+    // Operands dominate their use, and every operand is referenced once by the arguments.
+    for (int i = 0; i < node.num_operands(); ++i) {
+      const Value* operand = node.operand(i);
+      if (!defined_.contains(operand)) {
+        Error(&node, absl::StrCat("operand %", operand->name(), " is used before it is defined"));
+      }
+      if (operand->type().is_future() && node.op() != kWaitOp) {
+        Error(&node, absl::StrCat("future %", operand->name(), " may only be consumed by magi::wait"));
+      }
+    }
+    std::vector<int> references(node.num_operands(), 0);
+    for (const Argument& arg : node.args()) {
+      if (arg.value.kind() == AttrKind::kOperand) {
+        int index = arg.value.as_operand().index;
+        if (index < 0 || index >= node.num_operands()) {
+          Error(&node, "argument references a missing operand");
+        } else {
+          ++references[index];
+        }
+      } else if (arg.value.kind() == AttrKind::kOperandList) {
+        for (int index : arg.value.as_operand_list().indices) {
+          if (index == OperandListRef::kNoOperand) continue;
+          if (index < 0 || index >= node.num_operands()) {
+            Error(&node, "argument references a missing operand");
+          } else {
+            ++references[index];
+          }
+        }
+      }
+    }
+    for (int i = 0; i < node.num_operands(); ++i) {
+      if (references[i] != 1) Error(&node, absl::StrCat("operand ", i, " is referenced ", references[i], " times"));
+    }
+
+    if (node.op_namespace() == "magi") {
+      if (auto kind = GetCollectiveKind(node.op())) {
+        VerifyCollectiveStart(node, *kind);
+      } else if (node.op() == kWaitOp) {
+        VerifyWait(node);
+      } else {
+        Error(&node, "unknown op in the magi:: namespace");
+      }
+      return;
+    }
+    for (const Value* result : node.results()) {
+      if (result->type().is_future()) Error(&node, absl::StrCat("only collective starts return futures"));
+    }
+    if (const KnownOp* known = FindKnownOp(node.op())) VerifyKnownOp(node, *known);
+  }
+
+  void VerifyKnownOp(const Node& node, const KnownOp& known) {
+    int tensors = node.num_operands();
+    if (tensors < known.min_tensors || tensors > known.max_tensors) {
+      Error(&node, absl::StrCat("expects ", known.min_tensors,
+                                known.max_tensors != known.min_tensors ? absl::StrCat(" to ", known.max_tensors) : "",
+                                " tensor operands, got ", tensors));
+      return;
+    }
+    if (node.num_results() != known.results) {
+      Error(&node, absl::StrCat("expects ", known.results, " results, got ", node.num_results()));
+      return;
+    }
+    // Matrix products: the shapes must chain.
+    if (node.op() == "aten::mm" || node.op() == "aten::addmm" || node.op() == "aten::bmm") {
+      int first = node.op() == "aten::addmm" ? 1 : 0;
+      const TensorType& a = node.operand(first)->type().tensor();
+      const TensorType& b = node.operand(first + 1)->type().tensor();
+      const TensorType& out = node.result(0)->type().tensor();
+      size_t rank = node.op() == "aten::bmm" ? 3 : 2;
+      if (a.sizes.size() != rank || b.sizes.size() != rank || out.sizes.size() != rank) {
+        Error(&node, absl::StrCat("expects rank-", rank, " operands and result, got ", a.ToString(), ", ",
+                                  b.ToString(), " -> ", out.ToString()));
+        return;
+      }
+      auto mismatch = [](int64_t x, int64_t y) { return x != kDynamicDim && y != kDynamicDim && x != y; };
+      size_t m = rank - 2, k = rank - 1;
+      if (mismatch(a.sizes[k], b.sizes[m]) || mismatch(out.sizes[m], a.sizes[m]) ||
+          mismatch(out.sizes[k], b.sizes[k]) || (rank == 3 && (mismatch(a.sizes[0], b.sizes[0]) ||
+                                                               mismatch(out.sizes[0], a.sizes[0])))) {
+        Error(&node, absl::StrCat("shapes do not chain: ", a.ToString(), " x ", b.ToString(), " -> ",
+                                  out.ToString()));
+      }
+    }
+  }
+
+  void VerifyCollectiveStart(const Node& node, CollectiveKind kind) {
+    const Attribute* group_arg = node.FindArg("group");
+    if (group_arg == nullptr || group_arg->kind() != AttrKind::kString) {
+      Error(&node, "needs a string argument group = \"<process group>\"");
+      return;
+    }
+    const ProcessGroup* group = module_ == nullptr ? nullptr : module_->FindProcessGroup(group_arg->as_string());
+    if (group == nullptr) {
+      Error(&node, absl::StrCat("process group @", group_arg->as_string(), " does not exist"));
+      return;
+    }
+    if (TakesReduceOp(kind)) {
+      const Attribute* reduce_op = node.FindArg("reduce_op");
+      if (reduce_op == nullptr || reduce_op->kind() != AttrKind::kString || !IsValidReduceOp(reduce_op->as_string())) {
+        Error(&node, "needs reduce_op = \"sum\", \"avg\", \"max\" or \"min\"");
+      }
+    }
+    if (node.args().empty() || node.args()[0].value.kind() != AttrKind::kOperandList ||
+        node.ArgOperands(0).size() != node.args()[0].value.as_operand_list().indices.size()) {
+      Error(&node, "first argument must be a list of tensors (no none entries)");
+      return;
+    }
+    std::vector<Value*> inputs = node.ArgOperands(0);
+    if (inputs.empty()) Error(&node, "collects no tensors");
+    if (static_cast<int>(inputs.size()) != node.num_results()) {
+      Error(&node, absl::StrCat("has ", inputs.size(), " tensors but ", node.num_results(), " futures"));
+      return;
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Value* result = node.result(static_cast<int>(i));
+      if (!inputs[i]->type().is_tensor()) {
+        Error(&node, absl::StrCat("input %", inputs[i]->name(), " is not a tensor"));
+        continue;
+      }
+      if (!result->type().is_future()) {
+        Error(&node, absl::StrCat("result %", result->name(), " must be a future"));
+        continue;
+      }
+      absl::StatusOr<TensorType> expected = CollectiveResultType(kind, inputs[i]->type().tensor(), group->size);
+      if (!expected.ok()) {
+        Error(&node, absl::StrCat("input %", inputs[i]->name(), ": ", expected.status().message()));
+      } else if (*expected != result->type().tensor()) {
+        Error(&node, absl::StrCat("result %", result->name(), " should be future<", expected->ToString(), "> over @",
+                                  group->name, " (size ", group->size, "), not ", result->type().ToString()));
+      }
+    }
+    // Exactly one wait consumes all futures, in order.
+    const Node* wait = nullptr;
+    for (int i = 0; i < node.num_results(); ++i) {
+      const Value* future = node.result(i);
+      if (future->uses().size() != 1) {
+        Error(&node, absl::StrCat("future %", future->name(), " has ", future->uses().size(),
+                                  " uses; it needs exactly one magi::wait"));
+        return;
+      }
+      const Use& use = future->uses()[0];
+      if (use.user->op() != kWaitOp || use.operand_index != i || (wait != nullptr && use.user != wait)) {
+        Error(&node, "its futures must all be consumed, in order, by one magi::wait");
+        return;
+      }
+      wait = use.user;
+    }
+    if (wait != nullptr && wait->num_operands() != node.num_results()) {
+      Error(wait, absl::StrCat("waits on ", wait->num_operands(), " futures but its start has ", node.num_results()));
+    }
+  }
+
+  void VerifyWait(const Node& node) {
+    if (node.num_operands() == 0) {
+      Error(&node, "waits on nothing");
+      return;
+    }
+    const Node* start = node.operand(0)->producer();
+    if (start == nullptr || !IsCollectiveStart(start->op())) {
+      Error(&node, "operands must be futures of a collective start");
+      return;
+    }
+    if (node.num_results() != node.num_operands()) {
+      Error(&node, absl::StrCat("has ", node.num_operands(), " futures but ", node.num_results(), " results"));
+      return;
+    }
+    for (int i = 0; i < node.num_operands(); ++i) {
+      const Value* future = node.operand(i);
+      if (future->producer() != start || future->result_index() != i) {
+        Error(&node, "operands must be all futures of one start, in order");
+        return;
+      }
+      const Value* result = node.result(i);
+      if (!result->type().is_tensor() || result->type().tensor() != future->type().tensor()) {
+        Error(&node, absl::StrCat("result %", result->name(), " should be ", future->type().tensor().ToString(),
+                                  ", not ", result->type().ToString()));
+      }
+    }
+  }
+
+  const Graph& graph_;
+  const Module* module_;
+  absl::flat_hash_set<const Value*> defined_;
+  std::vector<std::string> errors_;
+  int suppressed_ = 0;
+};
+
+}  // namespace
+
+absl::Status VerifyGraph(const Graph& graph, const Module* module) { return GraphVerifier(graph, module).Run(); }
+
+absl::Status VerifyModule(const Module& module) {
+  std::vector<std::string> errors;
+  for (const Graph* graph : module.graphs()) {
+    absl::Status status = VerifyGraph(*graph, &module);
+    if (!status.ok()) errors.emplace_back(status.message());
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+}
+
+}  // namespace magi
