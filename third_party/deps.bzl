@@ -34,7 +34,7 @@ def magi_dependencies():
     _maybe(
         system_library,
         "com_google_absl",
-        build_file = "//third_party:absl.BUILD",
+        build_file = Label("//third_party:absl.BUILD"),
         packages = absl_package_builds(),
         include_dirs = ["absl"],
         required_libs = absl_required_libs(),
@@ -43,7 +43,7 @@ def magi_dependencies():
     _maybe(
         system_library,
         "com_google_protobuf",
-        build_file = "//third_party:protobuf.BUILD",
+        build_file = Label("//third_party:protobuf.BUILD"),
         include_dirs = ["google/protobuf"],
         required_libs = ["protobuf"],
         files = {"protoc.sh": "#!/bin/sh\nexec %{PREFIX}/bin/protoc \"$@\"\n"},
@@ -52,7 +52,7 @@ def magi_dependencies():
     _maybe(
         system_library,
         "com_google_googletest",
-        build_file = "//third_party:googletest.BUILD",
+        build_file = Label("//third_party:googletest.BUILD"),
         include_dirs = ["gtest", "gmock"],
         required_libs = ["gtest", "gmock", "gmock_main"],
         debian_packages = ["libgtest-dev", "libgmock-dev"],
@@ -60,7 +60,7 @@ def magi_dependencies():
     _maybe(
         system_library,
         "com_github_google_benchmark",
-        build_file = "//third_party:benchmark.BUILD",
+        build_file = Label("//third_party:benchmark.BUILD"),
         include_dirs = ["benchmark"],
         required_libs = ["benchmark", "benchmark_main"],
         debian_packages = ["libbenchmark-dev"],

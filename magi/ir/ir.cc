@@ -54,6 +54,34 @@ std::vector<Node*> Value::Users() const {
 
 // ----------------------------------------------------------------------------- Node
 
+namespace {
+
+bool IsIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool IsIdentChar(char c) { return IsIdentStart(c) || (c >= '0' && c <= '9'); }
+
+}  // namespace
+
+bool IsValidOpName(absl::string_view op) {
+  int parts = 0;
+  while (true) {
+    if (op.empty() || !IsIdentStart(op[0])) return false;
+    size_t end = 1;
+    while (end < op.size() && (IsIdentChar(op[end]) || op[end] == '.')) ++end;
+    ++parts;
+    if (end == op.size()) return parts >= 2;
+    if (op.substr(end, 2) != "::") return false;
+    op.remove_prefix(end + 2);
+  }
+}
+
+bool IsValidArgumentName(absl::string_view name) {
+  if (name.empty() || !IsIdentStart(name[0])) return false;
+  for (char c : name) {
+    if (!IsIdentChar(c)) return false;
+  }
+  return true;
+}
+
 std::string SourceLocation::ToString() const { return absl::StrCat(line, ":", column); }
 
 absl::string_view RematDecisionName(RematDecision decision) {

@@ -32,6 +32,20 @@ TEST(TypesTest, NamesAndSizes) {
   EXPECT_EQ(Device::Parse("cuda:x").status().message(), "unknown device 'cuda:x' (expected cpu, meta, cuda or cuda:N)");
 }
 
+TEST(NamesTest, OpAndArgumentNames) {
+  EXPECT_TRUE(IsValidOpName("aten::add.Tensor"));
+  EXPECT_TRUE(IsValidOpName("magi::wait"));
+  EXPECT_TRUE(IsValidOpName("a::b::c"));
+  EXPECT_FALSE(IsValidOpName("relu"));
+  EXPECT_FALSE(IsValidOpName("aten::"));
+  EXPECT_FALSE(IsValidOpName("aten::ones_li]e"));
+  EXPECT_FALSE(IsValidOpName("::mm"));
+  EXPECT_FALSE(IsValidOpName("aten:mm"));
+  EXPECT_TRUE(IsValidArgumentName("memory_format"));
+  EXPECT_FALSE(IsValidArgumentName("a.b"));
+  EXPECT_FALSE(IsValidArgumentName("1x"));
+}
+
 TEST(AttributeTest, PrintsEveryKind) {
   EXPECT_EQ(Attribute().ToString(), "none");
   EXPECT_EQ(Attribute(true).ToString(), "true");

@@ -246,12 +246,12 @@ Token Lexer::Next() {
     case '@': {
       Advance();
       token.kind = c == '%' ? TokenKind::kValueName : TokenKind::kSymbolName;
-      if (Peek() == '"') {
+      if (Peek() == '"') {  // quoted names may be anything, even empty
         std::string error;
         if (!LexQuoted(&token.text, &error)) return MakeError(token.location, error);
-      } else {
-        token.text = LexBareName();
+        return token;
       }
+      token.text = LexBareName();
       if (token.text.empty()) return MakeError(token.location, absl::StrCat("empty name after '", std::string(1, c), "'"));
       return token;
     }

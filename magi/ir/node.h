@@ -23,6 +23,12 @@ namespace magi {
 
 class Graph;
 
+// True if `op` is a namespaced op name the text format can carry: two or more parts
+// joined by "::", each [A-Za-z_][A-Za-z0-9_.]* ("aten::add.Tensor", "magi::wait").
+bool IsValidOpName(absl::string_view op);
+// True if `name` can name a keyword argument: [A-Za-z_][A-Za-z0-9_]*.
+bool IsValidArgumentName(absl::string_view name);
+
 // Where in a text file something was parsed from; line 0 means "not from text".
 struct SourceLocation {
   int line = 0;

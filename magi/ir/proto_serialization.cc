@@ -138,6 +138,9 @@ class Loader {
   }
 
   absl::StatusOr<NodeArg> LoadArgument(const Graph& graph, const proto::ArgumentProto& arg, absl::string_view where) {
+    if (!arg.name().empty() && !IsValidArgumentName(arg.name())) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": invalid argument name '", arg.name(), "'"));
+    }
     const proto::AttributeProto& v = arg.value();
     switch (v.value_case()) {
       case proto::AttributeProto::kNone:
@@ -212,8 +215,9 @@ class Loader {
     for (int n = 0; n < proto.nodes_size(); ++n) {
       const proto::NodeProto& node_proto = proto.nodes(n);
       std::string where = absl::StrCat(graph_where, " node ", n, " (", node_proto.op(), ")");
-      if (node_proto.op().find("::") == std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": op name has no namespace"));
+      if (!IsValidOpName(node_proto.op())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": invalid op name (expected namespace::name, e.g. aten::mm)"));
       }
       std::vector<NodeArg> args;
       for (const proto::ArgumentProto& arg : node_proto.args()) {

@@ -85,6 +85,10 @@ TEST(TextRoundTripTest, FloatsKeepEveryBit) {
   EXPECT_EQ(PrintModule(**reparsed), printed);
 }
 
+TEST(TextRoundTripTest, EmptyAndUnusualNamesAreQuoted) {
+  ExpectExactRoundTrip("module @\"\" {\n  graph @\"my graph\" {\n    input %\"a b\": f32[1]\n    output \"\" = %\"a b\"\n  }\n}\n");
+}
+
 TEST(TextRoundTripTest, CommentsAndWhitespaceAreIgnored) {
   auto module = ParseModule(
       "// a comment\nmodule @m{graph @g{input %x:f32[?,3] // trailing\n%y=aten::relu(%x):f32[?,3] output y=%y}}");

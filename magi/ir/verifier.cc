@@ -93,7 +93,12 @@ class GraphVerifier {
   }
 
   void VerifyNode(const Node& node) {
-    if (node.op_namespace().empty()) Error(&node, "op name has no namespace");
+    if (!IsValidOpName(node.op())) Error(&node, "invalid op name (expected namespace::name, e.g. aten::mm)");
+    for (const Argument& arg : node.args()) {
+      if (!arg.name.empty() && !IsValidArgumentName(arg.name)) {
+        Error(&node, absl::StrCat("invalid argument name '", arg.name, "'"));
+      }
+    }
     // Operands dominate their use, and every operand is referenced once by the arguments.
     for (int i = 0; i < node.num_operands(); ++i) {
       const Value* operand = node.operand(i);

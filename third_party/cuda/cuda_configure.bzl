@@ -9,14 +9,8 @@ A machine without CUDA still configures: the targets then fail with the reason w
 something builds them (only --config=cuda builds do), so CPU-only builds need no CUDA.
 """
 
+load("//third_party:repo_utils.bzl", "read_define")
 load("//third_party:unavailable.bzl", "unavailable_target")
-
-def _read_define(content, name):
-    for line in content.splitlines():
-        parts = line.strip().split()
-        if len(parts) >= 3 and parts[0] == "#define" and parts[1] == name:
-            return parts[2]
-    return None
 
 def _libdir(ctx, home, lib):
     for sub in ["lib64", "lib", "lib/x86_64-linux-gnu", "targets/x86_64-linux/lib"]:
@@ -41,7 +35,7 @@ def _cuda_configure_impl(ctx):
                           'sh_binary(name = "nvcc", srcs = ["nvcc.sh"])\n')
         ctx.file("nvcc.sh", "#!/bin/sh\necho 'ERROR: %s' >&2\nexit 1\n" % reason, executable = True)
         return
-    cuda_version = _read_define(ctx.read(cuda_h), "CUDA_VERSION")
+    cuda_version = read_define(ctx.read(cuda_h), "CUDA_VERSION")
     ctx.symlink(home + "/include", "include")
     ctx.file("nvcc.sh", "#!/bin/sh\nexec %s \"$@\"\n" % nvcc, executable = True)
     ctx.file("config.bzl", "CUDA_HOME = %r\nCUDA_VERSION = %s\n" % (home, cuda_version))
@@ -53,7 +47,7 @@ exports_files(["config.bzl"])
 
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/*.h", "include/*.hpp", "include/crt/**", "include/cuda/**"]),
+    hdrs = glob(["include/**"]),
     includes = ["include"],
 )
 
@@ -95,7 +89,7 @@ def _nccl_configure_impl(ctx):
                           unavailable_target("nccl", reason))
         return
     content = ctx.read(nccl_h)
-    version = "%s.%s.%s" % (_read_define(content, "NCCL_MAJOR"), _read_define(content, "NCCL_MINOR"), _read_define(content, "NCCL_PATCH"))
+    version = "%s.%s.%s" % (read_define(content, "NCCL_MAJOR"), read_define(content, "NCCL_MINOR"), read_define(content, "NCCL_PATCH"))
     ctx.symlink(nccl_h, "include/nccl.h")
     ctx.file("config.bzl", "NCCL_HOME = %r\nNCCL_VERSION = %r\n" % (home, version))
     ctx.file("BUILD", """\

@@ -12,6 +12,7 @@ The generated repository @libtorch has:
   :config.bzl     LIBTORCH_VERSION, LIBTORCH_CXX11_ABI, LIBTORCH_HAS_CUDA for BUILD files
 """
 
+load("//third_party:repo_utils.bzl", "read_define")
 load("//third_party:unavailable.bzl", "unavailable_target")
 
 _CUDA_TARGET = """
@@ -23,13 +24,6 @@ cc_library(
 """
 
 _HEADER_DIRS = ["ATen", "c10", "caffe2", "torch"]
-
-def _read_define(content, name):
-    for line in content.splitlines():
-        parts = line.strip().split()
-        if len(parts) >= 3 and parts[0] == "#define" and parts[1] == name:
-            return parts[2]
-    return None
 
 def _python_torch_dir(ctx):
     python = ctx.which("python3")
@@ -61,9 +55,9 @@ def _libtorch_configure_impl(ctx):
     if not version_h.exists:
         fail("\nLibTorch at %s (from %s) has no %s: not a LibTorch install." % (home, source, version_h))
     content = ctx.read(version_h)
-    major = _read_define(content, "TORCH_VERSION_MAJOR")
-    minor = _read_define(content, "TORCH_VERSION_MINOR")
-    patch = _read_define(content, "TORCH_VERSION_PATCH")
+    major = read_define(content, "TORCH_VERSION_MAJOR")
+    minor = read_define(content, "TORCH_VERSION_MINOR")
+    patch = read_define(content, "TORCH_VERSION_PATCH")
     if major == None or minor == None:
         fail("\nCould not read TORCH_VERSION_MAJOR/MINOR from %s." % version_h)
     version = "%s.%s.%s" % (major, minor, patch or "0")

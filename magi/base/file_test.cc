@@ -1,0 +1,45 @@
+#include "magi/base/file.h"
+
+#include <dirent.h>
+
+#include <cstdlib>
+
+#include "gtest/gtest.h"
+#include "magi/base/gtest_printers.h"
+
+namespace magi {
+namespace {
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+TEST(FileTest, WriteThenReadBack) {
+  std::string path = TempDir() + "/roundtrip.txt";
+  ASSERT_TRUE(WriteFileAtomically(path, std::string("a\0b", 3)).ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "second").ok());  // replaces
+  auto contents = ReadFile(path);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_EQ(*contents, "second");
+  // No temporary file is left behind.
+  DIR* dir = opendir(TempDir().c_str());
+  ASSERT_NE(dir, nullptr);
+  while (dirent* entry = readdir(dir)) EXPECT_EQ(std::string(entry->d_name).find(".tmp."), std::string::npos);
+  closedir(dir);
+}
+
+TEST(FileTest, MissingFileIsNotFound) {
+  auto contents = ReadFile(TempDir() + "/does/not/exist");
+  EXPECT_EQ(contents.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(contents.status().message(),
+            "cannot open " + TempDir() + "/does/not/exist: No such file or directory");
+}
+
+TEST(FileTest, WriteIntoMissingFolderFailsCleanly) {
+  absl::Status status = WriteFileAtomically(TempDir() + "/no/such/dir/file", "x");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace magi

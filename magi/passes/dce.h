@@ -1,0 +1,33 @@
+// Dead code elimination.
+//
+// Removes nodes none of whose results is used by another node or is a graph output,
+// repeatedly, in one backward sweep (so a dead chain, or a collective start whose
+// wait is dead, goes at once). Registered as "dce".
+//
+// It does NOT remove: graph inputs (they are the graph's signature); nodes that may
+// have side effects, i.e. ATen in-place ops (name ends in '_' before the overload,
+// as in aten::add_.Tensor), out= variants (overload "out"), and ops listed as
+// effectful (aten::copy_, aten::_foreach_*_ are covered by the in-place rule).
+// Collectives are removed only as a whole start/wait pair, never half, because every
+// rank runs the same graph and so drops the same pair.
+#ifndef MAGI_PASSES_DCE_H_
+#define MAGI_PASSES_DCE_H_
+
+#include "magi/passes/pass.h"
+
+namespace magi {
+
+class DeadCodeElimination : public Pass {
+ public:
+  absl::string_view name() const override { return "dce"; }
+
+  // True if `op` may write to memory that is visible after it (so it is never dead).
+  static bool HasSideEffects(absl::string_view op);
+
+ protected:
+  absl::StatusOr<bool> RunImpl(Module& module) override;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_PASSES_DCE_H_

@@ -1,0 +1,125 @@
+#include "magi/passes/dce.h"
+
+#include "gtest/gtest.h"
+#include "magi/base/gtest_printers.h"
+#include "magi/ir/parser.h"
+#include "magi/ir/printer.h"
+#include "magi/ir/verifier.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+namespace {
+
+// Parses `input`, runs the registered "dce" pass, verifies, and returns the printed result.
+std::string RunDce(absl::string_view input, bool expect_changed) {
+  auto module = ParseModule(input);
+  EXPECT_TRUE(module.ok()) << module.status();
+  auto pass = Registry<Pass>::Global().Create("dce");
+  EXPECT_TRUE(pass.ok()) << pass.status();
+  absl::StatusOr<bool> changed = (*pass)->Run(**module);
+  EXPECT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(*changed, expect_changed);
+  EXPECT_TRUE(VerifyModule(**module).ok()) << VerifyModule(**module);
+  return PrintModule(**module);
+}
+
+TEST(DceTest, RemovesDeadChainsAndKeepsInputs) {
+  EXPECT_EQ(RunDce(R"(module @m {
+  graph @g {
+    input %x: f32[4]
+    input %unused: f32[4]
+    %a = aten::relu(%x) : f32[4]
+    %b = aten::neg(%a) : f32[4]
+    %c = aten::exp(%b) : f32[4]
+    %y = aten::sin(%x) : f32[4]
+    output y = %y
+  }
+}
+)",
+                   true),
+            R"(module @m {
+  graph @g {
+    input %x: f32[4]
+    input %unused: f32[4]
+    %y = aten::sin(%x) : f32[4]
+    output y = %y
+  }
+}
+)");
+}
+
+TEST(DceTest, NothingDeadIsNoChange) {
+  constexpr absl::string_view kLive = R"(module @m {
+  graph @g {
+    input %x: f32[4]
+    %a = aten::relu(%x) : f32[4]
+    output a = %a
+  }
+}
+)";
+  EXPECT_EQ(RunDce(kLive, false), kLive);
+}
+
+TEST(DceTest, KeepsInPlaceAndOutVariants) {
+  constexpr absl::string_view kEffects = R"(module @m {
+  graph @g {
+    input %x: f32[4]
+    input %buf: f32[4] {role = buffer}
+    %a = aten::add_.Tensor(%buf, %x) : f32[4]
+    %b = aten::mul.out(%x, %x, out = %buf) : f32[4]
+    %c = aten::_to_copy(%x) : f32[4]
+    output x = %x
+  }
+}
+)";
+  EXPECT_EQ(RunDce(kEffects, true), R"(module @m {
+  graph @g {
+    input %x: f32[4]
+    input %buf: f32[4] {role = buffer}
+    %a = aten::add_.Tensor(%buf, %x) : f32[4]
+    %b = aten::mul.out(%x, %x, out = %buf) : f32[4]
+    output x = %x
+  }
+}
+)");
+}
+
+TEST(DceTest, RemovesWholeDeadCollectivePairs) {
+  EXPECT_EQ(RunDce(R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %w: f32[4]
+    %f = magi::all_gather_start([%w], group = "dp") : future<f32[8]>
+    %full = magi::wait(%f) : f32[8]
+    output w = %w
+  }
+}
+)",
+                   true),
+            R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %w: f32[4]
+    output w = %w
+  }
+}
+)");
+}
+
+TEST(DceTest, SideEffectClassification) {
+  EXPECT_TRUE(DeadCodeElimination::HasSideEffects("aten::add_.Tensor"));
+  EXPECT_TRUE(DeadCodeElimination::HasSideEffects("aten::copy_"));
+  EXPECT_TRUE(DeadCodeElimination::HasSideEffects("aten::_foreach_add_.Scalar"));
+  EXPECT_TRUE(DeadCodeElimination::HasSideEffects("aten::mm.out"));
+  EXPECT_FALSE(DeadCodeElimination::HasSideEffects("aten::_log_softmax"));
+  EXPECT_FALSE(DeadCodeElimination::HasSideEffects("aten::add.Tensor"));
+  EXPECT_FALSE(DeadCodeElimination::HasSideEffects("magi::wait"));
+}
+
+TEST(DceTest, RejectsOptions) {
+  auto pass = Registry<Pass>::Global().Create("dce", {{"aggressive", "1"}});
+  EXPECT_EQ(pass.status().message(), "dce takes no options");
+}
+
+}  // namespace
+}  // namespace magi

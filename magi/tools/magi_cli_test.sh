@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `magi` command-line tool: conversions between the three IR
+# formats round-trip, DOT output, pass runs, and bad input gives a message and exit code.
+set -euo pipefail
+
+MAGI=magi/tools/magi
+SAMPLE=magi/ir/testdata/fsdp_mlp_step.mir
+TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1
+  shift
+  if "$@"; then echo "PASS $name"; else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+
+expect_failure() {  # expect_failure NAME EXIT_CODE MESSAGE-SUBSTRING -- COMMAND...
+  local name=$1 code=$2 message=$3
+  shift 4
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
+  if [[ $rc -eq $code && "$out" == *"$message"* ]]; then
+    echo "PASS $name"
+  else
+    echo "FAIL $name: exit $rc, output: $out"
+    failures=$((failures + 1))
+  fi
+}
+
+check "verify" test "$($MAGI verify $SAMPLE)" = "ok"
+$MAGI fmt $SAMPLE -o "$TMP/fmt.mir"
+check "fmt is canonical" cmp -s $SAMPLE "$TMP/fmt.mir"
+$MAGI convert $SAMPLE -o "$TMP/m.pb"
+$MAGI convert "$TMP/m.pb" -o "$TMP/m.json"
+$MAGI convert "$TMP/m.json" -o "$TMP/back.mir"
+check "text -> pb -> json -> text round trip" cmp -s $SAMPLE "$TMP/back.mir"
+check "json is protobuf JSON" grep -q '"op": "magi::reduce_scatter_start"' "$TMP/m.json"
+$MAGI dot $SAMPLE -o "$TMP/g.dot" --graph=train_step
+check "dot has a collective hexagon" grep -q 'shape=hexagon' "$TMP/g.dot"
+$MAGI opt magi/ir/testdata/tiny_forward.mir --passes=dce -o "$TMP/opt.mir"
+check "opt dce keeps live code" cmp -s magi/ir/testdata/tiny_forward.mir "$TMP/opt.mir"
+check "registry lists dce" grep -q '^pass: .*dce' <($MAGI registry)
+check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
+
+printf 'module @m {\n  graph @g {\n    %%y = aten::relu(%%x) : f32[2]\n  }\n}\n' > "$TMP/bad.mir"
+expect_failure "parse error names file, line, column" 1 "bad.mir:3:21: use of undefined value %x" -- $MAGI verify "$TMP/bad.mir"
+printf 'module @m {\n  graph @g {\n    input %%a: f32[4,8]\n    %%c = aten::mm(%%a, %%a) : f32[4,8]\n  }\n}\n' > "$TMP/bad_shapes.mir"
+expect_failure "verifier error names the node and line" 1 "aten::mm defining %c at line 4:10: shapes do not chain" -- $MAGI verify "$TMP/bad_shapes.mir"
+expect_failure "missing file" 1 "cannot open $TMP/none.mir: No such file or directory" -- $MAGI verify "$TMP/none.mir"
+printf 'garbage' > "$TMP/bad.pb"
+expect_failure "bad protobuf" 1 "bad.pb: not a valid magi.proto.ModuleProto" -- $MAGI verify "$TMP/bad.pb"
+expect_failure "unknown extension" 1 "unknown IR file extension" -- $MAGI verify "$TMP/file.txt"
+expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: dce" -- $MAGI opt $SAMPLE --passes=dce,nope
+expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=nope
+expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob
+expect_failure "missing -o" 2 "'convert' needs -o OUT" -- $MAGI convert $SAMPLE
+expect_failure "wrong arity" 2 "'verify' takes 1 file argument(s), got 0" -- $MAGI verify
+check "failed write leaves no file" bash -c "! $MAGI convert $SAMPLE -o $TMP/missing-dir/x.pb 2>/dev/null && test ! -e $TMP/missing-dir"
+
+echo "$failures failure(s)"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,192 @@
+// `magi`: the command-line driver for Magi's IR, in the style of mlir-opt.
+//
+//   magi verify IN                       parse and verify; prints "ok" or the problems
+//   magi fmt IN [-o OUT]                 print the canonical text form
+//   magi convert IN -o OUT               convert between .mir, .pb and .json by extension
+//   magi dot IN [-o OUT] [--graph=NAME]  Graphviz DOT of one graph (the first by default)
+//   magi opt IN --passes=a,b [-o OUT]    run registered passes in order, verifying after each
+//   magi registry                        list every registered pass, backend, ... by kind
+//
+// Exit status: 0 on success, 1 on bad input (with a message naming file and line),
+// 2 on bad usage.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "magi/base/status_macros.h"
+#include "magi/ir/dot_export.h"
+#include "magi/ir/printer.h"
+#include "magi/ir/verifier.h"
+#include "magi/passes/pass.h"
+#include "magi/registry/registry.h"
+#include "magi/tools/ir_io.h"
+
+namespace magi {
+namespace {
+
+constexpr char kUsage[] = R"(usage:
+  magi verify IN
+  magi fmt IN [-o OUT]
+  magi convert IN -o OUT
+  magi dot IN [-o OUT] [--graph=NAME]
+  magi opt IN --passes=NAME[,NAME...] [-o OUT]
+  magi registry
+IR files: .mir (text), .pb (binary protobuf), .json (protobuf JSON); OUT "-" is stdout.
+)";
+
+struct CommandLine {
+  std::string command;
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;  // "-o" and "--name=value"
+};
+
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
+  if (argc < 2) return absl::InvalidArgumentError("no command given");
+  CommandLine line;
+  line.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-o") {
+      if (i + 1 >= argc) return absl::InvalidArgumentError("-o needs a file name");
+      line.flags["o"] = argv[++i];
+    } else if (absl::StartsWith(arg, "--")) {
+      std::vector<std::string> parts = absl::StrSplit(arg.substr(2), absl::MaxSplits('=', 1));
+      if (parts.size() != 2) return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value (--name=value)"));
+      line.flags[parts[0]] = parts[1];
+    } else {
+      line.positional.push_back(arg);
+    }
+  }
+  return line;
+}
+
+// The arguments each command takes; checked before anything runs.
+struct CommandSpec {
+  const char* name;
+  size_t positional;
+  std::vector<std::string> allowed_flags;
+  std::vector<std::string> required_flags;
+};
+
+const std::vector<CommandSpec>& CommandSpecs() {
+  static const auto* specs = new std::vector<CommandSpec>{
+      {"verify", 1, {}, {}},
+      {"fmt", 1, {"o"}, {}},
+      {"convert", 1, {"o"}, {"o"}},
+      {"dot", 1, {"o", "graph"}, {}},
+      {"opt", 1, {"o", "passes"}, {"passes"}},
+      {"registry", 0, {}, {}},
+  };
+  return *specs;
+}
+
+// Usage errors: an unknown command, wrong argument count, unknown or missing flags.
+absl::Status ValidateUsage(const CommandLine& line) {
+  for (const CommandSpec& spec : CommandSpecs()) {
+    if (line.command != spec.name) continue;
+    if (line.positional.size() != spec.positional) {
+      return absl::InvalidArgumentError(absl::StrCat("'", line.command, "' takes ", spec.positional,
+                                                     " file argument(s), got ", line.positional.size()));
+    }
+    for (const auto& [flag, value] : line.flags) {
+      bool ok = false;
+      for (const std::string& name : spec.allowed_flags) ok = ok || name == flag;
+      if (!ok) return absl::InvalidArgumentError(absl::StrCat("'", line.command, "' does not take ", flag == "o" ? "-o" : "--" + flag));
+    }
+    for (const std::string& flag : spec.required_flags) {
+      if (!line.flags.count(flag)) {
+        return absl::InvalidArgumentError(absl::StrCat("'", line.command, "' needs ", flag == "o" ? "-o OUT" : "--" + flag + "=..."));
+      }
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown command '", line.command, "'"));
+}
+
+std::string FlagOr(const CommandLine& line, const std::string& name, std::string fallback) {
+  auto it = line.flags.find(name);
+  return it == line.flags.end() ? fallback : it->second;
+}
+
+absl::Status RunOpt(const CommandLine& line) {
+  MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
+  std::string spec = FlagOr(line, "passes", "");
+  for (absl::string_view name : absl::StrSplit(spec, ',')) {
+    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Pass> pass, Registry<Pass>::Global().Create(name));
+    absl::StatusOr<bool> changed = pass->Run(*module);
+    if (!changed.ok()) return absl::Status(changed.status().code(), absl::StrCat(name, ": ", changed.status().message()));
+    absl::Status verified = VerifyModule(*module);
+    if (!verified.ok()) {
+      return absl::InternalError(absl::StrCat("the module does not verify after pass '", name, "':\n", verified.message()));
+    }
+  }
+  return SaveModule(*module, FlagOr(line, "o", "-"));
+}
+
+absl::Status Run(const CommandLine& line) {
+  const std::string& command = line.command;
+  if (command == "verify") {
+    MAGI_RETURN_IF_ERROR(LoadModule(line.positional[0]).status());
+    std::printf("ok\n");
+    return absl::OkStatus();
+  }
+  if (command == "fmt" || command == "convert") {
+    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
+    return SaveModule(*module, FlagOr(line, "o", "-"));
+  }
+  if (command == "dot") {
+    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
+    std::vector<Graph*> graphs = module->graphs();
+    if (graphs.empty()) return absl::InvalidArgumentError(absl::StrCat(line.positional[0], ": the module has no graph"));
+    Graph* graph = graphs[0];
+    if (line.flags.count("graph")) {
+      graph = module->FindGraph(line.flags.at("graph"));
+      if (graph == nullptr) {
+        std::vector<std::string> names;
+        for (const Graph* g : graphs) names.push_back(g->name());
+        return absl::NotFoundError(absl::StrCat("no graph @", line.flags.at("graph"), " in ", line.positional[0],
+                                                "; it has: ", absl::StrJoin(names, ", ")));
+      }
+    }
+    return WriteOutput(FlagOr(line, "o", "-"), ExportDot(*graph));
+  }
+  if (command == "opt") {
+    return RunOpt(line);
+  }
+  if (command == "registry") {
+    for (const auto& [kind, names] : AllRegistries()) std::printf("%s: %s\n", kind.c_str(), absl::StrJoin(names, ", ").c_str());
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat("command '", command, "' has no implementation"));
+}
+
+}  // namespace
+}  // namespace magi
+
+int main(int argc, char** argv) {
+  absl::StatusOr<magi::CommandLine> line = magi::ParseCommandLine(argc, argv);
+  if (!line.ok()) {
+    std::fprintf(stderr, "magi: %s\n%s", std::string(line.status().message()).c_str(), magi::kUsage);
+    return 2;
+  }
+  if (line->command == "help" || line->command == "--help" || line->command == "-h") {
+    std::printf("%s", magi::kUsage);
+    return 0;
+  }
+  absl::Status usage = magi::ValidateUsage(*line);
+  if (!usage.ok()) {
+    std::fprintf(stderr, "magi: %s\n%s", std::string(usage.message()).c_str(), magi::kUsage);
+    return 2;
+  }
+  absl::Status status = magi::Run(*line);
+  if (!status.ok()) {
+    std::fprintf(stderr, "magi: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
