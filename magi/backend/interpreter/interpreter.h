@@ -1,0 +1,29 @@
+// The "interpreter" backend: runs any IR graph op by op through the LibTorch dispatcher.
+//
+// Compile resolves every node's operator schema once and turns its constant arguments
+// into IValues; Run pushes operands and constants in schema order, calls the kernel
+// boxed, checks each result's dtype and shape against the IR, and frees every
+// intermediate right after its last use. CPU and CUDA alike (tensors decide). If the
+// graph has an rng.state input, the default generator of the graph's device is set to
+// it before the first node, so random ops draw what eager mode drew from that state.
+// Peak memory is the most bytes of distinct storages it held at once.
+//
+// It does not run collectives (magi::*_start / wait): that is the distributed runtime's
+// job; GetCapability lists them as unsupported.
+#ifndef MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
+#define MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
+
+#include "magi/backend/backend.h"
+
+namespace magi {
+
+class InterpreterBackend : public Backend {
+ public:
+  absl::string_view name() const override { return "interpreter"; }
+  Capability GetCapability(const Module& module, const Graph& graph) const override;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph) const override;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_BACKEND_INTERPRETER_INTERPRETER_H_

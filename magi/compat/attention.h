@@ -1,0 +1,29 @@
+// Causal scaled-dot-product attention across LibTorch versions: the fused
+// at::scaled_dot_product_attention on 2.x, matmul + masked softmax on 1.13 (which has
+// no SDPA). q, k, v: [batch, heads, seq, head_dim].
+#ifndef MAGI_COMPAT_ATTENTION_H_
+#define MAGI_COMPAT_ATTENTION_H_
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "magi/compat/torch_compat.h"
+
+namespace magi::compat {
+
+inline at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  int64_t seq = q.size(-2);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  at::Tensor mask = at::ones({seq, seq}, q.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1), v);
+#endif
+}
+
+}  // namespace magi::compat
+
+#endif  // MAGI_COMPAT_ATTENTION_H_

@@ -1,0 +1,403 @@
+#include "magi/frontend/capture/capture_session.h"
+
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "magi/base/status_macros.h"
+#include "magi/compat/torch_compat.h"
+#include "magi/frontend/capture/functional_variants.h"
+#include "magi/frontend/capture/module_scope.h"
+
+namespace magi {
+namespace {
+
+std::atomic<CaptureSession*> g_current_session{nullptr};
+
+// Autograd sequence numbers of the backward nodes running on this thread (innermost last).
+std::vector<int64_t>& BackwardSequenceStack() {
+  thread_local std::vector<int64_t> stack;
+  return stack;
+}
+
+std::unique_ptr<at::ObserverContext> OnBackwardNodeStart(const at::RecordFunction& fn) {
+  BackwardSequenceStack().push_back(fn.seqNr());
+  return nullptr;
+}
+
+void OnBackwardNodeEnd(const at::RecordFunction&, at::ObserverContext*) {
+  if (!BackwardSequenceStack().empty()) BackwardSequenceStack().pop_back();
+}
+
+// Ops whose result is a number read from tensor data: a graph cannot branch on it.
+bool IsDataDependent(const std::string& op) {
+  return op == "aten::_local_scalar_dense" || op == "aten::item" || op == "aten::is_nonzero" ||
+         op == "aten::equal" || op == "aten::allclose" || op == "aten::nonzero" || op == "aten::unique" ||
+         op == "aten::_unique2" || op == "aten::masked_select";
+}
+
+bool IsFull(const at::Tensor& tensor) {
+  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
+         static_cast<size_t>(tensor.numel() * tensor.element_size()) == tensor.storage().nbytes();
+}
+
+}  // namespace
+
+CaptureSession::Geometry CaptureSession::GeometryOf(const at::Tensor& tensor) {
+  return {tensor.sizes().vec(), tensor.strides().vec(), tensor.storage_offset(), tensor.scalar_type()};
+}
+
+CaptureSession::CaptureSession(Graph* graph, Options options) : graph_(graph), options_(std::move(options)) {}
+
+CaptureSession* CaptureSession::Current() { return g_current_session.load(std::memory_order_acquire); }
+
+absl::Status CaptureSession::status() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+absl::StatusOr<Type> CaptureSession::TypeOf(const at::Tensor& tensor) {
+  const Device* device = options_.device_override ? &*options_.device_override : nullptr;
+  MAGI_ASSIGN_OR_RETURN(TensorType type, compat::TensorTypeOf(tensor, device));
+  return Type::Tensor(std::move(type));
+}
+
+void CaptureSession::Register(const at::Tensor& tensor, Value* value) {
+  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  auto it = storages_.find(storage);
+  if (it == storages_.end()) {
+    StorageRecord record;
+    record.base = value;
+    record.geometry = GeometryOf(tensor);
+    record.base_is_full = IsFull(tensor);
+    if (value->is_graph_input()) record.input = value;
+    it = storages_.emplace(storage, std::move(record)).first;
+  }
+  it->second.aliases.push_back({GeometryOf(tensor), value, it->second.version});
+  tensors_[tensor.unsafeGetTensorImpl()] = {value, it->second.version, tensor};
+}
+
+absl::StatusOr<Value*> CaptureSession::ViewOfStorage(StorageRecord& storage, const at::Tensor& tensor) {
+  Geometry geometry = GeometryOf(tensor);
+  for (auto it = storage.aliases.rbegin(); it != storage.aliases.rend(); ++it) {
+    if (it->version == storage.version && it->geometry == geometry) return it->value;
+  }
+  if (geometry == storage.geometry) return storage.base;
+  if (!storage.base_is_full || tensor.scalar_type() != storage.geometry.dtype) {
+    return absl::UnimplementedError("a view of a mutated tensor whose base is itself a partial view");
+  }
+  MAGI_ASSIGN_OR_RETURN(Type type, TypeOf(tensor));
+  Node* node = AddRecordedNode("aten::as_strided",
+                               {NodeArg(storage.base), NodeArg(Attribute(geometry.sizes)),
+                                NodeArg(Attribute(geometry.strides)), NodeArg(Attribute(geometry.offset))},
+                               {std::move(type)});
+  storage.aliases.push_back({geometry, node->result(0), storage.version});
+  return node->result(0);
+}
+
+absl::StatusOr<Value*> CaptureSession::AddInput(const at::Tensor& tensor, const std::string& name, InputRole role) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (graph_->FindValue(name) != nullptr) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' twice"));
+  MAGI_ASSIGN_OR_RETURN(Type type, TypeOf(tensor));
+  Value* value = graph_->AddInput(name, std::move(type), role);
+  Register(tensor, value);
+  return value;
+}
+
+absl::StatusOr<Value*> CaptureSession::ValueOf(const at::Tensor& tensor, bool allow_lift) {
+  auto storage_it = tensor.has_storage() ? storages_.find(tensor.storage().unsafeGetStorageImpl()) : storages_.end();
+  auto it = tensors_.find(tensor.unsafeGetTensorImpl());
+  if (it != tensors_.end()) {
+    TensorRecord& record = it->second;
+    if (storage_it == storages_.end() || record.version == storage_it->second.version) return record.value;
+    // The storage was written through another alias since this value was taken.
+    MAGI_ASSIGN_OR_RETURN(Value * value, ViewOfStorage(storage_it->second, tensor));
+    record.value = value;
+    record.version = storage_it->second.version;
+    return value;
+  }
+  if (storage_it != storages_.end()) {
+    // A TensorImpl we have not seen over memory we have (a saved tensor unpacked by autograd).
+    MAGI_ASSIGN_OR_RETURN(Value * value, ViewOfStorage(storage_it->second, tensor));
+    tensors_[tensor.unsafeGetTensorImpl()] = {value, storage_it->second.version, tensor};
+    return value;
+  }
+  if (!allow_lift) {
+    absl::StatusOr<TensorType> type = compat::TensorTypeOf(tensor);
+    return absl::NotFoundError(absl::StrCat("a tensor of type ", type.ok() ? type->ToString() : tensor.toString(),
+                                            " was not produced by any recorded op"));
+  }
+  if (!options_.allow_constants) {
+    return absl::FailedPreconditionError("a tensor created outside the captured step is used (constants are off)");
+  }
+  if (tensor.requires_grad()) {
+    absl::StatusOr<TensorType> type = compat::TensorTypeOf(tensor);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a tensor (", type.ok() ? type->ToString() : "?",
+        ") that requires grad but is neither a parameter nor computed in the step is used "
+        "(register it as a parameter of the module)"));
+  }
+  std::string name = absl::StrCat("constant.", constants_.size());
+  MAGI_ASSIGN_OR_RETURN(Type type, TypeOf(tensor));
+  Value* value = graph_->AddInput(name, std::move(type), InputRole::kBuffer);
+  constants_.emplace_back(name, tensor);
+  Register(tensor, value);
+  return value;
+}
+
+absl::StatusOr<Value*> CaptureSession::OutputValueOf(const at::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ValueOf(tensor, /*allow_lift=*/false);
+}
+
+bool CaptureSession::WasMutated(const at::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  return it != storages_.end() && it->second.version > 0;
+}
+
+absl::Status CaptureSession::UpdateAfterMutation(const at::Tensor& tensor, Value* new_value) {
+  StorageRecord& storage = storages_.at(tensor.storage().unsafeGetStorageImpl());
+  Geometry geometry = GeometryOf(tensor);
+  if (geometry == storage.geometry) {
+    storage.base = new_value;
+  } else if (storage.base_is_full && tensor.scalar_type() == storage.geometry.dtype) {
+    // Write the mutated view back into the whole storage.
+    Type base_type = storage.base->type();
+    Node* node = AddRecordedNode("aten::as_strided_scatter",
+                                 {NodeArg(storage.base), NodeArg(new_value), NodeArg(Attribute(geometry.sizes)),
+                                  NodeArg(Attribute(geometry.strides)), NodeArg(Attribute(geometry.offset))},
+                                 {std::move(base_type)});
+    storage.base = node->result(0);
+  } else {
+    return absl::UnimplementedError("an in-place write to a view whose base is itself a partial view");
+  }
+  ++storage.version;
+  storage.aliases.push_back({storage.geometry, storage.base, storage.version});
+  storage.aliases.push_back({geometry, new_value, storage.version});
+  tensors_[tensor.unsafeGetTensorImpl()] = {new_value, storage.version, tensor};
+  return absl::OkStatus();
+}
+
+std::string CaptureSession::ModulePathForCurrentOp() {
+  const std::vector<int64_t>& backward = BackwardSequenceStack();
+  if (!backward.empty()) {
+    auto it = module_path_of_sequence_nr_.find(backward.back());
+    return it == module_path_of_sequence_nr_.end() ? std::string() : it->second;
+  }
+  return CurrentModulePath();
+}
+
+Node* CaptureSession::AddRecordedNode(std::string op, std::vector<NodeArg> args, std::vector<Type> types) {
+  std::string prefix = op.substr(op.find("::") + 2);
+  prefix = prefix.substr(0, prefix.find('.')) + "_";
+  std::vector<std::string> names;
+  for (size_t i = 0; i < types.size(); ++i) names.push_back(graph_->FreshName(prefix));
+  Node* node = graph_->AddNode(std::move(op), std::move(args), std::move(types), nullptr, std::move(names));
+  node->mutable_annotations().module_path = ModulePathForCurrentOp();
+  return node;
+}
+
+absl::StatusOr<NodeArg> CaptureSession::ArgumentOf(const c10::Argument& argument, const c10::IValue& value) {
+  compat::ArgType type = compat::ClassifyArgument(argument);
+  std::string name = argument.kwarg_only() ? argument.name() : std::string();
+  if (value.isNone()) {
+    if (!type.optional && type.kind != compat::ArgKind::kTensor) {
+      return absl::InvalidArgumentError(absl::StrCat("argument '", argument.name(), "' is None but not optional"));
+    }
+    return NodeArg(Attribute(NoneAttr{}), name);
+  }
+  switch (type.kind) {
+    case compat::ArgKind::kTensor: {
+      if (!value.isTensor()) break;
+      const at::Tensor& tensor = value.toTensor();
+      if (!tensor.defined()) return NodeArg(Attribute(NoneAttr{}), name);
+      MAGI_ASSIGN_OR_RETURN(Value * v, ValueOf(tensor, /*allow_lift=*/true));
+      return NodeArg(v, name);
+    }
+    case compat::ArgKind::kTensorList:
+    case compat::ArgKind::kOptionalTensorList: {
+      std::vector<Value*> values;
+      for (const c10::IValue& element : value.toListRef()) {
+        if (element.isNone() || (element.isTensor() && !element.toTensor().defined())) {
+          values.push_back(nullptr);
+          continue;
+        }
+        MAGI_ASSIGN_OR_RETURN(Value * v, ValueOf(element.toTensor(), /*allow_lift=*/true));
+        values.push_back(v);
+      }
+      return NodeArg(std::move(values), name);
+    }
+    case compat::ArgKind::kInt:
+    case compat::ArgKind::kLayout:
+    case compat::ArgKind::kMemoryFormat: {
+      MAGI_ASSIGN_OR_RETURN(int64_t i, compat::ToInt(value));
+      return NodeArg(Attribute(i), name);
+    }
+    case compat::ArgKind::kFloat:
+      return NodeArg(Attribute(value.toDouble()), name);
+    case compat::ArgKind::kBool:
+      return NodeArg(Attribute(value.toBool()), name);
+    case compat::ArgKind::kString:
+      return NodeArg(Attribute(value.toStringRef()), name);
+    case compat::ArgKind::kScalar:
+      if (value.isBool()) return NodeArg(Attribute(value.toBool()), name);
+      if (value.isDouble()) return NodeArg(Attribute(value.toDouble()), name);
+      if (compat::IsIntLike(value)) {
+        MAGI_ASSIGN_OR_RETURN(int64_t i, compat::ToInt(value));
+        return NodeArg(Attribute(i), name);
+      }
+      break;
+    case compat::ArgKind::kScalarType: {
+      MAGI_ASSIGN_OR_RETURN(DType dtype, compat::FromScalarType(static_cast<c10::ScalarType>(value.toInt())));
+      return NodeArg(Attribute(dtype), name);
+    }
+    case compat::ArgKind::kDevice: {
+      MAGI_ASSIGN_OR_RETURN(Device device, compat::FromTorchDevice(value.toDevice()));
+      if (device.type == DeviceType::kMeta && options_.device_override) device = *options_.device_override;
+      return NodeArg(Attribute(device), name);
+    }
+    case compat::ArgKind::kIntList: {
+      MAGI_ASSIGN_OR_RETURN(std::vector<int64_t> ints, compat::ToIntList(value));
+      return NodeArg(Attribute(std::move(ints)), name);
+    }
+    case compat::ArgKind::kFloatList:
+      return NodeArg(Attribute(value.toDoubleVector()), name);
+    case compat::ArgKind::kBoolList: {
+      std::vector<bool> bools;
+      for (bool b : value.toBoolList()) bools.push_back(b);
+      return NodeArg(Attribute(std::move(bools)), name);
+    }
+    case compat::ArgKind::kGenerator:
+      return absl::UnimplementedError(absl::StrCat(
+          "an explicit torch::Generator is passed as '", argument.name(),
+          "'; Magi replays randomness from the default generator's state (pass no generator)"));
+    case compat::ArgKind::kUnsupported:
+      break;
+  }
+  return absl::UnimplementedError(absl::StrCat("argument '", argument.name(), "' of type ",
+                                               argument.real_type()->str(), " holding a ", value.tagKind(),
+                                               " is not supported"));
+}
+
+absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                                          const torch::jit::Stack& stack, size_t num_returns) {
+  const c10::FunctionSchema& schema = op.schema();
+  std::string name = compat::OpNameOf(schema.operator_name());
+  auto fail = [&](absl::string_view message) {
+    std::string path = ModulePathForCurrentOp();
+    return absl::Status(absl::StatusCode::kFailedPrecondition,
+                        absl::StrCat("cannot capture ", name, path.empty() ? "" : absl::StrCat(" in module '", path, "'"),
+                                     ": ", message));
+  };
+  if (IsDataDependent(name)) {
+    return fail(
+        "it reads values out of tensor data (e.g. Tensor::item() or a data-dependent shape); a captured "
+        "graph cannot depend on them. Keep such logic outside the captured step");
+  }
+  std::vector<size_t> mutated = MutatedArguments(schema);
+  const c10::FunctionSchema* node_schema = &schema;
+  c10::optional<c10::OperatorHandle> functional;
+  if (!mutated.empty()) {
+    functional = FindFunctionalVariant(op);
+    if (!functional) return fail("it writes to its inputs and has no functional variant");
+    node_schema = &functional->schema();
+    name = compat::OpNameOf(node_schema->operator_name());
+  }
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (compat::ClassifyArgument(argument).kind == compat::ArgKind::kGenerator) uses_rng_ = true;
+  }
+
+  // Arguments, in the (functional) schema's order.
+  std::vector<NodeArg> node_args;
+  size_t functional_index = 0;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    if (!mutated.empty() && IsOutArgument(schema, i)) continue;
+    const c10::Argument& argument = node_schema->arguments().at(functional_index++);
+    absl::StatusOr<NodeArg> arg = ArgumentOf(argument, args[i]);
+    if (!arg.ok()) return fail(absl::StrCat("argument '", argument.name(), "': ", arg.status().message()));
+    node_args.push_back(*std::move(arg));
+  }
+
+  // Results: the tensors the op returned, or for a functionalized op the tensors it wrote.
+  std::vector<at::Tensor> results;
+  if (!mutated.empty()) {
+    for (size_t i : mutated) {
+      if (args[i].isTensor()) {
+        results.push_back(args[i].toTensor());
+      } else if (args[i].isTensorList()) {
+        for (const at::Tensor& t : args[i].toTensorVector()) results.push_back(t);
+      } else {
+        return fail("it writes to an argument that is not a tensor");
+      }
+    }
+  } else {
+    for (size_t r = 0; r < num_returns; ++r) {
+      const c10::IValue& value = stack[stack.size() - num_returns + r];
+      if (value.isTensor()) {
+        if (!value.toTensor().defined()) return fail("it returns an undefined tensor");
+        results.push_back(value.toTensor());
+      } else if (value.isTensorList()) {
+        for (const at::Tensor& t : value.toTensorVector()) results.push_back(t);
+      } else if (value.isInt() || value.isDouble() || value.isBool() || compat::IsIntLike(value) || value.isNone()) {
+        // Shape-like numbers: later ops receive them as constants.
+      } else {
+        return fail(absl::StrCat("it returns a ", value.tagKind(), ", which the IR cannot hold"));
+      }
+    }
+  }
+  std::vector<Type> types;
+  for (const at::Tensor& t : results) {
+    absl::StatusOr<Type> type = TypeOf(t);
+    if (!type.ok()) return fail(type.status().message());
+    types.push_back(*std::move(type));
+  }
+  Node* node = AddRecordedNode(name, std::move(node_args), std::move(types));
+  ++recorded_ops_;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (mutated.empty()) {
+      Register(results[i], node->result(static_cast<int>(i)));
+    } else {
+      absl::Status status = UpdateAfterMutation(results[i], node->result(static_cast<int>(i)));
+      if (!status.ok()) return fail(status.message());
+    }
+    // Backward ops of this op's autograd node get this op's module path.
+    if (const auto& grad_fn = results[i].grad_fn()) {
+      module_path_of_sequence_nr_.emplace(static_cast<int64_t>(grad_fn->sequence_nr()),
+                                          node->annotations().module_path);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CaptureSession::Record(const c10::OperatorHandle& op, c10::DispatchKeySet below, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  size_t num_args = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
+  {
+    c10::impl::ExcludeDispatchKeyGuard exclude(compat::kCaptureKey);
+    op.redispatchBoxed(below, stack);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!status_.ok()) return;
+  absl::Status status = RecordLocked(op, args, *stack, schema.returns().size());
+  if (!status.ok()) {
+    status_ = status;
+    TORCH_CHECK(false, std::string(status.message()));
+  }
+}
+
+CaptureScope::CaptureScope(CaptureSession* session)
+    : previous_(g_current_session.exchange(session)),
+      callback_handle_(at::addGlobalCallback(at::RecordFunctionCallback(&OnBackwardNodeStart, &OnBackwardNodeEnd)
+                                                 .scopes({at::RecordScope::BACKWARD_FUNCTION}))),
+      include_(compat::kCaptureKey) {}
+
+CaptureScope::~CaptureScope() {
+  at::removeCallback(callback_handle_);
+  g_current_session.store(previous_);
+}
+
+}  // namespace magi

@@ -1,0 +1,413 @@
+// Whole-step capture checked against eager LibTorch: the captured graph, run by the
+// interpreter backend on the same inputs, gives the same loss and every parameter
+// gradient (fp32 CPU: bitwise, since the same kernels run in the same order).
+#include "magi/frontend/capture/capture.h"
+
+#include <torch/torch.h>
+
+#include <map>
+
+#include "gtest/gtest.h"
+#include "magi/backend/interpreter/interpreter.h"
+#include "magi/base/gtest_printers.h"
+#include "magi/frontend/capture/module_scope.h"
+#include "magi/ir/parser.h"
+#include "magi/ir/printer.h"
+#include "magi/ir/verifier.h"
+#include "magi/models/llama.h"
+#include "magi/models/mlp.h"
+#include "magi/runtime/torch_executable.h"
+
+namespace magi {
+namespace {
+
+using NamedTensors = std::map<std::string, at::Tensor>;
+
+// Loss and gradients of one eager step, keyed like the graph's outputs.
+NamedTensors EagerStep(torch::nn::Module& model, const LossFunction& loss_fn, const std::vector<at::Tensor>& inputs) {
+  for (auto& p : model.parameters()) p.mutable_grad() = at::Tensor();
+  at::Tensor loss = loss_fn(inputs);
+  loss.backward();
+  NamedTensors out{{"loss", loss.detach()}};
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().grad().defined()) out[item.key() + ".grad"] = item.value().grad().clone();
+  }
+  for (auto& p : model.parameters()) p.mutable_grad() = at::Tensor();
+  return out;
+}
+
+NamedTensors RunCaptured(const CapturedGraph& captured, torch::nn::Module& model, const std::vector<at::Tensor>& data,
+                         RunStats* stats = nullptr) {
+  absl::StatusOr<std::unique_ptr<TorchExecutable>> exe =
+      CompileForTorch("interpreter", *captured.module, captured.graph_name);
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  if (!exe.ok()) return {};
+  absl::StatusOr<std::vector<at::Tensor>> inputs = BindInputs(captured, model, data);
+  EXPECT_TRUE(inputs.ok()) << inputs.status();
+  absl::StatusOr<std::vector<at::Tensor>> outputs = (*exe)->Run(*inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  if (!outputs.ok()) return {};
+  if (stats != nullptr) *stats = (*exe)->last_run_stats();
+  NamedTensors named;
+  const auto& graph_outputs = captured.graph()->outputs();
+  for (size_t i = 0; i < graph_outputs.size(); ++i) named[graph_outputs[i].name] = (*outputs)[i];
+  return named;
+}
+
+// Every eager tensor has a captured twin that is bitwise equal (and so within 1e-6).
+void ExpectSameTensors(const NamedTensors& eager, const NamedTensors& compiled) {
+  for (const auto& [name, expected] : eager) {
+    auto it = compiled.find(name);
+    ASSERT_NE(it, compiled.end()) << "the graph has no output " << name;
+    ASSERT_EQ(it->second.sizes(), expected.sizes()) << name;
+    double diff = (it->second.to(at::kDouble) - expected.to(at::kDouble)).abs().max().item<double>();
+    EXPECT_LE(diff, 1e-6) << name;
+    EXPECT_TRUE(torch::equal(it->second, expected)) << name << " differs by up to " << diff;
+  }
+}
+
+// The captured module verifies and survives a text round trip.
+void ExpectWellFormed(const CapturedGraph& captured) {
+  absl::Status verified = VerifyModule(*captured.module);
+  EXPECT_TRUE(verified.ok()) << verified;
+  std::string text = PrintModule(*captured.module);
+  auto reparsed = ParseModule(text);
+  ASSERT_TRUE(reparsed.ok()) << reparsed.status();
+  EXPECT_EQ(PrintModule(**reparsed), text);
+}
+
+std::vector<std::string> OutputNames(const CapturedGraph& captured) {
+  std::vector<std::string> names;
+  for (const GraphOutput& output : captured.graph()->outputs()) names.push_back(output.name);
+  return names;
+}
+
+TEST(CaptureTest, MlpTrainingStepMatchesEager) {
+  torch::manual_seed(0);
+  models::Mlp model(models::MlpConfig{});
+  at::Tensor x = torch::randn({8, 16});
+  at::Tensor y = torch::randint(0, 10, {8});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return torch::nn::functional::cross_entropy(model->forward(in[0]), in[1]);
+  };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {x, y});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  EXPECT_EQ(OutputNames(*captured),
+            (std::vector<std::string>{"loss", "fc1.weight.grad", "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad"}));
+  EXPECT_FALSE(captured->rng_state.has_value());
+  EXPECT_TRUE(captured->constants.empty());
+  // The model's gradients are untouched by capture.
+  for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+  ExpectSameTensors(EagerStep(*model, loss_fn, {x, y}), RunCaptured(*captured, *model, {x, y}));
+
+  // Runs again with new inputs.
+  at::Tensor x2 = torch::randn({8, 16});
+  at::Tensor y2 = torch::randint(0, 10, {8});
+  ExpectSameTensors(EagerStep(*model, loss_fn, {x2, y2}), RunCaptured(*captured, *model, {x2, y2}));
+}
+
+TEST(CaptureTest, TinyLlamaTrainingStepMatchesEagerWithModulePaths) {
+  torch::manual_seed(1);
+  models::Llama model(models::LlamaConfig::Tiny());
+  at::Tensor tokens = torch::randint(0, 256, {2, 16});
+  at::Tensor targets = torch::randint(0, 256, {2, 16});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {tokens, targets});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  EXPECT_EQ(captured->graph()->outputs().size(), 1 + model->parameters().size());
+  ExpectSameTensors(EagerStep(*model, loss_fn, {tokens, targets}), RunCaptured(*captured, *model, {tokens, targets}));
+
+  // Forward nodes carry their module path; backward nodes the path of the forward op
+  // whose autograd node ran them.
+  int forward_wq = 0, backward_w2 = 0;
+  bool in_backward = false;
+  for (const Node* node : captured->graph()->nodes()) {
+    if (node->op() == "aten::ones_like") in_backward = true;  // backward's seed gradient
+    const std::string& path = node->annotations().module_path;
+    if (!in_backward && path == "layers.1.attention.wq") ++forward_wq;
+    if (in_backward && path == "layers.0.feed_forward.w2") ++backward_w2;
+  }
+  EXPECT_GT(forward_wq, 0);
+  EXPECT_GT(backward_w2, 0);
+}
+
+TEST(CaptureTest, TiedEmbeddingsSumBothGradients) {
+  torch::manual_seed(2);
+  models::LlamaConfig config = models::LlamaConfig::Tiny();
+  config.tie_embeddings = true;
+  models::Llama model(config);
+  at::Tensor tokens = torch::randint(0, 256, {2, 8});
+  at::Tensor targets = torch::randint(0, 256, {2, 8});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {tokens, targets});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  NamedTensors eager = EagerStep(*model, loss_fn, {tokens, targets});
+  NamedTensors compiled = RunCaptured(*captured, *model, {tokens, targets});
+  ASSERT_TRUE(compiled.count("tok_embeddings.weight.grad"));
+  ExpectSameTensors(eager, compiled);
+}
+
+TEST(CaptureTest, DropoutReplaysTheSameRandomNumbers) {
+  torch::manual_seed(3);
+  models::Mlp model(models::MlpConfig{16, 64, 10, /*dropout=*/0.3});
+  at::Tensor x = torch::randn({8, 16});
+  at::Tensor y = torch::randint(0, 10, {8});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return torch::nn::functional::cross_entropy(model->forward(in[0]), in[1]);
+  };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {x, y});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ASSERT_TRUE(captured->rng_state.has_value());
+  EXPECT_EQ(captured->graph()->inputs().back()->name(), "rng.state");
+  // Eager from the captured generator state; the interpreter restores the same state.
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(*captured->rng_state);
+  NamedTensors eager = EagerStep(*model, loss_fn, {x, y});
+  ExpectSameTensors(eager, RunCaptured(*captured, *model, {x, y}));
+  // A different state gives a different mask (the graph really draws random numbers).
+  torch::manual_seed(99);
+  at::Tensor other_state = at::detail::getDefaultCPUGenerator().get_state();
+  auto exe = CompileForTorch("interpreter", *captured->module, captured->graph_name);
+  ASSERT_TRUE(exe.ok());
+  auto inputs = BindInputs(*captured, *model, {x, y}, other_state);
+  ASSERT_TRUE(inputs.ok());
+  auto outputs = (*exe)->Run(*inputs);
+  ASSERT_TRUE(outputs.ok());
+  EXPECT_FALSE(torch::equal((*outputs)[0], eager["loss"]));
+}
+
+// A module that writes through views and in place, on purpose.
+struct InPlaceModel : torch::nn::Module {
+  InPlaceModel() { weight = register_parameter("weight", torch::randn({4, 6})); }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = torch::matmul(x, weight);  // [n, 6]
+    at::Tensor g = h.clone();
+    g.narrow(1, 0, 3).mul_(2.0);   // write through a view
+    g.select(1, 5).add_(1.0);      // and through another
+    at::Tensor view = g.narrow(1, 2, 3);  // an alias taken before the next write
+    g.relu_();
+    return (view * h.narrow(1, 0, 3)).sum() + g.sum();
+  }
+  at::Tensor weight;
+};
+
+TEST(CaptureTest, ViewsAndInPlaceOpsAreFunctionalized) {
+  torch::manual_seed(4);
+  auto model = std::make_shared<InPlaceModel>();
+  at::Tensor x = torch::randn({5, 4});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) { return model->forward(in[0]); };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {x});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  std::string text = PrintModule(*captured->module);
+  for (const Node* node : captured->graph()->nodes()) {
+    std::string base = node->op().substr(0, node->op().find('.'));
+    EXPECT_NE(base.back(), '_') << "in-place op left in the graph: " << node->op();
+  }
+  EXPECT_NE(text.find("aten::as_strided_scatter"), std::string::npos);  // view writes go back to the base
+  EXPECT_NE(text.find("aten::as_strided("), std::string::npos);         // the stale alias is re-derived
+  ExpectSameTensors(EagerStep(*model, loss_fn, {x}), RunCaptured(*captured, *model, {x}));
+}
+
+TEST(CaptureTest, NonContiguousAndMixedDtypeInputs) {
+  torch::manual_seed(5);
+  models::Mlp model(models::MlpConfig{});
+  at::Tensor x = torch::randn({16, 8}).t();  // [8, 16], not contiguous
+  ASSERT_FALSE(x.is_contiguous());
+  at::Tensor y = torch::randint(0, 10, {8});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    at::Tensor logits = model->forward(in[0]);
+    at::Tensor low = logits.to(at::kBFloat16).to(at::kFloat);  // a round trip through bf16
+    return torch::nn::functional::cross_entropy(low, in[1]);
+  };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {x, y});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  EXPECT_EQ(captured->graph()->FindValue("input.0")->type().ToString(), "f32[8,16]strides[1,8]");
+  EXPECT_NE(PrintModule(*captured->module).find("bf16["), std::string::npos);
+  ExpectSameTensors(EagerStep(*model, loss_fn, {x, y}), RunCaptured(*captured, *model, {x, y}));
+}
+
+TEST(CaptureTest, InferenceMatchesEagerForward) {
+  torch::manual_seed(6);
+  models::Llama model(models::LlamaConfig::Tiny());
+  model->eval();
+  at::Tensor tokens = torch::randint(0, 256, {3, 12});
+  ForwardFunction forward = [&](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{model->forward(in[0])}; };
+  absl::StatusOr<CapturedGraph> captured = CaptureForward(*model, forward, {tokens});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  at::Tensor eager;
+  {
+    torch::NoGradGuard no_grad;
+    eager = model->forward(tokens);
+  }
+  ExpectSameTensors({{"output.0", eager}}, RunCaptured(*captured, *model, {tokens}));
+}
+
+TEST(CaptureTest, MetaCaptureAllocatesNothingAndRunsOnRealWeights) {
+  models::LlamaConfig config = models::LlamaConfig::Tiny();
+  config.n_layers = 3;
+  models::Llama meta_model(config, torch::TensorOptions().device(torch::kMeta));
+  auto meta_long = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
+  at::Tensor meta_tokens = torch::empty({2, 10}, meta_long);
+  at::Tensor meta_targets = torch::empty({2, 10}, meta_long);
+  LossFunction meta_loss = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(meta_model->forward(in[0]), in[1]);
+  };
+  CaptureOptions options;
+  options.device = Device{DeviceType::kCpu, -1};
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*meta_model, meta_loss, {meta_tokens, meta_targets}, options);
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  EXPECT_EQ(PrintModule(*captured->module).find("meta"), std::string::npos);  // all types say cpu
+
+  // The graph captured on meta computes the real step for a real model of the same shape.
+  torch::manual_seed(7);
+  models::Llama model(config);
+  at::Tensor tokens = torch::randint(0, 256, {2, 10});
+  at::Tensor targets = torch::randint(0, 256, {2, 10});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  ExpectSameTensors(EagerStep(*model, loss_fn, {tokens, targets}), RunCaptured(*captured, *model, {tokens, targets}));
+}
+
+struct ItemModel : torch::nn::Module {
+  ItemModel() { weight = register_parameter("weight", torch::randn({3})); }
+  at::Tensor forward(const at::Tensor& x) {
+    ScopedModulePath scope("gate");
+    at::Tensor s = (x * weight).sum();
+    if (s.item<float>() > 0) return s * 2;  // data-dependent control flow
+    return s;
+  }
+  at::Tensor weight;
+};
+
+TEST(CaptureTest, DataDependentControlFlowIsAnError) {
+  auto model = std::make_shared<ItemModel>();
+  absl::StatusOr<CapturedGraph> captured =
+      CaptureTrainingStep(*model, [&](const std::vector<at::Tensor>& in) { return model->forward(in[0]); },
+                          {torch::randn({3})});
+  ASSERT_FALSE(captured.ok());
+  EXPECT_EQ(captured.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(captured.status().message(),
+            "cannot capture aten::_local_scalar_dense in module 'gate': it reads values out of tensor data (e.g. "
+            "Tensor::item() or a data-dependent shape); a captured graph cannot depend on them. Keep such logic "
+            "outside the captured step");
+}
+
+TEST(CaptureTest, LossMustBeAScalarThatRequiresGrad) {
+  models::Mlp model(models::MlpConfig{});
+  at::Tensor x = torch::randn({2, 16});
+  auto not_scalar = CaptureTrainingStep(*model, [&](const std::vector<at::Tensor>& in) { return model->forward(in[0]); }, {x});
+  EXPECT_EQ(not_scalar.status().message(), "the loss function must return a scalar (0-d) tensor");
+  auto no_grad = CaptureTrainingStep(*model, [&](const std::vector<at::Tensor>& in) { return in[0].sum(); }, {x});
+  EXPECT_EQ(no_grad.status().message(), "the loss does not require grad: no parameter contributes to it");
+}
+
+TEST(CaptureTest, ConstantsCreatedBeforeTheStepAreLifted) {
+  torch::manual_seed(8);
+  models::Mlp model(models::MlpConfig{});
+  at::Tensor scale = torch::full({10}, 0.5);  // not a buffer: a captured constant
+  at::Tensor x = torch::randn({4, 16});
+  at::Tensor y = torch::randint(0, 10, {4});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return torch::nn::functional::cross_entropy(model->forward(in[0]) * scale, in[1]);
+  };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {x, y});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ASSERT_EQ(captured->constants.size(), 1u);
+  EXPECT_EQ(captured->constants[0].first, "constant.0");
+  ExpectSameTensors(EagerStep(*model, loss_fn, {x, y}), RunCaptured(*captured, *model, {x, y}));
+
+  CaptureOptions strict;
+  strict.allow_constants = false;
+  auto refused = CaptureTrainingStep(*model, loss_fn, {x, y}, strict);
+  EXPECT_EQ(refused.status().message(),
+            "cannot capture aten::mul.Tensor: argument 'other': a tensor created outside the captured step is used "
+            "(constants are off)");
+}
+
+TEST(InterpreterTest, FreesIntermediatesAfterTheirLastUse) {
+  struct Chain : torch::nn::Module {
+    at::Tensor forward(at::Tensor x) {
+      for (int i = 0; i < 20; ++i) x = (i % 2 == 0) ? torch::relu(x + 1) : torch::neg(x);
+      return x;
+    }
+  };
+  auto model = std::make_shared<Chain>();
+  at::Tensor x = torch::randn({1 << 18});  // 1 MiB
+  ForwardFunction forward = [&](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{model->forward(in[0])}; };
+  absl::StatusOr<CapturedGraph> captured = CaptureForward(*model, forward, {x});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  EXPECT_EQ(captured->graph()->num_nodes(), 30);  // 10 x (add, relu) + 10 x neg
+  RunStats stats;
+  NamedTensors out = RunCaptured(*captured, *model, {x}, &stats);
+  EXPECT_EQ(stats.nodes_run, 30);
+  int64_t one = x.numel() * 4;
+  // Input, the value being consumed and the one being produced: never all 30.
+  EXPECT_LE(stats.peak_live_bytes, 3 * one);
+  EXPECT_GE(stats.peak_live_bytes, 2 * one);
+  at::Tensor eager;
+  {
+    torch::NoGradGuard no_grad;
+    eager = model->forward(x);
+  }
+  EXPECT_TRUE(torch::equal(out["output.0"], eager));
+}
+
+TEST(InterpreterTest, BadGraphsFailWithTheNodeNamed) {
+  auto module = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[4]
+    %y = aten::no_such_op(%x) : f32[4]
+    output y = %y
+  }
+}
+)");
+  ASSERT_TRUE(module.ok());
+  auto exe = CompileForTorch("interpreter", **module, "g");
+  EXPECT_EQ(exe.status().message(), "graph @g: aten::no_such_op defining %y at line 4:10: LibTorch has no operator aten::no_such_op");
+
+  auto wrong_shape = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[4]
+    %y = aten::neg(%x) : f32[5]
+    output y = %y
+  }
+}
+)");
+  ASSERT_TRUE(wrong_shape.ok());
+  auto exe2 = CompileForTorch("interpreter", **wrong_shape, "g");
+  ASSERT_TRUE(exe2.ok()) << exe2.status();
+  auto run = (*exe2)->Run({torch::ones({4})});
+  EXPECT_EQ(run.status().message(), "graph @g: aten::neg defining %y at line 4:10: produced f32[4], the IR says f32[5]");
+  auto arity = (*exe2)->Run({});
+  EXPECT_EQ(arity.status().message(), "the graph takes 1 inputs, 0 were given");
+
+  auto failing = ParseModule(R"(module @m {
+  graph @g {
+    input %a: f32[2,3]
+    input %b: f32[2,3]
+    %c = aten::mm(%a, %b) : f32[2,3] {module = "proj"}
+    output c = %c
+  }
+}
+)");
+  ASSERT_TRUE(failing.ok());
+  auto exe3 = CompileForTorch("interpreter", **failing, "g");
+  ASSERT_TRUE(exe3.ok());
+  auto kernel_error = (*exe3)->Run({torch::ones({2, 3}), torch::ones({2, 3})});
+  ASSERT_FALSE(kernel_error.ok());
+  EXPECT_EQ(kernel_error.status().message().substr(0, 62),
+            "graph @g: aten::mm defining %c at line 5:10 in module 'proj': ");
+}
+
+}  // namespace
+}  // namespace magi

@@ -1,0 +1,39 @@
+#include "magi/models/layers.h"
+
+namespace magi::models {
+
+void InitNormal(at::Tensor& tensor, double std) {
+  if (tensor.is_meta()) return;
+  torch::NoGradGuard no_grad;
+  tensor.normal_(0.0, std);
+}
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::empty({out_features, in_features}, options));
+  InitNormal(weight, 0.02);
+  if (with_bias) {
+    bias = register_parameter("bias", torch::zeros({out_features}, options));
+  }
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  return bias.defined() ? torch::linear(x, weight, bias) : torch::linear(x, weight);
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::empty({num_embeddings, dim}, options));
+  InitNormal(weight, 0.02);
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return torch::embedding(weight, ids); }
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_value, const torch::TensorOptions& options) : eps(eps_value) {
+  weight = register_parameter("weight", torch::ones({dim}, options));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  at::Tensor variance = x.pow(2).mean(-1, /*keepdim=*/true);
+  return x * torch::rsqrt(variance + eps) * weight;
+}
+
+}  // namespace magi::models

@@ -1,0 +1,58 @@
+// Building blocks for Magi's reference models, built directly on a given device and
+// dtype (including meta, where nothing is allocated: LibTorch cannot move a module to
+// meta after the fact). Parameters are initialized from LibTorch's default generator
+// (normal, std 0.02) so torch::manual_seed makes models reproducible; meta parameters
+// are left uninitialized.
+#ifndef MAGI_MODELS_LAYERS_H_
+#define MAGI_MODELS_LAYERS_H_
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "magi/frontend/capture/module_scope.h"
+
+namespace magi::models {
+
+// y = x W^T (+ b).
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias, const torch::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+  at::Tensor bias;
+};
+TORCH_MODULE(Linear);
+
+// Token embedding table [num_embeddings, dim].
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim, const torch::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& ids);
+  at::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// RMSNorm: x / sqrt(mean(x^2) + eps) * weight.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// Calls `module->forward(args...)` inside a module-path scope named `name`.
+template <typename M, typename... Args>
+auto CallScoped(const std::string& name, M& module, Args&&... args) {
+  ScopedModulePath scope(name);
+  return module->forward(std::forward<Args>(args)...);
+}
+
+// Fills `tensor` with N(0, std) unless it is on meta.
+void InitNormal(at::Tensor& tensor, double std);
+
+}  // namespace magi::models
+
+#endif  // MAGI_MODELS_LAYERS_H_

@@ -1,0 +1,155 @@
+#include "magi/models/llama.h"
+
+#include "absl/strings/str_cat.h"
+#include "magi/compat/attention.h"
+
+namespace magi::models {
+
+LlamaConfig LlamaConfig::Tiny() { return LlamaConfig(); }
+
+LlamaConfig LlamaConfig::Small() {
+  LlamaConfig c;
+  c.vocab_size = 256;
+  c.dim = 256;
+  c.n_layers = 4;
+  c.n_heads = 8;
+  c.ffn_hidden = 688;
+  c.max_seq_len = 128;
+  return c;
+}
+
+LlamaConfig LlamaConfig::Llama3_8B() {
+  LlamaConfig c;
+  c.vocab_size = 128256;
+  c.dim = 4096;
+  c.n_layers = 32;
+  c.n_heads = 32;
+  c.ffn_hidden = 14336;
+  c.max_seq_len = 8192;
+  c.rope_theta = 500000.0;
+  return c;
+}
+
+int64_t LlamaConfig::NumParameters() const {
+  int64_t per_layer = 4 * dim * dim + 3 * dim * ffn_hidden + 2 * dim;
+  return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * per_layer + dim;
+}
+
+std::string LlamaConfig::ToString() const {
+  return absl::StrCat("llama(vocab=", vocab_size, ", dim=", dim, ", layers=", n_layers, ", heads=", n_heads,
+                      ", ffn=", ffn_hidden, ", seq=", max_seq_len, tie_embeddings ? ", tied" : "", ")");
+}
+
+namespace {
+
+// Rotates pairs (x1, x2) = (first half, second half) of the last dim by the position's angle.
+at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  return torch::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const LlamaConfig& c, const torch::TensorOptions& options)
+    : n_heads(c.n_heads), head_dim(c.head_dim()) {
+  wq = register_module("wq", Linear(c.dim, c.dim, false, options));
+  wk = register_module("wk", Linear(c.dim, c.dim, false, options));
+  wv = register_module("wv", Linear(c.dim, c.dim, false, options));
+  wo = register_module("wo", Linear(c.dim, c.dim, false, options));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  int64_t batch = x.size(0), seq = x.size(1);
+  auto heads = [&](const at::Tensor& t) { return t.view({batch, seq, n_heads, head_dim}).transpose(1, 2); };
+  at::Tensor q = heads(CallScoped("wq", wq, x));
+  at::Tensor k = heads(CallScoped("wk", wk, x));
+  at::Tensor v = heads(CallScoped("wv", wv, x));
+  {
+    ScopedModulePath scope("rope");
+    q = ApplyRotary(q, cos, sin);
+    k = ApplyRotary(k, cos, sin);
+  }
+  at::Tensor attended;
+  {
+    ScopedModulePath scope("sdpa");
+    attended = compat::CausalAttention(q, k, v);
+  }
+  at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, n_heads * head_dim});
+  return CallScoped("wo", wo, merged);
+}
+
+FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c, const torch::TensorOptions& options) {
+  w1 = register_module("w1", Linear(c.dim, c.ffn_hidden, false, options));
+  w2 = register_module("w2", Linear(c.ffn_hidden, c.dim, false, options));
+  w3 = register_module("w3", Linear(c.dim, c.ffn_hidden, false, options));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  at::Tensor gate = torch::silu(CallScoped("w1", w1, x));
+  return CallScoped("w2", w2, gate * CallScoped("w3", w3, x));
+}
+
+DecoderBlockImpl::DecoderBlockImpl(const LlamaConfig& c, const torch::TensorOptions& options) {
+  attention_norm = register_module("attention_norm", RMSNorm(c.dim, c.norm_eps, options));
+  attention = register_module("attention", Attention(c, options));
+  ffn_norm = register_module("ffn_norm", RMSNorm(c.dim, c.norm_eps, options));
+  feed_forward = register_module("feed_forward", FeedForward(c, options));
+}
+
+at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  at::Tensor h = x + CallScoped("attention", attention, CallScoped("attention_norm", attention_norm, x), cos, sin);
+  return h + CallScoped("feed_forward", feed_forward, CallScoped("ffn_norm", ffn_norm, h));
+}
+
+LlamaImpl::LlamaImpl(const LlamaConfig& c, const torch::TensorOptions& options) : config(c) {
+  tok_embeddings = register_module("tok_embeddings", Embedding(c.vocab_size, c.dim, options));
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    layers.push_back(DecoderBlock(c, options));
+    list->push_back(layers.back());
+  }
+  norm = register_module("norm", RMSNorm(c.dim, c.norm_eps, options));
+  if (!c.tie_embeddings) output = register_module("output", Linear(c.dim, c.vocab_size, false, options));
+
+  // Rotary tables, computed in fp32 on the CPU (or left empty on meta).
+  torch::TensorOptions fp32 = options.dtype(torch::kFloat32);
+  int64_t half = c.head_dim() / 2;
+  if (options.device().is_meta()) {
+    rope_cos = torch::empty({c.max_seq_len, half}, fp32);
+    rope_sin = torch::empty({c.max_seq_len, half}, fp32);
+  } else {
+    torch::NoGradGuard no_grad;
+    at::Tensor inv_freq =
+        1.0 / torch::pow(c.rope_theta, torch::arange(0, half, torch::kFloat32) * (2.0 / c.head_dim()));
+    at::Tensor angles = torch::outer(torch::arange(c.max_seq_len, torch::kFloat32), inv_freq);
+    rope_cos = angles.cos().to(options.device());
+    rope_sin = angles.sin().to(options.device());
+  }
+  rope_cos = register_buffer("rope_cos", rope_cos.to(options.dtype()));
+  rope_sin = register_buffer("rope_sin", rope_sin.to(options.dtype()));
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& tokens) {
+  int64_t seq = tokens.size(1);
+  at::Tensor h = CallScoped("tok_embeddings", tok_embeddings, tokens);
+  at::Tensor cos = rope_cos.narrow(0, 0, seq);
+  at::Tensor sin = rope_sin.narrow(0, 0, seq);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    h = CallScoped(absl::StrCat("layers.", i), layers[i], h, cos, sin);
+  }
+  h = CallScoped("norm", norm, h);
+  if (config.tie_embeddings) {
+    ScopedModulePath scope("output");
+    return torch::linear(h, tok_embeddings->weight);
+  }
+  return CallScoped("output", output, h);
+}
+
+at::Tensor LanguageModelLoss(const at::Tensor& logits, const at::Tensor& targets) {
+  ScopedModulePath scope("loss");
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+}  // namespace magi::models

@@ -1,0 +1,41 @@
+// The run interface of executables that take and return LibTorch tensors.
+//
+//   absl::StatusOr<std::unique_ptr<TorchExecutable>> exe = CompileForTorch("interpreter", module, "train_step");
+//   absl::StatusOr<std::vector<at::Tensor>> outputs = (*exe)->Run(inputs);   // graph input/output order
+//   (*exe)->last_run_stats().peak_live_bytes;
+#ifndef MAGI_RUNTIME_TORCH_EXECUTABLE_H_
+#define MAGI_RUNTIME_TORCH_EXECUTABLE_H_
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/backend/backend.h"
+
+namespace magi {
+
+struct RunStats {
+  int64_t nodes_run = 0;
+  // Most bytes of tensor storage the executable held at once (inputs included).
+  int64_t peak_live_bytes = 0;
+  double seconds = 0;
+};
+
+class TorchExecutable : public Executable {
+ public:
+  // Runs the graph on `inputs` (in graph input order); returns the outputs in graph
+  // output order. Callable many times with new inputs; not concurrently.
+  virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
+  virtual const RunStats& last_run_stats() const = 0;
+};
+
+// Looks `backend` up in the registry, compiles `graph_name` of `module`, and checks
+// that the result runs LibTorch tensors.
+absl::StatusOr<std::unique_ptr<TorchExecutable>> CompileForTorch(absl::string_view backend, const Module& module,
+                                                                 absl::string_view graph_name);
+
+}  // namespace magi
+
+#endif  // MAGI_RUNTIME_TORCH_EXECUTABLE_H_
