@@ -9,32 +9,32 @@ provide anything beyond the native rules (no Starlark reimplementation).
 
 _RULES_CC_DEFS = """\
 \"\"\"rules_cc stand-in: re-exports Bazel's native C++ rules.\"\"\"
-cc_binary = native.cc_binary
-cc_import = native.cc_import
-cc_library = native.cc_library
-cc_proto_library = native.cc_proto_library
+cc_binary = getattr(native, "cc_binary", None)
+cc_import = getattr(native, "cc_import", None)
+cc_library = getattr(native, "cc_library", None)
+cc_proto_library = getattr(native, "cc_proto_library", None)
 cc_shared_library = getattr(native, "cc_shared_library", None)
-cc_test = native.cc_test
-cc_toolchain = native.cc_toolchain
-cc_toolchain_suite = native.cc_toolchain_suite
-fdo_prefetch_hints = native.fdo_prefetch_hints
-fdo_profile = native.fdo_profile
-objc_import = native.objc_import
-objc_library = native.objc_library
+cc_test = getattr(native, "cc_test", None)
+cc_toolchain = getattr(native, "cc_toolchain", None)
+cc_toolchain_suite = getattr(native, "cc_toolchain_suite", None)
+fdo_prefetch_hints = getattr(native, "fdo_prefetch_hints", None)
+fdo_profile = getattr(native, "fdo_profile", None)
+objc_import = getattr(native, "objc_import", None)
+objc_library = getattr(native, "objc_library", None)
 """
 
 _RULES_JAVA_DEFS = """\
 \"\"\"rules_java stand-in: re-exports Bazel's native Java rules.\"\"\"
-java_binary = native.java_binary
-java_import = native.java_import
-java_library = native.java_library
-java_lite_proto_library = native.java_lite_proto_library
-java_package_configuration = native.java_package_configuration
-java_plugin = native.java_plugin
-java_proto_library = native.java_proto_library
-java_runtime = native.java_runtime
-java_test = native.java_test
-java_toolchain = native.java_toolchain
+java_binary = getattr(native, "java_binary", None)
+java_import = getattr(native, "java_import", None)
+java_library = getattr(native, "java_library", None)
+java_lite_proto_library = getattr(native, "java_lite_proto_library", None)
+java_package_configuration = getattr(native, "java_package_configuration", None)
+java_plugin = getattr(native, "java_plugin", None)
+java_proto_library = getattr(native, "java_proto_library", None)
+java_runtime = getattr(native, "java_runtime", None)
+java_test = getattr(native, "java_test", None)
+java_toolchain = getattr(native, "java_toolchain", None)
 """
 
 def _rules_cc_standin_impl(ctx):

@@ -41,7 +41,8 @@ def _system_library_impl(ctx):
     # The default prefix's folders are on the compiler's and linker's default paths.
     libdir_flags = []
     if prefix != "/usr" and libdir:
-        libdir_flags = ["-L" + libdir, "-Wl,-rpath," + libdir]
+        # DT_RPATH (not RUNPATH) so the libraries' own dependencies are found there too.
+        libdir_flags = ["-L" + libdir, "-Wl,-rpath," + libdir, "-Wl,--disable-new-dtags"]
     substitutions = {
         "%{LIBDIR_FLAGS}": repr(libdir_flags),
         "%{PREFIX}": prefix,

@@ -244,34 +244,54 @@ std::string OpNameOf(const c10::OperatorName& name) {
 
 namespace {
 
-#if TORCH_VERSION_MAJOR < 2
-// LibTorch 1.13 has no Meta kernel for index_select (embedding's forward), so models
-// cannot be captured on meta. Shape rule: self's sizes with dim replaced by index's numel.
+// LibTorch's C++ library has no Meta kernel for index_select (embedding's forward),
+// embedding_dense_backward (its backward) or where.self: 1.13 has none at all, and 2.x
+// registers them only from Python. Without them no model with an embedding can be captured on meta.
+// They are registered here only where the running LibTorch lacks them.
 at::Tensor IndexSelectMeta(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
-  int64_t d = c10::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   std::vector<int64_t> sizes = self.sizes().vec();
-  if (self.dim() == 0) {
-    sizes = {};
-  } else {
-    sizes[d] = index.numel();
-  }
+  if (self.dim() > 0) sizes[c10::maybe_wrap_dim(dim, self.dim())] = index.numel();
   return at::empty(sizes, self.options().device(c10::kMeta));
 }
 
-// embedding_dense_backward (embedding's backward) has no Meta kernel on 1.13 either. Its
-// schema takes a SymInt, so the kernel is boxed: the gradient is [num_weights, dim].
+// Boxed, because the schema's num_weights is a SymInt: the gradient is [num_weights, dim].
 void EmbeddingDenseBackwardMeta(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   at::Tensor grad = (*stack)[stack->size() - 5].toTensor();
-  int64_t num_weights = (*stack)[stack->size() - 3].toInt();
+  absl::StatusOr<int64_t> num_weights = ToInt((*stack)[stack->size() - 3]);
+  TORCH_CHECK(num_weights.ok(), "embedding_dense_backward on meta: ", std::string(num_weights.status().message()));
   torch::jit::drop(*stack, 5);
-  torch::jit::push(*stack, at::empty({num_weights, grad.size(-1)}, grad.options()));
+  torch::jit::push(*stack, at::empty({*num_weights, grad.size(-1)}, grad.options()));
 }
 
-TORCH_LIBRARY_IMPL(aten, Meta, m) {
-  m.impl("index_select", TORCH_FN(IndexSelectMeta));
-  m.impl("embedding_dense_backward", torch::CppFunction::makeFromBoxedFunction<&EmbeddingDenseBackwardMeta>());
+// where.self has a Meta implementation only in Python on 2.x (the CPU math attention uses it).
+at::Tensor WhereSelfMeta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  std::vector<int64_t> sizes = at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
+  return at::empty(sizes, self.options().dtype(at::result_type(self, other)).device(c10::kMeta));
 }
-#endif
+
+at::Tensor& WhereSelfOutMeta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other,
+                             at::Tensor& out) {
+  out.resize_(at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes()));
+  return out;
+}
+
+bool HasMetaKernel(const char* name, const char* overload) {
+  c10::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema({name, overload});
+  return op && op->hasKernelForDispatchKey(c10::DispatchKey::Meta);
+}
+
+const bool kMetaKernelsRegistered = [] {
+  // Never destroyed: the registrations must outlive every static that runs ops.
+  auto* library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__, __LINE__);
+  if (!HasMetaKernel("aten::index_select", "")) library->impl("index_select", TORCH_FN(IndexSelectMeta));
+  if (!HasMetaKernel("aten::where", "self")) library->impl("where.self", TORCH_FN(WhereSelfMeta));
+  if (!HasMetaKernel("aten::where", "self_out")) library->impl("where.self_out", TORCH_FN(WhereSelfOutMeta));
+  if (!HasMetaKernel("aten::embedding_dense_backward", "")) {
+    library->impl("embedding_dense_backward",
+                  torch::CppFunction::makeFromBoxedFunction<&EmbeddingDenseBackwardMeta>());
+  }
+  return true;
+}();
 
 }  // namespace
 

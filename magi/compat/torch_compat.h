@@ -3,8 +3,9 @@
 // Everything here is small and stateless: which dispatch key capture uses, how a
 // schema argument is classified (SymInt folds into int), how int-like IValues read
 // (2.x boxes SymInt), and conversions between LibTorch's and Magi's dtypes, devices
-// and tensor types. Meta kernels that LibTorch 1.13 lacks (aten::index_select, used
-// by embedding) are registered by this library's static initializer (alwayslink).
+// and tensor types. Meta kernels that LibTorch's C++ library lacks (aten::index_select
+// and aten::embedding_dense_backward, used by embeddings) are registered by this
+// library's static initializer where missing (alwayslink).
 #ifndef MAGI_COMPAT_TORCH_COMPAT_H_
 #define MAGI_COMPAT_TORCH_COMPAT_H_
 

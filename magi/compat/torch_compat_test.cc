@@ -55,6 +55,17 @@ TEST(TorchCompatTest, KnowsWhichOpsAutogradDecomposes) {
   EXPECT_FALSE(DecomposesAtAutograd(Op("aten::mm", ""), cpu));
 }
 
+TEST(TorchCompatTest, WhereRunsOnMeta) {
+  auto meta = at::TensorOptions().device(c10::kMeta);
+  at::Tensor out = at::where(at::empty({4, 1}, meta.dtype(at::kBool)), at::empty({1, 3}, meta),
+                             at::empty({4, 3}, meta.dtype(at::kDouble)));
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(out.scalar_type(), at::kDouble);
+  at::Tensor into = at::empty({0}, meta);
+  at::where_out(into, at::empty({4, 1}, meta.dtype(at::kBool)), at::empty({1, 3}, meta), at::empty({4, 3}, meta));
+  EXPECT_EQ(into.sizes(), (std::vector<int64_t>{4, 3}));
+}
+
 TEST(TorchCompatTest, EmbeddingRunsOnMetaBothWays) {
   at::Tensor table = at::empty({100, 8}, at::TensorOptions().device(c10::kMeta));
   at::Tensor ids = at::empty({4, 5}, at::TensorOptions().dtype(at::kLong).device(c10::kMeta));

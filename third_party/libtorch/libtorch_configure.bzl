@@ -55,6 +55,11 @@ def _libtorch_configure_impl(ctx):
     if not version_h.exists:
         fail("\nLibTorch at %s (from %s) has no %s: not a LibTorch install." % (home, source, version_h))
     content = ctx.read(version_h)
+
+    # Since 2.9 the numbers live in torch/headeronly/version.h, which version.h includes.
+    headeronly = ctx.path(include + "/torch/headeronly/version.h")
+    if read_define(content, "TORCH_VERSION_MAJOR") == None and headeronly.exists:
+        content = ctx.read(headeronly)
     major = read_define(content, "TORCH_VERSION_MAJOR")
     minor = read_define(content, "TORCH_VERSION_MINOR")
     patch = read_define(content, "TORCH_VERSION_PATCH")

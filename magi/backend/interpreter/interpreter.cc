@@ -48,6 +48,8 @@ absl::StatusOr<c10::OperatorHandle> FindOp(const Node& node) {
 
 // The IValue for a constant attribute passed as an argument of `type`.
 absl::StatusOr<c10::IValue> ConstantIValue(const Attribute& value, const compat::ArgType& type) {
+  // An undefined tensor passed where the schema wants a (non-optional) Tensor.
+  if (value.is_none() && type.kind == compat::ArgKind::kTensor && !type.optional) return c10::IValue(at::Tensor());
   if (value.is_none()) return c10::IValue();
   switch (value.kind()) {
     case AttrKind::kBool:
@@ -254,12 +256,15 @@ class InterpreterExecutable : public TorchExecutable {
   InterpreterExecutable() = default;
 
   absl::Status TakeResults(const NodePlan& plan, torch::jit::Stack& stack) {
+    // Results are the defined tensors among the returns, in order (as capture records them).
     std::vector<at::Tensor> tensors;
     for (c10::IValue& value : stack) {
       if (value.isTensor()) {
-        tensors.push_back(value.toTensor());
+        if (value.toTensor().defined()) tensors.push_back(value.toTensor());
       } else if (value.isTensorList()) {
-        for (const at::Tensor& t : value.toTensorVector()) tensors.push_back(t);
+        for (const at::Tensor& t : value.toTensorVector()) {
+          if (t.defined()) tensors.push_back(t);
+        }
       }
     }
     if (tensors.size() != plan.result_slots.size()) {

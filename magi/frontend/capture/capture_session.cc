@@ -336,11 +336,14 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
   } else {
     for (size_t r = 0; r < num_returns; ++r) {
       const c10::IValue& value = stack[stack.size() - num_returns + r];
+      // Undefined tensors (an absent optional gradient, an unused debug output) get no
+      // value: no later op can use them, and the interpreter skips them the same way.
       if (value.isTensor()) {
-        if (!value.toTensor().defined()) return fail("it returns an undefined tensor");
-        results.push_back(value.toTensor());
+        if (value.toTensor().defined()) results.push_back(value.toTensor());
       } else if (value.isTensorList()) {
-        for (const at::Tensor& t : value.toTensorVector()) results.push_back(t);
+        for (const at::Tensor& t : value.toTensorVector()) {
+          if (t.defined()) results.push_back(t);
+        }
       } else if (value.isInt() || value.isDouble() || value.isBool() || compat::IsIntLike(value) || value.isNone()) {
         // Shape-like numbers: later ops receive them as constants.
       } else {
