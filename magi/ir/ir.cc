@@ -96,6 +96,27 @@ absl::string_view RematDecisionName(RematDecision decision) {
   return "unset";
 }
 
+absl::string_view PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kUnset:
+      return "unset";
+    case Phase::kForward:
+      return "fwd";
+    case Phase::kBackward:
+      return "bwd";
+    case Phase::kOptimizer:
+      return "opt";
+  }
+  return "unset";
+}
+
+std::optional<Phase> ParsePhase(absl::string_view name) {
+  for (Phase phase : {Phase::kForward, Phase::kBackward, Phase::kOptimizer}) {
+    if (PhaseName(phase) == name) return phase;
+  }
+  return std::nullopt;
+}
+
 absl::string_view Node::op_namespace() const {
   size_t pos = op_.find("::");
   return pos == std::string::npos ? absl::string_view() : absl::string_view(op_).substr(0, pos);

@@ -138,9 +138,10 @@ TEST_F(GraphTest, AnnotationsPrintInFixedOrder) {
   a.schedule = 7;
   a.stream = 1;
   a.module_path = "layers.3.mlp.up_proj";
+  a.phase = Phase::kBackward;
   EXPECT_EQ(PrintNode(*mm_),
             "%0 = aten::mm(%x, %w) : f32[4,2] {module = \"layers.3.mlp.up_proj\", stream = 1, sched = 7, remat = "
-            "save, bucket = 2}");
+            "save, bucket = 2, phase = bwd}");
 }
 
 TEST_F(GraphTest, QuotesUnusualNames) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/string_view.h"
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct SourceLocation {
 enum class RematDecision : uint8_t { kUnset, kSave, kRecompute };
 absl::string_view RematDecisionName(RematDecision decision);
 
+// Which part of a training step a node belongs to.
+enum class Phase : uint8_t { kUnset, kForward, kBackward, kOptimizer };
+absl::string_view PhaseName(Phase phase);  // "fwd", "bwd", "opt"
+std::optional<Phase> ParsePhase(absl::string_view name);
+
 // Facts about a node that passes fill in; all optional (-1 / empty / kUnset).
 struct NodeAnnotations {
   std::string module_path;  // e.g. "layers.3.mlp.up_proj"
@@ -48,9 +54,10 @@ struct NodeAnnotations {
   int64_t schedule = -1;    // position in the chosen schedule
   RematDecision remat = RematDecision::kUnset;
   int64_t bucket = -1;  // collective bucket this node belongs to
+  Phase phase = Phase::kUnset;  // forward, backward or optimizer (set by capture)
   bool operator==(const NodeAnnotations& o) const {
     return module_path == o.module_path && stream == o.stream && schedule == o.schedule && remat == o.remat &&
-           bucket == o.bucket;
+           bucket == o.bucket && phase == o.phase;
   }
 };
 

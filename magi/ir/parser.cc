@@ -520,6 +520,13 @@ absl::Status Parser::ParseAnnotations(NodeAnnotations& annotations) {
       } else {
         annotations.bucket = number;
       }
+    } else if (key.text == "phase") {
+      MAGI_ASSIGN_OR_RETURN(Token phase, Expect(TokenKind::kIdentifier, "fwd, bwd or opt"));
+      std::optional<Phase> parsed = ParsePhase(phase.text);
+      if (!parsed) {
+        return ErrorAt(phase.location, absl::StrCat("unknown phase '", phase.text, "' (expected fwd, bwd or opt)"));
+      }
+      annotations.phase = *parsed;
     } else if (key.text == "remat") {
       MAGI_ASSIGN_OR_RETURN(Token decision, Expect(TokenKind::kIdentifier, "save or recompute"));
       if (decision.text == "save") {
@@ -531,7 +538,7 @@ absl::Status Parser::ParseAnnotations(NodeAnnotations& annotations) {
       }
     } else {
       return ErrorAt(key.location, absl::StrCat("unknown annotation '", key.text,
-                                                "' (expected module, stream, sched, remat or bucket)"));
+                                                "' (expected module, stream, sched, remat, bucket or phase)"));
     }
     if (!At(TokenKind::kRBrace)) MAGI_RETURN_IF_ERROR(Expect(TokenKind::kComma, "',' or '}'").status());
   }

@@ -66,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"duplicate_graph", "module @m { graph @g { } graph @g { } }",
                   "bad.mir:1:32: graph @g is defined twice"},
         ErrorCase{"bad_annotation", "module @m { graph @g { input %x: f32[2]\n%a = aten::relu(%x) : f32[2] {color = 1} } }",
-                  "bad.mir:2:31: unknown annotation 'color' (expected module, stream, sched, remat or bucket)"},
+                  "bad.mir:2:31: unknown annotation 'color' (expected module, stream, sched, remat, bucket or phase)"},
         ErrorCase{"bad_remat", "module @m { graph @g { input %x: f32[2]\n%a = aten::relu(%x) : f32[2] {remat = maybe} } }",
                   "bad.mir:2:39: unknown remat decision 'maybe'"},
         ErrorCase{"bad_escape", "module @m { graph @g { input %x: f32[2]\n%a = aten::f(%x, \"\\q\") : f32[2] } }",

@@ -38,6 +38,7 @@ std::string FormatAnnotations(const NodeAnnotations& a) {
   if (a.schedule >= 0) parts.push_back(absl::StrCat("sched = ", a.schedule));
   if (a.remat != RematDecision::kUnset) parts.push_back(absl::StrCat("remat = ", RematDecisionName(a.remat)));
   if (a.bucket >= 0) parts.push_back(absl::StrCat("bucket = ", a.bucket));
+  if (a.phase != Phase::kUnset) parts.push_back(absl::StrCat("phase = ", PhaseName(a.phase)));
   if (parts.empty()) return "";
   return absl::StrCat(" {", absl::StrJoin(parts, ", "), "}");
 }

@@ -12,7 +12,7 @@
 //
 // One statement per line; nodes in program order; argument names only for keyword
 // arguments; annotations only when set, in a fixed order (module, stream, sched,
-// remat, bucket). Names outside [A-Za-z0-9_.] are quoted: %"a b".
+// remat, bucket, phase). Names outside [A-Za-z0-9_.] are quoted: %"a b".
 #ifndef MAGI_IR_PRINTER_H_
 #define MAGI_IR_PRINTER_H_
 

@@ -252,6 +252,11 @@ class Loader {
       } else if (!node_proto.remat().empty()) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": unknown remat '", node_proto.remat(), "'"));
       }
+      if (!node_proto.phase().empty()) {
+        std::optional<Phase> phase = ParsePhase(node_proto.phase());
+        if (!phase) return absl::InvalidArgumentError(absl::StrCat(where, ": unknown phase '", node_proto.phase(), "'"));
+        annotations.phase = *phase;
+      }
       Node* node = graph.AddNode(node_proto.op(), std::move(args), std::move(types), nullptr, std::move(names));
       node->mutable_annotations() = std::move(annotations);
       node->set_location({node_proto.line(), node_proto.column()});
@@ -306,6 +311,7 @@ proto::ModuleProto ModuleToProto(const Module& module) {
       if (a.schedule >= 0) n->set_schedule(a.schedule);
       if (a.remat != RematDecision::kUnset) n->set_remat(std::string(RematDecisionName(a.remat)));
       if (a.bucket >= 0) n->set_bucket(a.bucket);
+      if (a.phase != Phase::kUnset) n->set_phase(std::string(PhaseName(a.phase)));
       n->set_line(node->location().line);
       n->set_column(node->location().column);
     }

@@ -141,6 +141,7 @@ absl::StatusOr<CapturedGraph> CaptureTrainingStep(torch::nn::Module& model, cons
     }
     MAGI_ASSIGN_OR_RETURN(Value * loss_value, session.OutputValueOf(loss));
     graph.AddOutput("loss", loss_value);
+    session.set_phase(Phase::kBackward);
     loss.backward();
     for (const auto& [name, param] : UniqueTensors(model.named_parameters())) {
       const at::Tensor& grad = param.grad();

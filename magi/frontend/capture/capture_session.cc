@@ -197,6 +197,7 @@ Node* CaptureSession::AddRecordedNode(std::string op, std::vector<NodeArg> args,
   for (size_t i = 0; i < types.size(); ++i) names.push_back(graph_->FreshName(prefix));
   Node* node = graph_->AddNode(std::move(op), std::move(args), std::move(types), nullptr, std::move(names));
   node->mutable_annotations().module_path = ModulePathForCurrentOp();
+  node->mutable_annotations().phase = phase_;
   return node;
 }
 

@@ -69,6 +69,11 @@ class CaptureSession {
   // True if a recorded op drew from a random generator.
   bool uses_rng() const { return uses_rng_; }
   int64_t recorded_ops() const { return recorded_ops_; }
+  // The phase recorded on the nodes that follow (forward until the caller says otherwise).
+  void set_phase(Phase phase) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    phase_ = phase;
+  }
 
   // The active session, if any (process-wide: autograd may run backward on its own threads).
   static CaptureSession* Current();
@@ -129,6 +134,7 @@ class CaptureSession {
   absl::flat_hash_map<int64_t, std::string> module_path_of_sequence_nr_;
   std::vector<std::pair<std::string, at::Tensor>> constants_;
   bool uses_rng_ = false;
+  Phase phase_ = Phase::kForward;
   int64_t recorded_ops_ = 0;
 };
 

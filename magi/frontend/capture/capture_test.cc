@@ -127,7 +127,11 @@ TEST(CaptureTest, TinyLlamaTrainingStepMatchesEagerWithModulePaths) {
   int forward_wq = 0, backward_w2 = 0;
   bool in_backward = false;
   for (const Node* node : captured->graph()->nodes()) {
-    if (node->op() == "aten::ones_like") in_backward = true;  // backward's seed gradient
+    ASSERT_NE(node->annotations().phase, Phase::kUnset) << node->DebugName();
+    // Forward nodes come first, then the backward ones (from backward's seed gradient on).
+    if (node->annotations().phase == Phase::kBackward) in_backward = true;
+    EXPECT_EQ(node->annotations().phase, in_backward ? Phase::kBackward : Phase::kForward) << node->DebugName();
+    if (node->op() == "aten::ones_like") EXPECT_TRUE(in_backward);
     const std::string& path = node->annotations().module_path;
     if (!in_backward && path == "layers.1.attention.wq") ++forward_wq;
     if (in_backward && path == "layers.0.feed_forward.w2") ++backward_w2;
