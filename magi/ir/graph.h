@@ -63,6 +63,8 @@ class Graph {
   // programmer error (parsers check with FindValue first).
   Value* AddInput(std::string name, Type type, InputRole role = InputRole::kData);
   absl::Span<Value* const> inputs() const { return input_ptrs_; }
+  // Removes an input that has no uses and is no output (programmer error otherwise).
+  void EraseInput(Value* input);
 
   // Creates a node with `args` and one result per entry of `result_types`, inserted
   // before `before` (appended when null). Result names default to fresh numbers.
@@ -80,6 +82,9 @@ class Graph {
   void AddOutput(std::string name, Value* value);
   const std::vector<GraphOutput>& outputs() const { return outputs_; }
   void SetOutputValue(int index, Value* value) { outputs_.at(index).value = value; }
+  void RemoveOutput(int index) { outputs_.erase(outputs_.begin() + index); }
+  // The index of the output called `name`, or -1.
+  int FindOutput(absl::string_view name) const;
 
   // Makes every use of `from`, and every output that is `from`, use `to`.
   void ReplaceAllUsesWith(Value* from, Value* to);

@@ -241,6 +241,24 @@ Node* Graph::AddNode(std::string op, std::vector<NodeArg> args, std::vector<Type
   return raw;
 }
 
+void Graph::EraseInput(Value* input) {
+  MAGI_CHECK(input->is_graph_input() && input->graph() == this) << "%" << input->name() << " is not an input";
+  MAGI_CHECK(!input->has_uses()) << "erasing input %" << input->name() << " that is still used";
+  for (const GraphOutput& output : outputs_) {
+    MAGI_CHECK(output.value != input) << "erasing input %" << input->name() << " that is an output";
+  }
+  values_by_name_.erase(input->name());
+  input_ptrs_.erase(std::find(input_ptrs_.begin(), input_ptrs_.end(), input));
+  inputs_.erase(std::find_if(inputs_.begin(), inputs_.end(), [&](const auto& v) { return v.get() == input; }));
+}
+
+int Graph::FindOutput(absl::string_view name) const {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (outputs_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 void Graph::EraseNode(Node* node) {
   for (const auto& result : node->results_) {
     MAGI_CHECK(!result->has_uses()) << "erasing " << node->DebugName() << " whose result %" << result->name()

@@ -144,6 +144,18 @@ TEST_F(GraphTest, AnnotationsPrintInFixedOrder) {
             "save, bucket = 2, phase = bwd}");
 }
 
+TEST_F(GraphTest, EraseInputAndOutputs) {
+  Value* unused = graph_->AddInput("unused", Type::Tensor(F32({1})));
+  graph_->EraseInput(unused);
+  EXPECT_EQ(graph_->FindValue("unused"), nullptr);
+  EXPECT_EQ(graph_->inputs().size(), 2u);
+  EXPECT_EQ(graph_->FindOutput("y"), 0);
+  EXPECT_EQ(graph_->FindOutput("z"), -1);
+  graph_->RemoveOutput(0);
+  EXPECT_TRUE(graph_->outputs().empty());
+  EXPECT_DEATH(graph_->EraseInput(x_), "erasing input %x that is still used");
+}
+
 TEST_F(GraphTest, QuotesUnusualNames) {
   graph_->AddInput("has space", Type::Tensor(F32({1})));
   EXPECT_NE(PrintGraph(*graph_).find("input %\"has space\": f32[1]"), std::string::npos);
