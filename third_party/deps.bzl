@@ -65,6 +65,14 @@ def magi_dependencies():
         required_libs = ["benchmark", "benchmark_main"],
         debian_packages = ["libbenchmark-dev"],
     )
+    _maybe(
+        system_library,
+        "gloo",
+        build_file = Label("//third_party:gloo.BUILD"),
+        include_dirs = ["gloo"],
+        required_libs = ["gloo"],
+        debian_packages = ["libgloo-dev"],
+    )
     _maybe(libtorch_configure, "libtorch")
     _maybe(cuda_configure, "local_cuda")
     _maybe(nccl_configure, "local_nccl")

@@ -10,14 +10,6 @@ declared inputs (Bazel rejects include paths outside its execution root), and
 libraries are linked by name from the prefix's library folder.
 """
 
-def find_libdir(ctx, prefix, candidates):
-    """Returns the first library folder under prefix that exists."""
-    for sub in candidates:
-        p = ctx.path(prefix + "/" + sub)
-        if p.exists:
-            return str(p)
-    return None
-
 def _system_library_impl(ctx):
     prefix = ctx.os.environ.get(ctx.attr.prefix_env, "") or ctx.attr.default_prefix
     include = prefix + "/include"
@@ -28,21 +20,28 @@ def _system_library_impl(ctx):
                   "or point %s at a prefix that has include/%s.") %
                  (ctx.name, src, ", ".join(ctx.attr.debian_packages), ctx.attr.prefix_env, d))
         ctx.symlink(src, "include/" + d)
-    libdir = find_libdir(ctx, prefix, ["lib/x86_64-linux-gnu", "lib64", "lib"])
+    # Each library may sit in any of the usual folders (Debian puts libgloo in lib/).
+    libdirs = []
     for lib in ctx.attr.required_libs:
-        found = False
-        for ext in [".so", ".a"]:
-            if libdir and ctx.path(libdir + "/lib" + lib + ext).exists:
-                found = True
+        found = None
+        for sub in ["lib/x86_64-linux-gnu", "lib64", "lib"]:
+            for ext in [".so", ".a"]:
+                if not found and ctx.path("%s/%s/lib%s%s" % (prefix, sub, lib, ext)).exists:
+                    found = prefix + "/" + sub
         if not found:
-            fail("\n%s: lib%s.{so,a} not found under %s.\n  Install the Debian packages %s (tools/bazel does this)." %
-                 (ctx.name, lib, libdir or prefix + "/lib", ", ".join(ctx.attr.debian_packages)))
+            fail("\n%s: lib%s.{so,a} not found under %s/lib.\n  Install the Debian packages %s (tools/bazel does this)." %
+                 (ctx.name, lib, prefix, ", ".join(ctx.attr.debian_packages)))
+        if found not in libdirs:
+            libdirs.append(found)
 
     # The default prefix's folders are on the compiler's and linker's default paths.
     libdir_flags = []
-    if prefix != "/usr" and libdir:
+    if prefix != "/usr":
+        for libdir in libdirs:
+            libdir_flags += ["-L" + libdir, "-Wl,-rpath," + libdir]
+
         # DT_RPATH (not RUNPATH) so the libraries' own dependencies are found there too.
-        libdir_flags = ["-L" + libdir, "-Wl,-rpath," + libdir, "-Wl,--disable-new-dtags"]
+        libdir_flags.append("-Wl,--disable-new-dtags")
     substitutions = {
         "%{LIBDIR_FLAGS}": repr(libdir_flags),
         "%{PREFIX}": prefix,

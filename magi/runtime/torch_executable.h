@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "magi/backend/backend.h"
+#include "magi/runtime/communicator.h"
 
 namespace magi {
 
@@ -29,6 +30,9 @@ class TorchExecutable : public Executable {
   // output order. Callable many times with new inputs; not concurrently.
   virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
   virtual const RunStats& last_run_stats() const = 0;
+  // Supplies the communicator for process group `group`; Run fails, naming the group,
+  // when the graph has collectives on a group with none bound.
+  virtual absl::Status BindCommunicator(const std::string& group, std::shared_ptr<Communicator> communicator) = 0;
 };
 
 // Looks `backend` up in the registry, compiles `graph_name` of `module`, and checks

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "magi/base/status_macros.h"
@@ -25,13 +26,18 @@ struct ArgPlan {
 };
 
 struct NodePlan {
+  enum class Kind { kOp, kCollectiveStart, kWait } kind = Kind::kOp;
   const Node* node = nullptr;
-  c10::OperatorHandle op;
+  c10::optional<c10::OperatorHandle> op;  // kOp only
+  CollectiveKind collective = CollectiveKind::kAllGather;
+  std::string group;
+  std::string reduce_op;
+  int start_plan = -1;  // kWait: the plan index of its start
   std::vector<ArgPlan> args;
   std::vector<int> result_slots;
   std::vector<TensorType> result_types;
   std::vector<int> release_slots;  // slots whose last use is this node
-  NodePlan(const Node* n, c10::OperatorHandle h) : node(n), op(std::move(h)) {}
+  explicit NodePlan(const Node* n) : node(n) {}
 };
 
 std::string Where(const Node& node) {
@@ -101,7 +107,7 @@ class InterpreterExecutable : public TorchExecutable {
   static absl::StatusOr<std::unique_ptr<InterpreterExecutable>> Build(const Graph& graph) {
     auto exe = std::unique_ptr<InterpreterExecutable>(new InterpreterExecutable());
     absl::flat_hash_map<const Value*, int> slot_of;
-    auto slot = [&](const Value* v) {
+    std::function<int(const Value*)> slot = [&](const Value* v) {
       auto [it, inserted] = slot_of.emplace(v, static_cast<int>(slot_of.size()));
       return it->second;
     };
@@ -111,13 +117,20 @@ class InterpreterExecutable : public TorchExecutable {
       if (input->role() == InputRole::kRng) exe->rng_slot_ = s;
     }
     std::vector<Node*> nodes = graph.nodes();
+    absl::flat_hash_map<const Node*, int> plan_of_start;
     for (const Node* node : nodes) {
       if (IsCommunication(node->op())) {
-        return absl::UnimplementedError(
-            absl::StrCat(Where(*node), ": the interpreter does not run collectives; use a distributed runtime"));
+        MAGI_ASSIGN_OR_RETURN(NodePlan plan, PlanCommunication(*node, plan_of_start, slot));
+        if (plan.kind == NodePlan::Kind::kCollectiveStart) {
+          plan_of_start[node] = static_cast<int>(exe->plans_.size());
+          exe->groups_.insert(plan.group);
+        }
+        exe->plans_.push_back(std::move(plan));
+        continue;
       }
       MAGI_ASSIGN_OR_RETURN(c10::OperatorHandle op, FindOp(*node));
-      NodePlan plan(node, op);
+      NodePlan plan(node);
+      plan.op = op;
       const c10::FunctionSchema& schema = op.schema();
       const std::vector<Argument>& args = node->args();
       if (args.size() > schema.arguments().size()) {
@@ -195,7 +208,19 @@ class InterpreterExecutable : public TorchExecutable {
     return exe;
   }
 
+  absl::Status BindCommunicator(const std::string& group, std::shared_ptr<Communicator> communicator) override {
+    if (communicator == nullptr) return absl::InvalidArgumentError("null communicator");
+    communicators_[group] = std::move(communicator);
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    for (const std::string& group : groups_) {
+      if (!communicators_.contains(group)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the graph has collectives on process group '", group, "' but no communicator is bound"));
+      }
+    }
     auto start = std::chrono::steady_clock::now();
     if (inputs.size() != input_slots_.size()) {
       return absl::InvalidArgumentError(
@@ -208,8 +233,17 @@ class InterpreterExecutable : public TorchExecutable {
     for (size_t i = 0; i < inputs.size(); ++i) Hold(input_slots_[i], inputs[i]);
     if (rng_slot_ >= 0) MAGI_RETURN_IF_ERROR(SetGeneratorState(slots_[rng_slot_]));
 
+    handles_.clear();
+    handles_.resize(plans_.size());
     torch::jit::Stack stack;
-    for (const NodePlan& plan : plans_) {
+    for (size_t index = 0; index < plans_.size(); ++index) {
+      const NodePlan& plan = plans_[index];
+      if (plan.kind != NodePlan::Kind::kOp) {
+        MAGI_RETURN_IF_ERROR(RunCommunication(index));
+        for (int s : plan.release_slots) Release(s);
+        ++stats_.nodes_run;
+        continue;
+      }
       stack.clear();
       for (const ArgPlan& arg : plan.args) {
         switch (arg.source) {
@@ -234,7 +268,7 @@ class InterpreterExecutable : public TorchExecutable {
         }
       }
       try {
-        plan.op.callBoxed(&stack);
+        plan.op->callBoxed(&stack);
       } catch (const c10::Error& error) {
         return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
       } catch (const std::exception& error) {
@@ -248,12 +282,70 @@ class InterpreterExecutable : public TorchExecutable {
     outputs.reserve(output_slots_.size());
     for (int s : output_slots_) outputs.push_back(slots_[s]);
     slots_.assign(num_slots_, at::Tensor());
+    handles_.clear();
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return outputs;
   }
 
  private:
   InterpreterExecutable() = default;
+
+  static absl::StatusOr<NodePlan> PlanCommunication(const Node& node,
+                                                     const absl::flat_hash_map<const Node*, int>& plan_of_start,
+                                                     const std::function<int(const Value*)>& slot) {
+    NodePlan plan(&node);
+    if (node.op() == kWaitOp) {
+      plan.kind = NodePlan::Kind::kWait;
+      const Node* start = StartOfWait(node);
+      auto it = start == nullptr ? plan_of_start.end() : plan_of_start.find(start);
+      if (it == plan_of_start.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(node), ": waits on no earlier collective start"));
+      }
+      plan.start_plan = it->second;
+    } else {
+      plan.kind = NodePlan::Kind::kCollectiveStart;
+      plan.collective = *GetCollectiveKind(node.op());
+      const Attribute* group = node.FindArg("group");
+      const Attribute* reduce_op = node.FindArg("reduce_op");
+      if (group == nullptr || group->kind() != AttrKind::kString) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(node), ": no group"));
+      }
+      plan.group = group->as_string();
+      plan.reduce_op = reduce_op != nullptr && reduce_op->kind() == AttrKind::kString ? reduce_op->as_string() : "sum";
+      ArgPlan inputs;
+      inputs.source = ArgPlan::Source::kOperandList;
+      for (const Value* operand : node.operands()) inputs.slots.push_back(slot(operand));
+      plan.args.push_back(std::move(inputs));
+    }
+    for (const Value* result : node.results()) {
+      plan.result_slots.push_back(slot(result));
+      plan.result_types.push_back(result->type().tensor());
+    }
+    return plan;
+  }
+
+  absl::Status RunCommunication(size_t index) {
+    const NodePlan& plan = plans_[index];
+    if (plan.kind == NodePlan::Kind::kCollectiveStart) {
+      std::vector<at::Tensor> inputs;
+      for (int s : plan.args[0].slots) inputs.push_back(slots_[s]);
+      absl::StatusOr<std::unique_ptr<CollectiveHandle>> handle =
+          communicators_.at(plan.group)->Start(plan.collective, std::move(inputs), plan.reduce_op);
+      if (!handle.ok()) return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
+      handles_[index] = *std::move(handle);
+      return absl::OkStatus();
+    }
+    std::unique_ptr<CollectiveHandle>& handle = handles_[plan.start_plan];
+    if (handle == nullptr) return absl::InternalError(absl::StrCat(Where(*plan.node), ": its start did not run"));
+    absl::StatusOr<std::vector<at::Tensor>> results = handle->Wait();
+    handle.reset();
+    if (!results.ok()) {
+      return absl::Status(results.status().code(), absl::StrCat(Where(*plan.node), ": ", results.status().message()));
+    }
+    torch::jit::Stack stack;
+    for (at::Tensor& t : *results) stack.emplace_back(std::move(t));
+    return TakeResults(plan, stack);
+  }
 
   absl::Status TakeResults(const NodePlan& plan, torch::jit::Stack& stack) {
     // Results are the defined tensors among the returns, in order (as capture records them).
@@ -328,6 +420,9 @@ class InterpreterExecutable : public TorchExecutable {
   }
 
   std::vector<NodePlan> plans_;
+  absl::flat_hash_set<std::string> groups_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Communicator>> communicators_;
+  std::vector<std::unique_ptr<CollectiveHandle>> handles_;
   std::vector<int> input_slots_;
   std::vector<int> output_slots_;
   int rng_slot_ = -1;
@@ -343,9 +438,8 @@ class InterpreterExecutable : public TorchExecutable {
 Capability InterpreterBackend::GetCapability(const Module& module, const Graph& graph) const {
   Capability capability;
   for (const Node* node : graph.nodes()) {
-    if (IsCommunication(node->op())) {
-      capability.unsupported.emplace_back(node, "collectives need a distributed runtime");
-    } else if (!FindOp(*node).ok()) {
+    if (IsCommunication(node->op())) continue;  // run through the bound communicators
+    if (!FindOp(*node).ok()) {
       capability.unsupported.emplace_back(node, "LibTorch has no such operator");
     }
   }

@@ -8,8 +8,9 @@
 // it before the first node, so random ops draw what eager mode drew from that state.
 // Peak memory is the most bytes of distinct storages it held at once.
 //
-// It does not run collectives (magi::*_start / wait): that is the distributed runtime's
-// job; GetCapability lists them as unsupported.
+// Collectives (magi::*_start / wait) run through the Communicator bound to their process
+// group (BindCommunicator): a start enqueues the collective and returns; its wait blocks
+// for the result, so compute between the two overlaps with communication.
 #ifndef MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 #define MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 

@@ -1,0 +1,120 @@
+// FSDP2-style API on top of whole-step capture: FullyShard marks modules, and
+// FsdpTrainer compiles ONE graph for the whole training step of the rank (all-gathers,
+// forward, loss, backward, reduce-scatters and AdamW on the local shards).
+//
+//   magi::DeviceMesh mesh = *magi::DeviceMesh::Create({world_size}, {"dp"}, rank);
+//   for (auto& layer : model->layers) magi::FullyShard(*layer, mesh);
+//   magi::FullyShard(*model, mesh);                        // the root takes the rest
+//   auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, example_local_batch, communicator, adamw);
+//   double loss = *(*trainer)->Step(local_batch);
+//
+// Semantics follow FSDP2: each FullyShard call is one communication group; parameters
+// are sharded on dim 0 across the mesh (uneven sizes padded); reshard_after_forward
+// frees the gathered parameters after forward and gathers them again in backward;
+// mixed precision gathers and computes in param_dtype and reduces in reduce_dtype,
+// with fp32 master shards and optimizer state. Collectives of every group sit in the
+// one graph (no per-layer graph breaks), so passes can move them across layers.
+#ifndef MAGI_FRONTEND_FSDP_FSDP_H_
+#define MAGI_FRONTEND_FSDP_FSDP_H_
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/frontend/capture/capture.h"
+#include "magi/passes/fsdp/shard_for_fsdp.h"
+#include "magi/runtime/communicator.h"
+#include "magi/runtime/torch_executable.h"
+
+namespace magi {
+
+// Ranks arranged in a grid with named axes. 1-D today; the shape/axis form is what
+// 2-D HSDP meshes (replicate x shard) will use.
+class DeviceMesh {
+ public:
+  static absl::StatusOr<DeviceMesh> Create(std::vector<int64_t> shape, std::vector<std::string> axis_names, int rank);
+  int64_t size() const;  // all ranks
+  int64_t axis_size(size_t axis) const { return shape_.at(axis); }
+  const std::string& axis_name(size_t axis) const { return axis_names_.at(axis); }
+  size_t num_axes() const { return shape_.size(); }
+  int rank() const { return rank_; }
+
+ private:
+  std::vector<int64_t> shape_;
+  std::vector<std::string> axis_names_;
+  int rank_ = 0;
+};
+
+struct MixedPrecisionPolicy {
+  std::optional<DType> param_dtype;   // gathers and compute (the module must be built in it)
+  std::optional<DType> reduce_dtype;  // gradient reduce-scatter
+};
+
+struct FullyShardOptions {
+  bool reshard_after_forward = true;
+  MixedPrecisionPolicy mixed_precision;
+};
+
+// Marks `module` (and the parameters of its subtree not claimed by a nested
+// FullyShard) as one FSDP group. Call on submodules first, then on the root.
+void FullyShard(torch::nn::Module& module, const DeviceMesh& mesh, const FullyShardOptions& options = {});
+
+// The groups FullyShard defined under `root`, innermost first, as an IR-level plan.
+absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root);
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class FsdpTrainer {
+ public:
+  // Captures one step of `loss_fn` on `example_local_batch` (the shapes every step will
+  // have), shards it with the FullyShard plan, compiles it with `backend` and takes this
+  // rank's shards of the module's current parameters.
+  static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(torch::nn::Module& root, const LossFunction& loss_fn,
+                                                             const std::vector<at::Tensor>& example_local_batch,
+                                                             std::shared_ptr<Communicator> communicator,
+                                                             const AdamWOptions& adamw,
+                                                             const CaptureOptions& capture_options = {},
+                                                             const std::string& backend = "interpreter");
+
+  // One optimizer step on this rank's batch; returns this rank's loss.
+  absl::StatusOr<double> Step(const std::vector<at::Tensor>& local_batch);
+
+  // Every parameter, unsharded (all ranks take part: it is a collective).
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> GatherFullParameters();
+
+  const Module& module() const { return *captured_.module; }
+  const Graph& graph() const { return *captured_.graph(); }
+  int64_t steps_taken() const { return step_; }
+  const RunStats& last_run_stats() const { return executable_->last_run_stats(); }
+
+  // The rank's state by input name (shards, moments), for checkpoints.
+  std::map<std::string, at::Tensor>& state() { return state_; }
+  void set_steps_taken(int64_t step) { step_ = step; }
+
+ private:
+  FsdpTrainer() = default;
+
+  torch::nn::Module* root_ = nullptr;
+  CapturedGraph captured_;
+  FsdpPlan plan_;
+  AdamWOptions adamw_;
+  std::shared_ptr<Communicator> communicator_;
+  std::unique_ptr<TorchExecutable> executable_;
+  std::map<std::string, at::Tensor> state_;  // "<p>.shard", "<p>.exp_avg", "<p>.exp_avg_sq"
+  std::map<std::string, std::vector<int64_t>> full_shapes_;
+  int64_t step_ = 0;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_FRONTEND_FSDP_FSDP_H_

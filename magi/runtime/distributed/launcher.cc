@@ -1,0 +1,116 @@
+#include "magi/runtime/distributed/launcher.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace magi {
+
+absl::StatusOr<int> PickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int error = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot find a free port: ", std::strerror(error)));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vector<std::string>& argv,
+                                                const std::map<std::string, std::string>& extra_env,
+                                                std::chrono::milliseconds grace) {
+  if (world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
+  if (argv.empty()) return absl::InvalidArgumentError("no program to launch");
+  absl::StatusOr<int> port = PickFreePort();
+  if (!port.ok()) return port.status();
+
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string entry = *e;
+      size_t eq = entry.find('=');
+      if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    for (const auto& [key, value] : extra_env) env[key] = value;
+    env["RANK"] = std::to_string(rank);
+    env["LOCAL_RANK"] = std::to_string(rank);
+    env["WORLD_SIZE"] = std::to_string(world_size);
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = std::to_string(*port);
+    std::vector<std::string> env_strings;
+    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+    std::vector<char*> envp, args;
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_copy = argv;
+    for (std::string& s : argv_copy) args.push_back(s.data());
+    args.push_back(nullptr);
+    pid_t pid = 0;
+    int error = ::posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), envp.data());
+    if (error != 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+      return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(error)));
+    }
+    pids.push_back(pid);
+  }
+
+  LaunchResult result;
+  size_t running = pids.size();
+  bool terminating = false;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  while (running > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (size_t rank = 0; rank < pids.size(); ++rank) {
+        if (pids[rank] != pid) continue;
+        pids[rank] = -1;
+        --running;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 && result.failed_rank < 0) {
+          result.failed_rank = static_cast<int>(rank);
+          result.exit_code = code;
+        }
+      }
+      if (result.failed_rank >= 0 && !terminating) {
+        terminating = true;
+        for (pid_t p : pids) {
+          if (p > 0) ::kill(p, SIGTERM);
+        }
+        deadline = std::chrono::steady_clock::now() + grace;
+      }
+      continue;
+    }
+    if (terminating && std::chrono::steady_clock::now() > deadline) {
+      for (pid_t p : pids) {
+        if (p > 0) ::kill(p, SIGKILL);
+      }
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+}  // namespace magi

@@ -1,0 +1,221 @@
+#include "magi/runtime/gloo/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace magi {
+namespace {
+
+// Gloo's store interface over LibTorch's c10d::Store (what ProcessGroupGloo does too).
+class StoreAdapter : public gloo::rendezvous::Store {
+ public:
+  explicit StoreAdapter(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, std::vector<uint8_t>(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::vector<uint8_t> value = store_->get(key);
+    return std::vector<char>(value.begin(), value.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    store_->wait(keys, timeout);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <typename T>
+void AllreduceTyped(const std::shared_ptr<gloo::Context>& context, at::Tensor& tensor,
+                    std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions options(context);
+  options.setOutput(tensor.data_ptr<T>(), static_cast<size_t>(tensor.numel()));
+  options.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<T>));
+  options.setTimeout(timeout);
+  gloo::allreduce(options);
+}
+
+class Handle : public CollectiveHandle {
+ public:
+  explicit Handle(std::future<absl::StatusOr<std::vector<at::Tensor>>> future) : future_(std::move(future)) {}
+  absl::StatusOr<std::vector<at::Tensor>> Wait() override {
+    if (!future_.valid()) return absl::FailedPreconditionError("a collective handle was waited on twice");
+    return future_.get();
+  }
+
+ private:
+  std::future<absl::StatusOr<std::vector<at::Tensor>>> future_;
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size, std::string group,
+                   std::chrono::milliseconds timeout)
+      : context_(std::move(context)), rank_(rank), size_(size), group_(std::move(group)), timeout_(timeout) {
+    worker_ = std::thread([this] { Loop(); });
+  }
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    worker_.join();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::StatusOr<std::unique_ptr<CollectiveHandle>> Start(CollectiveKind kind, std::vector<at::Tensor> inputs,
+                                                          const std::string& reduce_op) override {
+    for (const at::Tensor& t : inputs) {
+      if (!t.device().is_cpu()) return absl::InvalidArgumentError("the Gloo communicator takes CPU tensors");
+    }
+    auto task = std::make_shared<std::packaged_task<absl::StatusOr<std::vector<at::Tensor>>()>>(
+        [this, kind, inputs = std::move(inputs), reduce_op]() { return Run(kind, inputs, reduce_op); });
+    auto future = task->get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back([task] { (*task)(); });
+    }
+    ready_.notify_one();
+    return std::unique_ptr<CollectiveHandle>(new Handle(std::move(future)));
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> Run(CollectiveKind kind, const std::vector<at::Tensor>& inputs,
+                                              const std::string& reduce_op) {
+    std::string name(CollectiveStartOp(kind));
+    if (!failure_.ok()) {
+      return absl::Status(failure_.code(), absl::StrCat("rank ", rank_, ": ", name, " on group '", group_,
+                                                        "' refused: an earlier collective failed (", failure_.message(),
+                                                        ")"));
+    }
+    try {
+      std::vector<at::Tensor> outputs;
+      for (const at::Tensor& input : inputs) {
+        at::Tensor in = input.contiguous();
+        switch (kind) {
+          case CollectiveKind::kAllGather: {
+            std::vector<int64_t> sizes = in.sizes().vec();
+            sizes[0] *= size_;
+            at::Tensor out = at::empty(sizes, in.options());
+            gloo::AllgatherOptions options(context_);
+            options.setInput(static_cast<uint8_t*>(in.data_ptr()), static_cast<size_t>(in.nbytes()));
+            options.setOutput(static_cast<uint8_t*>(out.data_ptr()), static_cast<size_t>(out.nbytes()));
+            options.setTimeout(timeout_);
+            gloo::allgather(options);
+            outputs.push_back(out);
+            break;
+          }
+          case CollectiveKind::kReduceScatter:
+          case CollectiveKind::kAllReduce: {
+            at::Tensor sum = in.clone();
+            switch (sum.scalar_type()) {
+              case at::kFloat:
+                AllreduceTyped<float>(context_, sum, timeout_);
+                break;
+              case at::kDouble:
+                AllreduceTyped<double>(context_, sum, timeout_);
+                break;
+              case at::kInt:
+                AllreduceTyped<int32_t>(context_, sum, timeout_);
+                break;
+              case at::kLong:
+                AllreduceTyped<int64_t>(context_, sum, timeout_);
+                break;
+              default:
+                return absl::UnimplementedError(absl::StrCat("the Gloo communicator cannot reduce ",
+                                                             c10::toString(sum.scalar_type()), " tensors"));
+            }
+            if (reduce_op == "avg") sum.div_(size_);
+            if (kind == CollectiveKind::kReduceScatter) {
+              int64_t rows = sum.size(0) / size_;
+              sum = sum.narrow(0, rank_ * rows, rows).clone();
+            }
+            outputs.push_back(sum);
+            break;
+          }
+          case CollectiveKind::kAllToAll:
+            return absl::UnimplementedError("all_to_all is not implemented for Gloo yet");
+        }
+      }
+      return outputs;
+    } catch (const std::exception& error) {
+      failure_ = absl::UnavailableError(error.what());
+      return absl::UnavailableError(absl::StrCat("rank ", rank_, ": ", name, " on group '", group_,
+                                                 "' failed (timeout ", timeout_.count(),
+                                                 " ms; a peer rank may be dead or hung): ", error.what()));
+    }
+  }
+
+  std::shared_ptr<gloo::Context> context_;
+  int rank_;
+  int size_;
+  std::string group_;
+  std::chrono::milliseconds timeout_;
+  absl::Status failure_;  // touched by the worker thread only
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                                     int size, const std::string& group_name,
+                                                                     std::chrono::milliseconds timeout) {
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && std::string(addr) != "127.0.0.1" &&
+                                                        std::string(addr) != "localhost") {
+      attr.hostname = "";  // bind the interface the hostname resolves to (multi-machine runs)
+    }
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(timeout);
+    StoreAdapter adapter(store);
+    gloo::rendezvous::PrefixStore prefixed("magi/" + group_name, adapter);
+    context->connectFullMesh(prefixed, device);
+    return std::shared_ptr<Communicator>(new GlooCommunicator(context, rank, size, group_name, timeout));
+  } catch (const std::exception& error) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", rank, ": connecting group '", group_name, "' with Gloo failed: ", error.what()));
+  }
+}
+
+}  // namespace magi
