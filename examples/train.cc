@@ -1,0 +1,264 @@
+// Trains the Llama-style model with FSDP on the Shakespeare sonnets, on local processes.
+//
+//   tools/bazel run //examples:train                       # 2 CPU processes, small model
+//   tools/bazel run //examples:train -- --world_size=4 --steps=100 --model=tiny
+//
+// With no RANK in the environment and --world_size > 1 it launches --world_size copies
+// of itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set, as torchrun does); under
+// torchrun or Slurm it is one of the workers. Each step is ONE captured graph holding the
+// all-gathers, forward, loss, backward, reduce-scatters and AdamW of this rank (see
+// magi/frontend/fsdp). Rank 0 shows a progress line and writes, under --out_dir,
+// loss.csv, loss.svg, summary.json (also --summary_json) and, with every rank, a
+// sharded checkpoint (checkpoint/rank<r>.pt, written atomically).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "magi/base/file.h"
+#include "magi/frontend/fsdp/fsdp.h"
+#include "magi/models/llama.h"
+#include "magi/runtime/distributed/launcher.h"
+#include "magi/runtime/distributed/rendezvous.h"
+#include "magi/runtime/gloo/gloo_communicator.h"
+
+ABSL_FLAG(int, world_size, 2, "Number of processes (ranks) when launching locally");
+ABSL_FLAG(std::string, model, "tiny", "Model size: tiny (2 layers x 64, the default) or small (4 x 256)");
+ABSL_FLAG(int, steps, 200, "Optimizer steps");
+ABSL_FLAG(int, batch_size, 8, "Sequences per rank per step");
+ABSL_FLAG(int, seq_len, 64, "Bytes per sequence");
+ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
+ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo); cuda needs the NCCL runtime, which is not built yet");
+ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi registry`)");
+ABSL_FLAG(std::string, data, "", "Training text (default: the bundled Shakespeare sonnets)");
+ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summary and checkpoint go");
+ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
+ABSL_FLAG(int, seed, 0, "Seed of the initial weights and of the batches");
+ABSL_FLAG(int, timeout_s, 120, "Collective timeout: a dead or hung rank fails the run after this");
+
+namespace {
+
+std::string DefaultDataPath(const char* argv0) {
+  // `bazel run` starts us in the runfiles tree, where the data dependency lives.
+  for (std::string candidate : {std::string("examples/data/shakespeare_sonnets.txt"),
+                                std::string(argv0) + ".runfiles/magi/examples/data/shakespeare_sonnets.txt"}) {
+    if (access(candidate.c_str(), R_OK) == 0) return candidate;
+  }
+  return "examples/data/shakespeare_sonnets.txt";
+}
+
+std::string Svg(const std::vector<std::pair<int, double>>& points) {
+  const double width = 640, height = 360, margin = 40;
+  double max_loss = 0, min_loss = 1e30;
+  for (const auto& [step, loss] : points) {
+    max_loss = std::max(max_loss, loss);
+    min_loss = std::min(min_loss, loss);
+  }
+  if (max_loss - min_loss < 1e-9) max_loss = min_loss + 1;
+  int last = points.empty() ? 1 : std::max(1, points.back().first);
+  std::string path;
+  for (const auto& [step, loss] : points) {
+    double x = margin + (width - 2 * margin) * step / last;
+    double y = height - margin - (height - 2 * margin) * (loss - min_loss) / (max_loss - min_loss);
+    absl::StrAppendFormat(&path, "%s%.1f,%.1f", path.empty() ? "M" : " L", x, y);
+  }
+  return absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\">Magi FSDP training loss (%d steps)</text>\n"
+      "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+      "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+      "<text x=\"4\" y=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">%.2f</text>\n"
+      "<text x=\"4\" y=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">%.2f</text>\n"
+      "<path d=\"%s\" fill=\"none\" stroke=\"#1565c0\" stroke-width=\"1.5\"/>\n</svg>\n",
+      width, height, margin, last, margin, height - margin, width - margin, height - margin, margin, margin, margin,
+      height - margin, margin + 4, max_loss, height - margin, min_loss, path);
+}
+
+std::string Duration(double seconds) {
+  int s = static_cast<int>(seconds + 0.5);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+int Fail(int rank, absl::string_view message) {
+  std::fprintf(stderr, "\n[rank %d] error: %s\n", rank, std::string(message).c_str());
+  return 1;
+}
+
+int Train(const magi::DistributedEnv& env, const char* argv0) {
+  const int rank = env.rank;
+  // Ranks on one machine share its cores (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    torch::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, env.world_size)));
+  }
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    return Fail(rank, "only --device=cpu runs today: the CUDA path needs the NCCL runtime, which is not built yet");
+  }
+  std::string data_path = absl::GetFlag(FLAGS_data).empty() ? DefaultDataPath(argv0) : absl::GetFlag(FLAGS_data);
+  absl::StatusOr<std::string> text = magi::ReadFile(data_path);
+  if (!text.ok()) return Fail(rank, text.status().message());
+  const int seq = absl::GetFlag(FLAGS_seq_len), local = absl::GetFlag(FLAGS_batch_size);
+  if (static_cast<int64_t>(text->size()) < seq + 2) return Fail(rank, absl::StrCat(data_path, " is too short"));
+  at::Tensor corpus = torch::from_blob(text->data(), {static_cast<int64_t>(text->size())}, torch::kUInt8).to(torch::kLong);
+
+  magi::models::LlamaConfig config = magi::models::LlamaConfig::Tiny();
+  if (absl::GetFlag(FLAGS_model) == "small") {
+    config = magi::models::LlamaConfig::Small();
+  } else if (absl::GetFlag(FLAGS_model) != "tiny") {
+    return Fail(rank, absl::StrCat("unknown --model=", absl::GetFlag(FLAGS_model), " (tiny or small)"));
+  }
+  config.vocab_size = 256;
+  config.max_seq_len = std::max<int64_t>(config.max_seq_len, seq);
+
+  auto store = magi::ConnectStore(env, std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+  if (!store.ok()) return Fail(rank, store.status().message());
+  auto communicator = magi::CreateGlooCommunicator(*store, rank, env.world_size, "dp",
+                                                   std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+  if (!communicator.ok()) return Fail(rank, communicator.status().message());
+  auto mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
+  if (!mesh.ok()) return Fail(rank, mesh.status().message());
+
+  torch::manual_seed(absl::GetFlag(FLAGS_seed));
+  magi::models::Llama model(config);
+  for (auto& layer : model->layers) magi::FullyShard(*layer, *mesh);
+  magi::FullyShard(*model, *mesh);
+
+  // Batch of step s: global random windows of the text (the same on every rank); this rank's rows.
+  auto batch = [&](int step) {
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(absl::GetFlag(FLAGS_seed) * 1000003 + step);
+    at::Tensor starts = torch::randint(0, corpus.size(0) - seq - 1, {env.world_size * local}, generator, torch::kLong);
+    at::Tensor mine = starts.narrow(0, rank * local, local);
+    std::vector<at::Tensor> inputs, targets;
+    for (int i = 0; i < local; ++i) {
+      int64_t start = mine[i].item<int64_t>();
+      inputs.push_back(corpus.narrow(0, start, seq));
+      targets.push_back(corpus.narrow(0, start + 1, seq));
+    }
+    return std::vector<at::Tensor>{torch::stack(inputs), torch::stack(targets)};
+  };
+  magi::LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return magi::models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  magi::AdamWOptions adamw;
+  adamw.lr = absl::GetFlag(FLAGS_lr);
+  auto compile_start = std::chrono::steady_clock::now();
+  auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, absl::GetFlag(FLAGS_backend));
+  if (!trainer.ok()) return Fail(rank, trainer.status().message());
+  double compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
+  if (rank == 0) {
+    int gathers = 0, scatters = 0;
+    for (const magi::Node* node : (*trainer)->graph().nodes()) {
+      gathers += node->op() == magi::kAllGatherStartOp;
+      scatters += node->op() == magi::kReduceScatterStartOp;
+    }
+    std::fprintf(stderr, "magi: %s, %.2f M parameters, %d ranks; one step graph of %d nodes (%d all-gathers, %d "
+                 "reduce-scatters), compiled in %.1f s\n",
+                 config.ToString().c_str(), config.NumParameters() / 1e6, env.world_size,
+                 (*trainer)->graph().num_nodes(), gathers, scatters, compile_seconds);
+  }
+
+  const int steps = absl::GetFlag(FLAGS_steps);
+  std::vector<std::pair<int, double>> curve;
+  int64_t peak_bytes = 0;
+  auto start = std::chrono::steady_clock::now();
+  double initial_loss = 0, final_loss = 0;
+  bool tty = isatty(2);
+  for (int step = 0; step < steps; ++step) {
+    absl::StatusOr<double> local_loss = (*trainer)->Step(batch(step));
+    if (!local_loss.ok()) return Fail(rank, local_loss.status().message());
+    peak_bytes = std::max(peak_bytes, (*trainer)->last_run_stats().peak_live_bytes);
+    auto mean = (*communicator)->Start(magi::CollectiveKind::kAllReduce, {at::scalar_tensor(*local_loss, at::kDouble)}, "avg");
+    if (!mean.ok()) return Fail(rank, mean.status().message());
+    auto reduced = (*mean)->Wait();
+    if (!reduced.ok()) return Fail(rank, reduced.status().message());
+    double loss = (*reduced)[0].item<double>();
+    if (step == 0) initial_loss = loss;
+    final_loss = loss;
+    curve.emplace_back(step + 1, loss);
+    if (rank == 0) {
+      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double tokens_per_s = (step + 1) * static_cast<double>(env.world_size) * local * seq / elapsed;
+      double eta = elapsed / (step + 1) * (steps - step - 1);
+      std::string line = absl::StrFormat("step %d/%d | loss %.4f | %.0f tok/s | ETA %s", step + 1, steps, loss,
+                                         tokens_per_s, Duration(eta));
+      if (tty) {
+        std::fprintf(stderr, "\r%s   ", line.c_str());
+      } else if ((step + 1) % 10 == 0 || step == 0 || step + 1 == steps) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+      }
+    }
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double tokens_per_s = steps * static_cast<double>(env.world_size) * local * seq / seconds;
+  if (rank == 0 && tty) std::fprintf(stderr, "\n");
+
+  // Sharded checkpoint: every rank its own shards, moments and step (temp file + rename).
+  std::string out_dir = absl::GetFlag(FLAGS_out_dir);
+  std::string checkpoint_dir = out_dir + "/checkpoint";
+  std::system(absl::StrCat("mkdir -p '", checkpoint_dir, "'").c_str());
+  {
+    torch::serialize::OutputArchive archive;
+    for (const auto& [name, tensor] : (*trainer)->state()) archive.write(name, tensor);
+    archive.write("step", at::scalar_tensor(static_cast<int64_t>((*trainer)->steps_taken())));
+    std::string path = absl::StrCat(checkpoint_dir, "/rank", rank, ".pt");
+    std::string temp = path + ".tmp";
+    archive.save_to(temp);
+    if (std::rename(temp.c_str(), path.c_str()) != 0) return Fail(rank, absl::StrCat("cannot write ", path));
+  }
+  if (rank == 0) {
+    std::string csv = "step,loss\n";
+    for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);
+    std::string summary = absl::StrFormat(
+        "{\"initial_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, \"world_size\": %d, \"tokens_per_s\": %.1f, "
+        "\"peak_memory_bytes\": %d}\n",
+        initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes);
+    for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
+             {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
+      absl::Status status = magi::WriteFileAtomically(path, contents);
+      if (!status.ok()) return Fail(rank, status.message());
+    }
+    if (!absl::GetFlag(FLAGS_summary_json).empty()) {
+      absl::Status status = magi::WriteFileAtomically(absl::GetFlag(FLAGS_summary_json), summary);
+      if (!status.ok()) return Fail(rank, status.message());
+    }
+    std::fprintf(stderr, "loss %.4f -> %.4f in %d steps (%.1f s, %.0f tok/s); wrote %s/{loss.csv,loss.svg,summary.json,"
+                 "checkpoint/}\n",
+                 initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<magi::DistributedEnv> env = magi::DistributedEnvFromEnvironment();
+  if (!env.ok()) return Fail(0, env.status().message());
+  const int world = absl::GetFlag(FLAGS_world_size);
+  if (std::getenv("RANK") == nullptr && world > 1) {
+    // Launcher: run `world` copies of this program with the same flags.
+    std::vector<std::string> child_argv;
+    for (int i = 0; i < argc; ++i) child_argv.push_back(argv[i]);
+    if (child_argv[0].find('/') == std::string::npos) child_argv[0] = "/proc/self/exe";
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) child_argv[0] = std::string(self, static_cast<size_t>(n));
+    auto result = magi::LaunchLocalWorkers(world, child_argv);
+    if (!result.ok()) return Fail(0, result.status().message());
+    if (result->exit_code != 0) {
+      std::fprintf(stderr, "magi: rank %d failed with exit code %d; all ranks stopped\n", result->failed_rank,
+                   result->exit_code);
+    }
+    return result->exit_code;
+  }
+  return Train(*env, argv[0]);
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs examples:train as a user would (2 local processes, a few steps) and checks what it
+# promises: a falling loss, the summary JSON fields, the loss curve files, one checkpoint
+# shard per rank, and a clear error for a bad flag.
+set -euo pipefail
+out="${TEST_TMPDIR:-$(mktemp -d)}/train"
+examples/train --steps=12 --world_size=2 --out_dir="$out" --summary_json="$out/summary_copy.json"
+for f in loss.csv loss.svg summary.json summary_copy.json checkpoint/rank0.pt checkpoint/rank1.pt; do
+  [[ -s "$out/$f" ]] || { echo "missing $out/$f"; exit 1; }
+done
+python3 - "$out/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+for key in ["initial_loss", "final_loss", "steps", "world_size", "tokens_per_s", "peak_memory_bytes"]:
+    assert key in s, key
+assert s["steps"] == 12 and s["world_size"] == 2, s
+assert s["final_loss"] < s["initial_loss"] - 1.0, s   # from ~5.5 (uniform over 256 bytes)
+assert s["peak_memory_bytes"] > 0 and s["tokens_per_s"] > 0, s
+print("summary ok:", s)
+PY
+[[ $(wc -l < "$out/loss.csv") -eq 13 ]] || { echo "loss.csv should have a header and 12 rows"; exit 1; }
+grep -q "<path d=\"M" "$out/loss.svg"
+if examples/train --model=huge --world_size=1 --out_dir="$out/bad" 2> "$out/err.txt"; then
+  echo "a bad --model should fail"; exit 1
+fi
+grep -q "unknown --model=huge (tiny or small)" "$out/err.txt"
+echo "train example ok"
