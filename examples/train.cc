@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -29,6 +30,9 @@
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 #include "magi/runtime/gloo/gloo_communicator.h"
+#ifdef MAGI_WITH_NCCL
+#include "magi/runtime/nccl/nccl_communicator.h"
+#endif
 
 ABSL_FLAG(int, world_size, 2, "Number of processes (ranks) when launching locally");
 ABSL_FLAG(std::string, model, "tiny", "Model size: tiny (2 layers x 64, the default) or small (4 x 256)");
@@ -36,7 +40,9 @@ ABSL_FLAG(int, steps, 200, "Optimizer steps");
 ABSL_FLAG(int, batch_size, 8, "Sequences per rank per step");
 ABSL_FLAG(int, seq_len, 64, "Bytes per sequence");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
-ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo); cuda needs the NCCL runtime, which is not built yet");
+ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo collectives) or cuda (NCCL; needs a --config=cuda build)");
+ABSL_FLAG(bool, check_eager, false,
+          "Also train an eager LibTorch copy (torch::optim::AdamW, global batch) and report the loss difference");
 ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi registry`)");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled Shakespeare sonnets)");
 ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summary and checkpoint go");
@@ -100,15 +106,19 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     torch::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, env.world_size)));
   }
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    return Fail(rank, "only --device=cpu runs today: the CUDA path needs the NCCL runtime, which is not built yet");
-  }
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
+#ifndef MAGI_WITH_NCCL
+  if (device_flag == "cuda") return Fail(rank, "--device=cuda needs a build with --config=cuda (NCCL)");
+#endif
+  const torch::Device device = device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
   std::string data_path = absl::GetFlag(FLAGS_data).empty() ? DefaultDataPath(argv0) : absl::GetFlag(FLAGS_data);
   absl::StatusOr<std::string> text = magi::ReadFile(data_path);
   if (!text.ok()) return Fail(rank, text.status().message());
   const int seq = absl::GetFlag(FLAGS_seq_len), local = absl::GetFlag(FLAGS_batch_size);
   if (static_cast<int64_t>(text->size()) < seq + 2) return Fail(rank, absl::StrCat(data_path, " is too short"));
   at::Tensor corpus = torch::from_blob(text->data(), {static_cast<int64_t>(text->size())}, torch::kUInt8).to(torch::kLong);
+  at::Tensor corpus_on_device = corpus.to(device);
 
   magi::models::LlamaConfig config = magi::models::LlamaConfig::Tiny();
   if (absl::GetFlag(FLAGS_model) == "small") {
@@ -121,30 +131,39 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
 
   auto store = magi::ConnectStore(env, std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
   if (!store.ok()) return Fail(rank, store.status().message());
-  auto communicator = magi::CreateGlooCommunicator(*store, rank, env.world_size, "dp",
-                                                   std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+  auto timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
+  absl::StatusOr<std::shared_ptr<magi::Communicator>> communicator;
+#ifdef MAGI_WITH_NCCL
+  if (device.is_cuda()) {
+    communicator = magi::CreateNcclCommunicator(*store, rank, env.world_size, "dp", env.local_rank, timeout);
+  } else
+#endif
+  {
+    communicator = magi::CreateGlooCommunicator(*store, rank, env.world_size, "dp", timeout);
+  }
   if (!communicator.ok()) return Fail(rank, communicator.status().message());
   auto mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
   if (!mesh.ok()) return Fail(rank, mesh.status().message());
 
   torch::manual_seed(absl::GetFlag(FLAGS_seed));
-  magi::models::Llama model(config);
+  magi::models::Llama model(config, torch::TensorOptions().device(device));
   for (auto& layer : model->layers) magi::FullyShard(*layer, *mesh);
   magi::FullyShard(*model, *mesh);
 
-  // Batch of step s: global random windows of the text (the same on every rank); this rank's rows.
-  auto batch = [&](int step) {
+  // Batch of step s: global random windows of the text (the same on every rank); rows
+  // [first, first + count) of it.
+  auto rows = [&](int step, int first, int count) {
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(absl::GetFlag(FLAGS_seed) * 1000003 + step);
     at::Tensor starts = torch::randint(0, corpus.size(0) - seq - 1, {env.world_size * local}, generator, torch::kLong);
-    at::Tensor mine = starts.narrow(0, rank * local, local);
     std::vector<at::Tensor> inputs, targets;
-    for (int i = 0; i < local; ++i) {
-      int64_t start = mine[i].item<int64_t>();
-      inputs.push_back(corpus.narrow(0, start, seq));
-      targets.push_back(corpus.narrow(0, start + 1, seq));
+    for (int i = first; i < first + count; ++i) {
+      int64_t start = starts[i].item<int64_t>();
+      inputs.push_back(corpus_on_device.narrow(0, start, seq));
+      targets.push_back(corpus_on_device.narrow(0, start + 1, seq));
     }
     return std::vector<at::Tensor>{torch::stack(inputs), torch::stack(targets)};
   };
+  auto batch = [&](int step) { return rows(step, rank * local, local); };
   magi::LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
     return magi::models::LanguageModelLoss(model->forward(in[0]), in[1]);
   };
@@ -166,6 +185,21 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  (*trainer)->graph().num_nodes(), gathers, scatters, compile_seconds);
   }
 
+  // The eager reference: same initial weights, the global batch, LibTorch's AdamW.
+  const bool check_eager = absl::GetFlag(FLAGS_check_eager);
+  magi::models::Llama reference{nullptr};
+  std::unique_ptr<torch::optim::AdamW> reference_optimizer;
+  double worst_relative = 0;
+  if (check_eager) {
+    torch::manual_seed(absl::GetFlag(FLAGS_seed));
+    reference = magi::models::Llama(config, torch::TensorOptions().device(device));
+    reference_optimizer = std::make_unique<torch::optim::AdamW>(
+        reference->parameters(), torch::optim::AdamWOptions(adamw.lr)
+                                     .betas({adamw.beta1, adamw.beta2})
+                                     .eps(adamw.eps)
+                                     .weight_decay(adamw.weight_decay));
+  }
+
   const int steps = absl::GetFlag(FLAGS_steps);
   std::vector<std::pair<int, double>> curve;
   int64_t peak_bytes = 0;
@@ -181,6 +215,18 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     auto reduced = (*mean)->Wait();
     if (!reduced.ok()) return Fail(rank, reduced.status().message());
     double loss = (*reduced)[0].item<double>();
+    std::string eager_note;
+    if (check_eager) {
+      std::vector<at::Tensor> global = rows(step, 0, env.world_size * local);
+      reference_optimizer->zero_grad();
+      at::Tensor eager_loss = magi::models::LanguageModelLoss(reference->forward(global[0]), global[1]);
+      eager_loss.backward();
+      reference_optimizer->step();
+      double expected = eager_loss.item<double>();
+      double relative = std::abs(loss - expected) / std::max(1e-12, std::abs(expected));
+      worst_relative = std::max(worst_relative, relative);
+      eager_note = absl::StrFormat(" | eager %.4f (rel diff %.1e)", expected, relative);
+    }
     if (step == 0) initial_loss = loss;
     final_loss = loss;
     curve.emplace_back(step + 1, loss);
@@ -188,11 +234,11 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double tokens_per_s = (step + 1) * static_cast<double>(env.world_size) * local * seq / elapsed;
       double eta = elapsed / (step + 1) * (steps - step - 1);
-      std::string line = absl::StrFormat("step %d/%d | loss %.4f | %.0f tok/s | ETA %s", step + 1, steps, loss,
-                                         tokens_per_s, Duration(eta));
+      std::string line = absl::StrFormat("step %d/%d | loss %.4f | %.0f tok/s | ETA %s%s", step + 1, steps, loss,
+                                         tokens_per_s, Duration(eta), eager_note);
       if (tty) {
         std::fprintf(stderr, "\r%s   ", line.c_str());
-      } else if ((step + 1) % 10 == 0 || step == 0 || step + 1 == steps) {
+      } else if ((step + 1) % 10 == 0 || step == 0 || step + 1 == steps || check_eager) {
         std::fprintf(stderr, "%s\n", line.c_str());
       }
     }
@@ -204,7 +250,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   // Sharded checkpoint: every rank its own shards, moments and step (temp file + rename).
   std::string out_dir = absl::GetFlag(FLAGS_out_dir);
   std::string checkpoint_dir = out_dir + "/checkpoint";
-  std::system(absl::StrCat("mkdir -p '", checkpoint_dir, "'").c_str());
+  std::error_code error;
+  std::filesystem::create_directories(checkpoint_dir, error);
+  if (error) return Fail(rank, absl::StrCat("cannot create ", checkpoint_dir, ": ", error.message()));
   {
     torch::serialize::OutputArchive archive;
     for (const auto& [name, tensor] : (*trainer)->state()) archive.write(name, tensor);
@@ -233,6 +281,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::fprintf(stderr, "loss %.4f -> %.4f in %d steps (%.1f s, %.0f tok/s); wrote %s/{loss.csv,loss.svg,summary.json,"
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
+    if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);
   }
   return 0;
 }

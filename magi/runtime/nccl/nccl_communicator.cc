@@ -1,0 +1,210 @@
+#include "magi/runtime/nccl/nccl_communicator.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace magi {
+namespace {
+
+absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      return absl::UnimplementedError(absl::StrCat("NCCL cannot reduce ", c10::toString(type), " tensors"));
+  }
+}
+
+class NcclHandle : public CollectiveHandle {
+ public:
+  NcclHandle(std::function<absl::Status(cudaEvent_t)> wait, cudaEvent_t done, std::vector<at::Tensor> outputs)
+      : wait_(std::move(wait)), done_(done), outputs_(std::move(outputs)) {}
+  ~NcclHandle() override { cudaEventDestroy(done_); }
+  absl::StatusOr<std::vector<at::Tensor>> Wait() override {
+    absl::Status status = wait_(done_);
+    if (!status.ok()) return status;
+    return outputs_;
+  }
+
+ private:
+  std::function<absl::Status(cudaEvent_t)> wait_;
+  cudaEvent_t done_;
+  std::vector<at::Tensor> outputs_;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, std::string group, int device,
+                   std::chrono::milliseconds timeout)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        group_(std::move(group)),
+        device_(device),
+        timeout_(timeout),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {}
+  ~NcclCommunicator() override {
+    if (!aborted_) ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::StatusOr<std::unique_ptr<CollectiveHandle>> Start(CollectiveKind kind, std::vector<at::Tensor> inputs,
+                                                          const std::string& reduce_op) override {
+    std::string name(CollectiveStartOp(kind));
+    if (aborted_) return absl::FailedPreconditionError(absl::StrCat("rank ", rank_, ": ", name, " on group '", group_,
+                                                                    "' refused: the communicator was aborted"));
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    cudaEvent_t ready;
+    cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+    cudaEventRecord(ready, compute.stream());
+    cudaStreamWaitEvent(stream_.stream(), ready, 0);
+    cudaEventDestroy(ready);
+    std::vector<at::Tensor> outputs;
+    ncclRedOp_t op = reduce_op == "avg" ? ncclAvg : reduce_op == "max" ? ncclMax : reduce_op == "min" ? ncclMin : ncclSum;
+    ncclGroupStart();
+    for (at::Tensor& input : inputs) {
+      if (!input.is_cuda()) {
+        ncclGroupEnd();
+        return absl::InvalidArgumentError("the NCCL communicator takes CUDA tensors");
+      }
+      input = input.contiguous();
+      absl::StatusOr<ncclDataType_t> type = NcclType(input.scalar_type());
+      if (!type.ok()) {
+        ncclGroupEnd();
+        return type.status();
+      }
+      std::vector<int64_t> sizes = input.sizes().vec();
+      ncclResult_t result = ncclSuccess;
+      at::Tensor output;
+      switch (kind) {
+        case CollectiveKind::kAllGather:
+          sizes[0] *= size_;
+          output = at::empty(sizes, input.options());
+          result = ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), *type, comm_, stream_.stream());
+          break;
+        case CollectiveKind::kReduceScatter:
+          sizes[0] /= size_;
+          output = at::empty(sizes, input.options());
+          result = ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), *type, op, comm_,
+                                     stream_.stream());
+          break;
+        case CollectiveKind::kAllReduce:
+          output = at::empty(sizes, input.options());
+          result = ncclAllReduce(input.data_ptr(), output.data_ptr(), input.numel(), *type, op, comm_, stream_.stream());
+          break;
+        case CollectiveKind::kAllToAll:
+          ncclGroupEnd();
+          return absl::UnimplementedError("all_to_all is not implemented for NCCL yet");
+      }
+      if (result != ncclSuccess) {
+        ncclGroupEnd();
+        return absl::InternalError(absl::StrCat("rank ", rank_, ": ", name, ": ", ncclGetErrorString(result)));
+      }
+      // The caching allocator must not hand these blocks out before the comm stream is done.
+      c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
+      c10::cuda::CUDACachingAllocator::recordStream(output.storage().data_ptr(), stream_);
+      outputs.push_back(output);
+    }
+    ncclResult_t grouped = ncclGroupEnd();
+    if (grouped != ncclSuccess) {
+      return absl::InternalError(absl::StrCat("rank ", rank_, ": ", name, ": ", ncclGetErrorString(grouped)));
+    }
+    cudaEvent_t done;
+    cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    cudaEventRecord(done, stream_.stream());
+    auto wait = [this, name](cudaEvent_t event) { return WaitFor(event, name); };
+    return std::unique_ptr<CollectiveHandle>(new NcclHandle(wait, done, std::move(outputs)));
+  }
+
+ private:
+  absl::Status WaitFor(cudaEvent_t event, const std::string& name) {
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (true) {
+      cudaError_t status = cudaEventQuery(event);
+      if (status == cudaSuccess) break;
+      if (status != cudaErrorNotReady) {
+        return absl::InternalError(absl::StrCat("rank ", rank_, ": ", name, ": ", cudaGetErrorString(status)));
+      }
+      ncclResult_t async_error = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async_error);
+      if (async_error != ncclSuccess || std::chrono::steady_clock::now() > deadline) {
+        ncclCommAbort(comm_);
+        aborted_ = true;
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rank ", rank_, ": ", name, " on group '", group_, "' failed (timeout ", timeout_.count(),
+            " ms; a peer rank may be dead or hung)",
+            async_error != ncclSuccess ? absl::StrCat(": ", ncclGetErrorString(async_error)) : std::string()));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    cudaStreamWaitEvent(compute.stream(), event, 0);
+    return absl::OkStatus();
+  }
+
+  ncclComm_t comm_;
+  int rank_;
+  int size_;
+  std::string group_;
+  int device_;
+  std::chrono::milliseconds timeout_;
+  c10::cuda::CUDAStream stream_;
+  bool aborted_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Communicator>> CreateNcclCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                                     int size, const std::string& group_name,
+                                                                     int device_index,
+                                                                     std::chrono::milliseconds timeout) {
+  std::string key = "magi/nccl/" + group_name + "/id";
+  ncclUniqueId id;
+  try {
+    if (rank == 0) {
+      ncclResult_t result = ncclGetUniqueId(&id);
+      if (result != ncclSuccess) return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(result)));
+      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&id);
+      store->set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
+    } else {
+      std::vector<uint8_t> bytes = store->get(key);
+      if (bytes.size() != sizeof(id)) return absl::InternalError("malformed NCCL unique id in the store");
+      std::memcpy(&id, bytes.data(), sizeof(id));
+    }
+  } catch (const std::exception& error) {
+    return absl::UnavailableError(absl::StrCat("rank ", rank, ": NCCL bootstrap for group '", group_name,
+                                               "' failed: ", error.what()));
+  }
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
+  ncclComm_t comm;
+  ncclResult_t result = ncclCommInitRank(&comm, size, id, rank);
+  if (result != ncclSuccess) {
+    return absl::UnavailableError(absl::StrCat("rank ", rank, ": ncclCommInitRank for group '", group_name,
+                                               "': ", ncclGetErrorString(result)));
+  }
+  return std::shared_ptr<Communicator>(new NcclCommunicator(comm, rank, size, group_name, device_index, timeout));
+}
+
+}  // namespace magi
