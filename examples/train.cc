@@ -210,7 +210,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     absl::StatusOr<double> local_loss = (*trainer)->Step(batch(step));
     if (!local_loss.ok()) return Fail(rank, local_loss.status().message());
     peak_bytes = std::max(peak_bytes, (*trainer)->last_run_stats().peak_live_bytes);
-    auto mean = (*communicator)->Start(magi::CollectiveKind::kAllReduce, {at::scalar_tensor(*local_loss, at::kDouble)}, "avg");
+    auto mean = (*communicator)->Start(magi::CollectiveKind::kAllReduce, {at::scalar_tensor(*local_loss, at::TensorOptions().dtype(at::kDouble).device(device))}, "avg");
     if (!mean.ok()) return Fail(rank, mean.status().message());
     auto reduced = (*mean)->Wait();
     if (!reduced.ok()) return Fail(rank, reduced.status().message());
