@@ -48,6 +48,7 @@ ABSL_FLAG(std::string, data, "", "Training text (default: the bundled Shakespear
 ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summary and checkpoint go");
 ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
 ABSL_FLAG(int, seed, 0, "Seed of the initial weights and of the batches");
+ABSL_FLAG(bool, resume, false, "Continue from the checkpoint in --out_dir (same world size and model)");
 ABSL_FLAG(int, timeout_s, 120, "Collective timeout: a dead or hung rank fails the run after this");
 
 namespace {
@@ -201,12 +202,21 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   }
 
   const int steps = absl::GetFlag(FLAGS_steps);
+  std::string checkpoint_dir = absl::GetFlag(FLAGS_out_dir) + "/checkpoint";
+  int first_step = 0;
+  if (absl::GetFlag(FLAGS_resume)) {
+    absl::Status loaded = (*trainer)->LoadCheckpoint(absl::StrCat(checkpoint_dir, "/rank", rank, ".pt"));
+    if (!loaded.ok()) return Fail(rank, loaded.message());
+    first_step = static_cast<int>((*trainer)->steps_taken());
+    if (check_eager) return Fail(rank, "--check_eager cannot be combined with --resume");
+    if (rank == 0) std::fprintf(stderr, "magi: resumed from %s at step %d\n", checkpoint_dir.c_str(), first_step);
+  }
   std::vector<std::pair<int, double>> curve;
   int64_t peak_bytes = 0;
   auto start = std::chrono::steady_clock::now();
   double initial_loss = 0, final_loss = 0;
   bool tty = isatty(2);
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first_step; step < steps; ++step) {
     absl::StatusOr<double> local_loss = (*trainer)->Step(batch(step));
     if (!local_loss.ok()) return Fail(rank, local_loss.status().message());
     peak_bytes = std::max(peak_bytes, (*trainer)->last_run_stats().peak_live_bytes);
@@ -227,41 +237,34 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       worst_relative = std::max(worst_relative, relative);
       eager_note = absl::StrFormat(" | eager %.4f (rel diff %.1e)", expected, relative);
     }
-    if (step == 0) initial_loss = loss;
+    if (step == first_step) initial_loss = loss;
     final_loss = loss;
     curve.emplace_back(step + 1, loss);
     if (rank == 0) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      double tokens_per_s = (step + 1) * static_cast<double>(env.world_size) * local * seq / elapsed;
-      double eta = elapsed / (step + 1) * (steps - step - 1);
+      int done = step + 1 - first_step;
+      double tokens_per_s = done * static_cast<double>(env.world_size) * local * seq / elapsed;
+      double eta = elapsed / done * (steps - step - 1);
       std::string line = absl::StrFormat("step %d/%d | loss %.4f | %.0f tok/s | ETA %s%s", step + 1, steps, loss,
                                          tokens_per_s, Duration(eta), eager_note);
       if (tty) {
         std::fprintf(stderr, "\r%s   ", line.c_str());
-      } else if ((step + 1) % 10 == 0 || step == 0 || step + 1 == steps || check_eager) {
+      } else if ((step + 1) % 10 == 0 || step == first_step || step + 1 == steps || check_eager) {
         std::fprintf(stderr, "%s\n", line.c_str());
       }
     }
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  double tokens_per_s = steps * static_cast<double>(env.world_size) * local * seq / seconds;
+  double tokens_per_s = (steps - first_step) * static_cast<double>(env.world_size) * local * seq / seconds;
   if (rank == 0 && tty) std::fprintf(stderr, "\n");
 
   // Sharded checkpoint: every rank its own shards, moments and step (temp file + rename).
   std::string out_dir = absl::GetFlag(FLAGS_out_dir);
-  std::string checkpoint_dir = out_dir + "/checkpoint";
   std::error_code error;
   std::filesystem::create_directories(checkpoint_dir, error);
   if (error) return Fail(rank, absl::StrCat("cannot create ", checkpoint_dir, ": ", error.message()));
-  {
-    torch::serialize::OutputArchive archive;
-    for (const auto& [name, tensor] : (*trainer)->state()) archive.write(name, tensor);
-    archive.write("step", at::scalar_tensor(static_cast<int64_t>((*trainer)->steps_taken())));
-    std::string path = absl::StrCat(checkpoint_dir, "/rank", rank, ".pt");
-    std::string temp = path + ".tmp";
-    archive.save_to(temp);
-    if (std::rename(temp.c_str(), path.c_str()) != 0) return Fail(rank, absl::StrCat("cannot write ", path));
-  }
+  absl::Status saved = (*trainer)->SaveCheckpoint(absl::StrCat(checkpoint_dir, "/rank", rank, ".pt"));
+  if (!saved.ok()) return Fail(rank, saved.message());
   if (rank == 0) {
     std::string csv = "step,loss\n";
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);

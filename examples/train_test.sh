@@ -24,4 +24,15 @@ if examples/train --model=huge --world_size=1 --out_dir="$out/bad" 2> "$out/err.
   echo "a bad --model should fail"; exit 1
 fi
 grep -q "unknown --model=huge (tiny or small)" "$out/err.txt"
+# A run resumed from its checkpoint continues bitwise: 3 + 3 steps == 6 steps.
+examples/train --steps=6 --world_size=2 --out_dir="$out/straight"
+examples/train --steps=3 --world_size=2 --out_dir="$out/resumed"
+examples/train --steps=6 --world_size=2 --out_dir="$out/resumed" --resume
+cmp "$out/straight/checkpoint/rank0.pt" "$out/resumed/checkpoint/rank0.pt"
+cmp "$out/straight/checkpoint/rank1.pt" "$out/resumed/checkpoint/rank1.pt"
+[[ "$(tail -n 1 "$out/straight/loss.csv")" == "$(tail -n 1 "$out/resumed/loss.csv")" ]]
+if examples/train --steps=6 --world_size=1 --out_dir="$out/resumed" --resume 2> "$out/err2.txt"; then
+  echo "resuming a 2-rank checkpoint on 1 rank should fail"; exit 1
+fi
+grep -q "does not match this run's shard" "$out/err2.txt"
 echo "train example ok"

@@ -2,7 +2,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <torch/serialize.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <set>
 
@@ -202,6 +206,50 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
     }
   }
   return loss;
+}
+
+absl::Status FsdpTrainer::SaveCheckpoint(const std::string& path) const {
+  std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
+  try {
+    torch::serialize::OutputArchive archive;
+    for (const auto& [name, tensor] : state_) archive.write(name, tensor.cpu());
+    archive.write("magi.step", at::scalar_tensor(step_, at::kLong));
+    archive.save_to(temp);
+  } catch (const c10::Error& error) {
+    std::remove(temp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write checkpoint ", path, ": ", error.what_without_backtrace()));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return absl::InternalError(absl::StrCat("cannot rename the checkpoint onto ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::LoadCheckpoint(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& error) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what_without_backtrace()));
+  }
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& [name, current] : state_) {
+    at::Tensor tensor;
+    if (!archive.try_read(name, tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, " has no ", name));
+    }
+    if (tensor.sizes() != current.sizes() || tensor.scalar_type() != current.scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", name, " does not match this run's shard"
+                                                     " (another model, world size or rank?)"));
+    }
+    loaded[name] = tensor.to(current.device());
+  }
+  at::Tensor step;
+  if (!archive.try_read("magi.step", step)) return absl::InvalidArgumentError(absl::StrCat(path, " has no step"));
+  state_ = std::move(loaded);
+  step_ = step.item<int64_t>();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpTrainer::GatherFullParameters() {

@@ -97,9 +97,15 @@ class FsdpTrainer {
   int64_t steps_taken() const { return step_; }
   const RunStats& last_run_stats() const { return executable_->last_run_stats(); }
 
-  // The rank's state by input name (shards, moments), for checkpoints.
-  std::map<std::string, at::Tensor>& state() { return state_; }
-  void set_steps_taken(int64_t step) { step_ = step; }
+  // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
+  const std::map<std::string, at::Tensor>& state() const { return state_; }
+
+  // Writes this rank's shards, optimizer moments and step count to `path` (a LibTorch
+  // archive), atomically: a temporary file renamed over `path`.
+  absl::Status SaveCheckpoint(const std::string& path) const;
+  // Restores what SaveCheckpoint wrote; the names and shapes must match this trainer's
+  // (same model, world size and rank), else InvalidArgument naming the first mismatch.
+  absl::Status LoadCheckpoint(const std::string& path);
 
  private:
   FsdpTrainer() = default;
