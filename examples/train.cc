@@ -295,22 +295,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   absl::StatusOr<magi::DistributedEnv> env = magi::DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(0, env.status().message());
-  const int world = absl::GetFlag(FLAGS_world_size);
-  if (std::getenv("RANK") == nullptr && world > 1) {
-    // Launcher: run `world` copies of this program with the same flags.
-    std::vector<std::string> child_argv;
-    for (int i = 0; i < argc; ++i) child_argv.push_back(argv[i]);
-    if (child_argv[0].find('/') == std::string::npos) child_argv[0] = "/proc/self/exe";
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) child_argv[0] = std::string(self, static_cast<size_t>(n));
-    auto result = magi::LaunchLocalWorkers(world, child_argv);
-    if (!result.ok()) return Fail(0, result.status().message());
-    if (result->exit_code != 0) {
-      std::fprintf(stderr, "magi: rank %d failed with exit code %d; all ranks stopped\n", result->failed_rank,
-                   result->exit_code);
-    }
-    return result->exit_code;
+  if (std::optional<int> code = magi::RunLocalWorkersIfLauncher(absl::GetFlag(FLAGS_world_size), argc, argv)) {
+    return *code;
   }
   return Train(*env, argv[0]);
 }

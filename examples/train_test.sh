@@ -35,4 +35,12 @@ if examples/train --steps=6 --world_size=1 --out_dir="$out/resumed" --resume 2> 
   echo "resuming a 2-rank checkpoint on 1 rank should fail"; exit 1
 fi
 grep -q "does not match this run's shard" "$out/err2.txt"
+# The inference example continues a prompt with the trained shards (full-graph inference path).
+examples/generate --world_size=2 --checkpoint_dir="$out/straight/checkpoint" --length=40 --prompt="Sonnet" > "$out/gen.txt"
+[[ $(wc -c < "$out/gen.txt") -ge 46 ]] || { echo "generated too little: $(cat "$out/gen.txt")"; exit 1; }
+head -c 6 "$out/gen.txt" | grep -q "^Sonnet"
+if examples/generate --world_size=1 --checkpoint_dir="$out/straight/checkpoint" --length=5 2> "$out/err3.txt"; then
+  echo "a 2-shard checkpoint on 1 rank should fail"; exit 1
+fi
+grep -q "does not match this run's shard" "$out/err3.txt"
 echo "train example ok"

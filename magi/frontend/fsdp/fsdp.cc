@@ -44,6 +44,77 @@ const Marked* FindMark(const torch::nn::Module* module) {
   return nullptr;
 }
 
+// This rank's rows of `full`'s dim 0, zero-padded to whole shards, in fp32.
+at::Tensor ShardOf(const at::Tensor& full_param, int64_t world, int rank) {
+  at::Tensor full = full_param.detach().to(at::kFloat);
+  int64_t rows = ShardRows(full.size(0), world);
+  std::vector<int64_t> pad(2 * full.dim(), 0);
+  pad.back() = rows * world - full.size(0);
+  return at::constant_pad_nd(full, pad, 0).narrow(0, rank * rows, rows).clone();
+}
+
+// Reads the tensors named in `like` from a LibTorch archive, checking names and shapes.
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadMatching(torch::serialize::InputArchive& archive,
+                                                               const std::string& path,
+                                                               const std::map<std::string, at::Tensor>& like) {
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& [name, current] : like) {
+    at::Tensor tensor;
+    if (!archive.try_read(name, tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, " has no ", name));
+    }
+    if (tensor.sizes() != current.sizes() || tensor.scalar_type() != current.scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", name, " does not match this run's shard"
+                                                     " (another model, world size or rank?)"));
+    }
+    loaded[name] = tensor.to(current.device());
+  }
+  return loaded;
+}
+
+absl::Status LoadArchive(const std::string& path, torch::serialize::InputArchive& archive) {
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& error) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+// Inputs of `graph` by name from `named`, `data` (input.N) and the rng state.
+absl::StatusOr<std::vector<at::Tensor>> GatherInputs(const Graph& graph, const std::map<std::string, at::Tensor>& named,
+                                                     const std::vector<at::Tensor>& data) {
+  std::vector<at::Tensor> inputs;
+  for (const Value* input : graph.inputs()) {
+    const std::string& name = input->name();
+    if (input->role() == InputRole::kRng) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      inputs.push_back(generator.get_state());
+      continue;
+    }
+    if (absl::StartsWith(name, "input.")) {
+      size_t index = std::stoul(name.substr(6));
+      if (index >= data.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("the graph needs ", name, "; ", data.size(), " given"));
+      }
+      inputs.push_back(data[index]);
+      continue;
+    }
+    auto it = named.find(name);
+    if (it == named.end()) return absl::InternalError(absl::StrCat("no tensor for graph input %", name));
+    inputs.push_back(it->second);
+  }
+  return inputs;
+}
+
+// Buffers and lifted constants by name.
+void AddBuffersAndConstants(torch::nn::Module& root, const CapturedGraph& captured,
+                            std::map<std::string, at::Tensor>& named) {
+  for (const auto& item : root.named_buffers()) named[item.key()] = item.value();
+  for (const auto& [name, tensor] : captured.constants) named[name] = tensor;
+}
+
 }  // namespace
 
 absl::StatusOr<DeviceMesh> DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::string> axis_names,
@@ -143,13 +214,8 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(torch::nn::Modu
   for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
   for (const FsdpGroupPlan& group : trainer->plan_.groups) {
     for (const std::string& name : group.params) {
-      at::Tensor full = params.at(name).detach().to(at::kFloat);
-      int64_t rows = ShardRows(full.size(0), world);
-      std::vector<int64_t> pad(2 * full.dim(), 0);
-      pad.back() = rows * world - full.size(0);
-      at::Tensor padded = at::constant_pad_nd(full, pad, 0);
-      at::Tensor shard = padded.narrow(0, rank * rows, rows).clone();
-      trainer->full_shapes_[name] = full.sizes().vec();
+      at::Tensor shard = ShardOf(params.at(name), world, rank);
+      trainer->full_shapes_[name] = params.at(name).sizes().vec();
       trainer->state_[name + ".shard"] = shard;
       trainer->state_[name + ".exp_avg"] = at::zeros_like(shard);
       trainer->state_[name + ".exp_avg_sq"] = at::zeros_like(shard);
@@ -171,29 +237,8 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
   named["adamw.decay"] = at::scalar_tensor(1.0 - o.lr * o.weight_decay, scalar);
   named["adamw.step_size"] = at::scalar_tensor(o.lr / bias1, scalar);
   named["adamw.bc2_sqrt"] = at::scalar_tensor(std::sqrt(bias2), scalar);
-  for (const auto& item : root_->named_buffers()) named[item.key()] = item.value();
-  for (const auto& [name, tensor] : captured_.constants) named[name] = tensor;
-  std::vector<at::Tensor> inputs;
-  for (const Value* input : graph().inputs()) {
-    const std::string& name = input->name();
-    if (input->role() == InputRole::kRng) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      inputs.push_back(generator.get_state());
-      continue;
-    }
-    if (absl::StartsWith(name, "input.")) {
-      size_t index = std::stoul(name.substr(6));
-      if (index >= local_batch.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("the step needs ", name, "; ", local_batch.size(), " given"));
-      }
-      inputs.push_back(local_batch[index]);
-      continue;
-    }
-    auto it = named.find(name);
-    if (it == named.end()) return absl::InternalError(absl::StrCat("no tensor for graph input %", name));
-    inputs.push_back(it->second);
-  }
+  AddBuffersAndConstants(*root_, captured_, named);
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, GatherInputs(graph(), named, local_batch));
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(inputs));
   double loss = 0;
   const auto& graph_outputs = graph().outputs();
@@ -228,23 +273,9 @@ absl::Status FsdpTrainer::SaveCheckpoint(const std::string& path) const {
 
 absl::Status FsdpTrainer::LoadCheckpoint(const std::string& path) {
   torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(path);
-  } catch (const c10::Error& error) {
-    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what_without_backtrace()));
-  }
-  std::map<std::string, at::Tensor> loaded;
-  for (const auto& [name, current] : state_) {
-    at::Tensor tensor;
-    if (!archive.try_read(name, tensor)) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, " has no ", name));
-    }
-    if (tensor.sizes() != current.sizes() || tensor.scalar_type() != current.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", name, " does not match this run's shard"
-                                                     " (another model, world size or rank?)"));
-    }
-    loaded[name] = tensor.to(current.device());
-  }
+  MAGI_RETURN_IF_ERROR(LoadArchive(path, archive));
+  using TensorMap = std::map<std::string, at::Tensor>;
+  MAGI_ASSIGN_OR_RETURN(TensorMap loaded, ReadMatching(archive, path, state_));
   at::Tensor step;
   if (!archive.try_read("magi.step", step)) return absl::InvalidArgumentError(absl::StrCat(path, " has no step"));
   state_ = std::move(loaded);
@@ -263,6 +294,53 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpTrainer::Gat
     }
   }
   return out;
+}
+
+}  // namespace magi
+
+namespace magi {
+
+absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::Module& root,
+                                                                     const ForwardFunction& forward_fn,
+                                                                     const std::vector<at::Tensor>& example_inputs,
+                                                                     std::shared_ptr<Communicator> communicator,
+                                                                     const std::string& backend) {
+  auto inference = std::unique_ptr<FsdpInference>(new FsdpInference());
+  inference->root_ = &root;
+  MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
+  if (plan.world_size != communicator->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the mesh has ", plan.world_size, " ranks but the communicator ",
+                                                   communicator->size()));
+  }
+  plan.optimizer = false;
+  MAGI_ASSIGN_OR_RETURN(inference->captured_, CaptureForward(root, forward_fn, example_inputs));
+  Graph* graph = inference->captured_.graph();
+  MAGI_RETURN_IF_ERROR(ShardForFsdp(*inference->captured_.module, *graph, plan));
+  MAGI_RETURN_IF_ERROR(VerifyModule(*inference->captured_.module));
+  MAGI_ASSIGN_OR_RETURN(inference->executable_, CompileForTorch(backend, *inference->captured_.module, graph->name()));
+  MAGI_RETURN_IF_ERROR(inference->executable_->BindCommunicator(plan.process_group, communicator));
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
+  for (const FsdpGroupPlan& group : plan.groups) {
+    for (const std::string& name : group.params) {
+      inference->shards_[name + ".shard"] = ShardOf(params.at(name), plan.world_size, communicator->rank());
+    }
+  }
+  return inference;
+}
+
+absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  MAGI_RETURN_IF_ERROR(LoadArchive(path, archive));
+  MAGI_ASSIGN_OR_RETURN(shards_, ReadMatching(archive, path, shards_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<at::Tensor>> FsdpInference::Run(const std::vector<at::Tensor>& inputs) {
+  std::map<std::string, at::Tensor> named = shards_;
+  AddBuffersAndConstants(*root_, captured_, named);
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherInputs(graph(), named, inputs));
+  return executable_->Run(bound);
 }
 
 }  // namespace magi

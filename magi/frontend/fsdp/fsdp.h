@@ -121,6 +121,29 @@ class FsdpTrainer {
   int64_t step_ = 0;
 };
 
+// Forward-only FSDP: one graph with the all-gathers and the forward of `forward_fn`,
+// run on this rank's shards (taken from the module, or from a training checkpoint).
+class FsdpInference {
+ public:
+  static absl::StatusOr<std::unique_ptr<FsdpInference>> Create(torch::nn::Module& root,
+                                                               const ForwardFunction& forward_fn,
+                                                               const std::vector<at::Tensor>& example_inputs,
+                                                               std::shared_ptr<Communicator> communicator,
+                                                               const std::string& backend = "interpreter");
+  // Replaces the shards with those of a FsdpTrainer checkpoint (same world size and rank).
+  absl::Status LoadShardsFromCheckpoint(const std::string& path);
+  // Runs the forward on `inputs` (the example's shapes); returns its outputs.
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
+  const Graph& graph() const { return *captured_.graph(); }
+
+ private:
+  FsdpInference() = default;
+  torch::nn::Module* root_ = nullptr;
+  CapturedGraph captured_;
+  std::unique_ptr<TorchExecutable> executable_;
+  std::map<std::string, at::Tensor> shards_;  // "<param>.shard"
+};
+
 }  // namespace magi
 
 #endif  // MAGI_FRONTEND_FSDP_FSDP_H_

@@ -66,6 +66,36 @@ int RunWorker(const std::string& scenario) {
     return 0;
   }
 
+  if (scenario == "inference") {
+    auto mesh = DeviceMesh::Create({env->world_size}, {"dp"}, env->rank);
+    torch::manual_seed(0);
+    models::Llama model(TestConfig(false));
+    for (auto& layer : model->layers) FullyShard(*layer, *mesh);
+    FullyShard(*model, *mesh);
+    model->eval();
+    torch::manual_seed(5);
+    at::Tensor tokens = torch::randint(0, 250, {3, 16});
+    ForwardFunction forward = [&](const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{model->forward(in[0])};
+    };
+    auto inference = FsdpInference::Create(*model, forward, {tokens}, *communicator);
+    if (!inference.ok()) return Fail(std::string(inference.status().message()));
+    int gathers = 0;
+    for (const Node* node : (*inference)->graph().nodes()) gathers += node->op() == kAllGatherStartOp;
+    if (gathers != 3) return Fail("expected one all-gather per group in the inference graph, got " + std::to_string(gathers));
+    auto outputs = (*inference)->Run({tokens});
+    if (!outputs.ok()) return Fail(std::string(outputs.status().message()));
+    at::Tensor eager;
+    {
+      torch::NoGradGuard no_grad;
+      eager = model->forward(tokens);
+    }
+    double diff = ((*outputs)[0] - eager).abs().max().item<double>();
+    if (diff > 1e-6) return Fail("inference differs from eager by " + std::to_string(diff));
+    if (env->rank == 0) std::cout << "inference matches eager within " << diff << "\n";
+    return 0;
+  }
+
   const bool tied = std::getenv("MAGI_TEST_TIED") != nullptr;
   FullyShardOptions options;
   options.reshard_after_forward = std::getenv("MAGI_TEST_KEEP_GATHERED") == nullptr;
@@ -151,6 +181,7 @@ TEST(FsdpTrainingTest, MatchesEagerOnFourRanksWithUnevenShards) { EXPECT_EQ(Laun
 TEST(FsdpTrainingTest, KeepingGatheredParametersAgrees) {
   EXPECT_EQ(Launch(2, "train", {{"MAGI_TEST_KEEP_GATHERED", "1"}}), 0);
 }
+TEST(FsdpTrainingTest, InferenceMatchesEagerForward) { EXPECT_EQ(Launch(2, "inference"), 0); }
 TEST(FsdpTrainingTest, TiedEmbeddings) { EXPECT_EQ(Launch(2, "train", {{"MAGI_TEST_TIED", "1"}}), 0); }
 
 absl::StatusOr<LaunchResult> LaunchTimed(int world, const std::string& scenario, const std::string& out_dir,

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -16,6 +18,24 @@
 extern char** environ;
 
 namespace magi {
+
+std::optional<int> RunLocalWorkersIfLauncher(int world_size, int argc, char** argv) {
+  if (std::getenv("RANK") != nullptr || world_size <= 1) return std::nullopt;
+  std::vector<std::string> child_argv(argv, argv + argc);
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) child_argv[0] = std::string(self, static_cast<size_t>(n));
+  absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(world_size, child_argv);
+  if (!result.ok()) {
+    std::fprintf(stderr, "magi: %s\n", std::string(result.status().message()).c_str());
+    return 1;
+  }
+  if (result->exit_code != 0) {
+    std::fprintf(stderr, "magi: rank %d failed with exit code %d; all ranks stopped\n", result->failed_rank,
+                 result->exit_code);
+  }
+  return result->exit_code;
+}
 
 absl::StatusOr<int> PickFreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

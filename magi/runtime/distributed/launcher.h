@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ struct LaunchResult {
 absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vector<std::string>& argv,
                                                 const std::map<std::string, std::string>& extra_env = {},
                                                 std::chrono::milliseconds grace = std::chrono::seconds(5));
+
+// For programs that are their own workers: when RANK is not set and `world_size` > 1,
+// runs `world_size` copies of this executable (/proc/self/exe) with the same arguments
+// and returns the exit code to end with; otherwise returns nullopt (this process is a
+// worker, or the only process). Prints which rank failed, if one did.
+std::optional<int> RunLocalWorkersIfLauncher(int world_size, int argc, char** argv);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 absl::StatusOr<int> PickFreePort();
