@@ -259,6 +259,12 @@ absl::Status FsdpTrainer::SaveCheckpoint(const std::string& path) const {
     torch::serialize::OutputArchive archive;
     for (const auto& [name, tensor] : state_) archive.write(name, tensor.cpu());
     archive.write("magi.step", at::scalar_tensor(step_, at::kLong));
+    // The default CPU generator's state, so random ops continue the same stream.
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      archive.write("magi.rng.cpu", generator.get_state());
+    }
     archive.save_to(temp);
   } catch (const c10::Error& error) {
     std::remove(temp.c_str());
@@ -278,6 +284,12 @@ absl::Status FsdpTrainer::LoadCheckpoint(const std::string& path) {
   MAGI_ASSIGN_OR_RETURN(TensorMap loaded, ReadMatching(archive, path, state_));
   at::Tensor step;
   if (!archive.try_read("magi.step", step)) return absl::InvalidArgumentError(absl::StrCat(path, " has no step"));
+  at::Tensor rng;
+  if (archive.try_read("magi.rng.cpu", rng)) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng);
+  }
   state_ = std::move(loaded);
   step_ = step.item<int64_t>();
   return absl::OkStatus();

@@ -100,10 +100,11 @@ class FsdpTrainer {
   // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
   const std::map<std::string, at::Tensor>& state() const { return state_; }
 
-  // Writes this rank's shards, optimizer moments and step count to `path` (a LibTorch
-  // archive), atomically: a temporary file renamed over `path`.
+  // Writes this rank's shards, optimizer moments, step count and the default CPU
+  // generator's state to `path` (a LibTorch archive), atomically: a temporary file
+  // renamed over `path`.
   absl::Status SaveCheckpoint(const std::string& path) const;
-  // Restores what SaveCheckpoint wrote; the names and shapes must match this trainer's
+  // Restores what SaveCheckpoint wrote (the generator state too); names and shapes must match this trainer's
   // (same model, world size and rank), else InvalidArgument naming the first mismatch.
   absl::Status LoadCheckpoint(const std::string& path);
 
