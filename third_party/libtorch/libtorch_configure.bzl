@@ -97,6 +97,14 @@ def _libtorch_configure_impl(ctx):
         if ctx.path(include + "/" + d).exists:
             ctx.symlink(include + "/" + d, "include/" + d)
 
+    # Debian's CPU-only package ships c10/cuda's headers without the one CMake generates, so
+    # nothing that includes them compiles. Supply it (it only says c10_cuda is a shared library)
+    # so CUDA sources can at least be compiled against this install.
+    generated = []
+    if ctx.path(include + "/c10/cuda/CUDAMacros.h").exists and not ctx.path(include + "/c10/cuda/impl/cuda_cmake_macros.h").exists:
+        ctx.file("generated/c10/cuda/impl/cuda_cmake_macros.h", "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+        generated = ["generated"]
+
     linkopts = []
     if home != "/usr":
         linkopts = ["-L" + libdir, "-Wl,-rpath," + libdir]
@@ -125,8 +133,8 @@ exports_files(["config.bzl"])
 
 cc_library(
     name = "headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"]),
-    includes = ["include", "include/torch/csrc/api/include"],
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "generated/**/*.h"]),
+    includes = ["include", "include/torch/csrc/api/include"] + {generated},
 )
 
 cc_library(
@@ -136,7 +144,7 @@ cc_library(
 )
 
 """.format(version = version, home = home, source = source, linkopts = repr(linkopts),
-           cpu_libs = repr(cpu_libs)) + (_CUDA_TARGET.format(cuda_libs = repr(cuda_libs)) if has_cuda else
+           cpu_libs = repr(cpu_libs), generated = repr(generated)) + (_CUDA_TARGET.format(cuda_libs = repr(cuda_libs)) if has_cuda else
           unavailable_target("libtorch_cuda", "LibTorch %s at %s has no CUDA libraries (libtorch_cuda.so); " % (version, home) +
                              "--config=cuda needs a CUDA build of LibTorch: set LIBTORCH_HOME to one.")))
 
