@@ -40,6 +40,9 @@ check "dot has a collective hexagon" grep -q 'shape=hexagon' "$TMP/g.dot"
 $MAGI opt magi/ir/testdata/tiny_forward.mir --passes=dce -o "$TMP/opt.mir"
 check "opt dce keeps live code" cmp -s magi/ir/testdata/tiny_forward.mir "$TMP/opt.mir"
 check "registry lists dce" grep -q '^pass: .*dce' <($MAGI registry)
+$MAGI opt $SAMPLE --passes='fixed-point(cse,dce)' -o "$TMP/cse.mir"
+check "cse+dce keep a verified module" test "$($MAGI verify "$TMP/cse.mir")" = "ok"
+check "cse+dce removed the dead nodes" test "$(grep -c ' = ' "$TMP/cse.mir")" -lt "$(grep -c ' = ' $SAMPLE)"
 check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
 
 printf 'module @m {\n  graph @g {\n    %%y = aten::relu(%%x) : f32[2]\n  }\n}\n' > "$TMP/bad.mir"
@@ -50,7 +53,8 @@ expect_failure "missing file" 1 "cannot open $TMP/none.mir: No such file or dire
 printf 'garbage' > "$TMP/bad.pb"
 expect_failure "bad protobuf" 1 "bad.pb: not a valid magi.proto.ModuleProto" -- $MAGI verify "$TMP/bad.pb"
 expect_failure "unknown extension" 1 "unknown IR file extension" -- $MAGI verify "$TMP/file.txt"
-expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: dce" -- $MAGI opt $SAMPLE --passes=dce,nope
+expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
+expect_failure "bad pipeline" 1 "pass pipeline, column 5: expected a pass name" -- $MAGI opt $SAMPLE --passes=dce,
 expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=nope
 expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob
 expect_failure "missing -o" 2 "'convert' needs -o OUT" -- $MAGI convert $SAMPLE

@@ -4,7 +4,8 @@
 //   magi fmt IN [-o OUT]                 print the canonical text form
 //   magi convert IN -o OUT               convert between .mir, .pb and .json by extension
 //   magi dot IN [-o OUT] [--graph=NAME]  Graphviz DOT of one graph (the first by default)
-//   magi opt IN --passes=a,b [-o OUT]    run registered passes in order, verifying after each
+//   magi opt IN --passes=SPEC [-o OUT]   run a pass pipeline (e.g. "fixed-point(cse,dce)"),
+//                                        verifying after each pass; --stats=true prints timings
 //   magi registry                        list every registered pass, backend, ... by kind
 //
 // Exit status: 0 on success, 1 on bad input (with a message naming file and line),
@@ -23,6 +24,7 @@
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/pass.h"
+#include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
 #include "magi/tools/ir_io.h"
 
@@ -34,7 +36,7 @@ constexpr char kUsage[] = R"(usage:
   magi fmt IN [-o OUT]
   magi convert IN -o OUT
   magi dot IN [-o OUT] [--graph=NAME]
-  magi opt IN --passes=NAME[,NAME...] [-o OUT]
+  magi opt IN --passes=SPEC [-o OUT] [--stats=true]   (SPEC: dce,cse or fixed-point(cse,dce))
   magi registry
 IR files: .mir (text), .pb (binary protobuf), .json (protobuf JSON); OUT "-" is stdout.
 )";
@@ -79,7 +81,7 @@ const std::vector<CommandSpec>& CommandSpecs() {
       {"fmt", 1, {"o"}, {}},
       {"convert", 1, {"o"}, {"o"}},
       {"dot", 1, {"o", "graph"}, {}},
-      {"opt", 1, {"o", "passes"}, {"passes"}},
+      {"opt", 1, {"o", "passes", "stats"}, {"passes"}},
       {"registry", 0, {}, {}},
   };
   return *specs;
@@ -115,14 +117,14 @@ std::string FlagOr(const CommandLine& line, const std::string& name, std::string
 
 absl::Status RunOpt(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
-  std::string spec = FlagOr(line, "passes", "");
-  for (absl::string_view name : absl::StrSplit(spec, ',')) {
-    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Pass> pass, Registry<Pass>::Global().Create(name));
-    absl::StatusOr<bool> changed = pass->Run(*module);
-    if (!changed.ok()) return absl::Status(changed.status().code(), absl::StrCat(name, ": ", changed.status().message()));
-    absl::Status verified = VerifyModule(*module);
-    if (!verified.ok()) {
-      return absl::InternalError(absl::StrCat("the module does not verify after pass '", name, "':\n", verified.message()));
+  MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(FlagOr(line, "passes", "")));
+  PassManager manager(/*verify_each=*/true);
+  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+  MAGI_RETURN_IF_ERROR(manager.Run(*module).status());
+  if (FlagOr(line, "stats", "") == "true") {
+    for (const PassStatistics& stats : manager.statistics()) {
+      std::fprintf(stderr, "%-20s runs %d, changed %d, %.3f ms\n", stats.name.c_str(), stats.runs, stats.changed,
+                   stats.seconds * 1e3);
     }
   }
   return SaveModule(*module, FlagOr(line, "o", "-"));

@@ -1,0 +1,71 @@
+#include "magi/passes/cse.h"
+
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "magi/ir/collectives.h"
+#include "magi/passes/dce.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+namespace {
+
+// A key that is equal exactly when two nodes compute the same thing: op, arguments
+// (constants printed exactly, operands by identity) and result types.
+std::string Signature(const Node& node) {
+  std::string key = node.op();
+  for (const Argument& arg : node.args()) {
+    absl::StrAppend(&key, "|", arg.name, "=");
+    if (arg.value.kind() == AttrKind::kOperand) {
+      absl::StrAppend(&key, "v", reinterpret_cast<uintptr_t>(node.operand(arg.value.as_operand().index)));
+    } else if (arg.value.kind() == AttrKind::kOperandList) {
+      for (int index : arg.value.as_operand_list().indices) {
+        absl::StrAppend(&key, index == OperandListRef::kNoOperand ? 0 : reinterpret_cast<uintptr_t>(node.operand(index)),
+                        ";");
+      }
+    } else {
+      absl::StrAppend(&key, AttrKindName(arg.value.kind()), ":", arg.value.ToString());
+    }
+  }
+  for (const Value* result : node.results()) absl::StrAppend(&key, "->", result->type().ToString());
+  return key;
+}
+
+}  // namespace
+
+bool CommonSubexpressionElimination::IsRandom(absl::string_view op) {
+  for (absl::string_view word : {"bernoulli", "dropout", "rand", "normal", "multinomial", "uniform", "exponential",
+                                 "cauchy", "geometric", "log_normal", "poisson", "rrelu"}) {
+    if (absl::StrContains(op, word)) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<bool> CommonSubexpressionElimination::RunImpl(Module& module) {
+  bool changed = false;
+  for (Graph* graph : module.graphs()) {
+    absl::flat_hash_map<std::string, Node*> seen;
+    for (Node* node : graph->nodes()) {
+      if (node->num_results() == 0 || IsCommunication(node->op()) || IsRandom(node->op()) ||
+          DeadCodeElimination::HasSideEffects(node->op())) {
+        continue;
+      }
+      auto [it, inserted] = seen.emplace(Signature(*node), node);
+      if (inserted) continue;
+      Node* kept = it->second;
+      for (int i = 0; i < node->num_results(); ++i) graph->ReplaceAllUsesWith(node->result(i), kept->result(i));
+      graph->EraseNode(node);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+MAGI_REGISTER(Pass, "cse", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+  if (!options.empty()) return absl::InvalidArgumentError("cse takes no options");
+  return std::make_unique<CommonSubexpressionElimination>();
+});
+
+}  // namespace magi

@@ -1,0 +1,87 @@
+// Pass pipelines: built in code or parsed from text, run with the verifier in between.
+//
+//   absl::StatusOr<PassPipeline> p = ParsePassPipeline("dce,cse,dce");
+//   PassManager manager;
+//   MAGI_RETURN_IF_ERROR(manager.AddPipeline(*p));           // looks names up in the registry
+//   absl::StatusOr<bool> changed = manager.Run(module);      // verifies after every pass
+//   manager.statistics();                                    // per pass: runs, changed, seconds
+//
+// Text form (MLIR-style): passes separated by commas, options in braces,
+// `name{key=value,key=value}`; `fixed-point{max_iterations=N}(a,b)` repeats the inner
+// pipeline until it changes nothing (at most N times). Print(Parse(text)) == text for
+// canonical text (no spaces, keys in order).
+#ifndef MAGI_PASSES_PIPELINE_H_
+#define MAGI_PASSES_PIPELINE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/passes/pass.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+
+// One entry of a textual pipeline.
+struct PassSpec {
+  std::string name;
+  ComponentOptions options;
+  std::vector<PassSpec> nested;  // for fixed-point
+};
+using PassPipeline = std::vector<PassSpec>;
+
+// Parses the text form; InvalidArgument with the column and what was expected.
+absl::StatusOr<PassPipeline> ParsePassPipeline(absl::string_view text);
+std::string PrintPassPipeline(const PassPipeline& pipeline);
+
+struct PassStatistics {
+  std::string name;
+  int runs = 0;
+  int changed = 0;
+  double seconds = 0;
+};
+
+class PassManager {
+ public:
+  // `verify_each`: run VerifyModule after every pass (tests and tools do; it is cheap).
+  explicit PassManager(bool verify_each = true) : verify_each_(verify_each) {}
+
+  void AddPass(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
+  template <typename T, typename... Args>
+  void AddPass(Args&&... args) {
+    AddPass(std::make_unique<T>(std::forward<Args>(args)...));
+  }
+  // Creates the passes of `pipeline` from the registry (NotFound lists the registered names).
+  absl::Status AddPipeline(const PassPipeline& pipeline);
+
+  // Runs every pass in order; the first failure (a pass's, or the verifier's naming the
+  // pass that broke the module) stops the run. True if any pass changed the module.
+  absl::StatusOr<bool> Run(Module& module);
+  const std::vector<PassStatistics>& statistics() const { return statistics_; }
+
+ private:
+  bool verify_each_;
+  std::vector<std::unique_ptr<Pass>> passes_;
+  std::vector<PassStatistics> statistics_;
+};
+
+// Repeats an inner pipeline until it changes nothing or `max_iterations` runs happened.
+// Registered as "fixed-point" for textual pipelines.
+class FixedPointPass : public Pass {
+ public:
+  FixedPointPass(std::unique_ptr<PassManager> inner, int max_iterations)
+      : inner_(std::move(inner)), max_iterations_(max_iterations) {}
+  absl::string_view name() const override { return "fixed-point"; }
+
+ protected:
+  absl::StatusOr<bool> RunImpl(Module& module) override;
+
+ private:
+  std::unique_ptr<PassManager> inner_;
+  int max_iterations_;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_PASSES_PIPELINE_H_
