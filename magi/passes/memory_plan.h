@@ -1,0 +1,44 @@
+// Liveness-based memory planning of a graph, in the same accounting the interpreter
+// measures (RunStats::peak_live_bytes): a value occupies its storage from the node that
+// makes it until after its last use (graph outputs until the end; inputs from the start);
+// results of view ops (view, t, transpose, slice, select, expand, permute, as_strided, ...)
+// share their base's storage, which lives until the last use of any of its aliases.
+//
+// Besides the peak, it assigns every storage to a reusable buffer (greedy first fit over
+// lifetimes): buffers never hold two storages alive at once, so total_buffer_bytes() is
+// what a runtime preallocating them would need.
+//
+// What it does not model: allocator fragmentation and rounding, kernels' temporary
+// workspaces, tensors the caller keeps alive after giving them to the graph, and storage
+// that kernels share without a view op in the IR (so it errs high: on the tiny Llama
+// training step it predicts 990,100 bytes where the interpreter measures 957,076).
+#ifndef MAGI_PASSES_MEMORY_PLAN_H_
+#define MAGI_PASSES_MEMORY_PLAN_H_
+
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "magi/ir/graph.h"
+
+namespace magi {
+
+struct MemoryPlan {
+  int64_t peak_bytes = 0;
+  int peak_node = -1;                // program index of the node where the peak is reached (-1: inputs)
+  std::vector<int64_t> live_after;   // bytes live after each node
+  std::vector<int64_t> buffer_sizes;  // one entry per reusable buffer
+  absl::flat_hash_map<const Value*, int> buffer_of;  // storage-owning value -> buffer
+
+  int64_t total_buffer_bytes() const;
+};
+
+// True for ops whose result aliases their first tensor operand.
+bool IsViewOp(absl::string_view op);
+
+// FailedPrecondition if a value's size is not static.
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph);
+
+}  // namespace magi
+
+#endif  // MAGI_PASSES_MEMORY_PLAN_H_
