@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/passes/pass_test_util.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
@@ -10,17 +11,8 @@
 namespace magi {
 namespace {
 
-// Parses `input`, runs the registered "dce" pass, verifies, and returns the printed result.
 std::string RunDce(absl::string_view input, bool expect_changed) {
-  auto module = ParseModule(input);
-  EXPECT_TRUE(module.ok()) << module.status();
-  auto pass = Registry<Pass>::Global().Create("dce");
-  EXPECT_TRUE(pass.ok()) << pass.status();
-  absl::StatusOr<bool> changed = (*pass)->Run(**module);
-  EXPECT_TRUE(changed.ok()) << changed.status();
-  EXPECT_EQ(*changed, expect_changed);
-  EXPECT_TRUE(VerifyModule(**module).ok()) << VerifyModule(**module);
-  return PrintModule(**module);
+  return testing::RunPassOnText("dce", input, expect_changed);
 }
 
 TEST(DceTest, RemovesDeadChainsAndKeepsInputs) {
