@@ -58,7 +58,7 @@ absl::Status SortTopologically(Graph& graph) {
   return absl::OkStatus();
 }
 
-Node* CopyNode(const Node& node, Graph& dst, absl::flat_hash_map<const Value*, Value*>& value_map) {
+Node* CopyNode(const Node& node, Graph& dst, absl::flat_hash_map<const Value*, Value*>& value_map, Node* before) {
   auto mapped = [&](int index) {
     auto it = value_map.find(node.operand(index));
     MAGI_CHECK(it != value_map.end()) << "CopyNode: operand %" << node.operand(index)->name() << " is not mapped";
@@ -84,7 +84,7 @@ Node* CopyNode(const Node& node, Graph& dst, absl::flat_hash_map<const Value*, V
     types.push_back(result->type());
     names.push_back(dst.FindValue(result->name()) == nullptr ? result->name() : dst.FreshName(result->name() + "."));
   }
-  Node* copy = dst.AddNode(node.op(), std::move(args), std::move(types), nullptr, std::move(names));
+  Node* copy = dst.AddNode(node.op(), std::move(args), std::move(types), before, std::move(names));
   copy->mutable_annotations() = node.annotations();
   copy->set_location(node.location());
   for (int i = 0; i < node.num_results(); ++i) value_map[node.result(i)] = copy->result(i);

@@ -23,9 +23,11 @@ absl::StatusOr<std::vector<Node*>> TopologicalOrder(const Graph& graph);
 // Reorders `graph`'s nodes into TopologicalOrder(graph).
 absl::Status SortTopologically(Graph& graph);
 
-// Copies `node` into `dst` (appended), mapping operands through `value_map`, which
-// must hold every operand; adds the copy's results to `value_map`.
-Node* CopyNode(const Node& node, Graph& dst, absl::flat_hash_map<const Value*, Value*>& value_map);
+// Copies `node` into `dst` (appended, or inserted before `before`), mapping operands
+// through `value_map`, which must hold every operand; adds the copy's results to
+// `value_map`. Result names are kept where `dst` does not have them yet.
+Node* CopyNode(const Node& node, Graph& dst, absl::flat_hash_map<const Value*, Value*>& value_map,
+               Node* before = nullptr);
 
 // A deep copy of `graph` (names, types, annotations, locations), standalone.
 std::unique_ptr<Graph> CloneGraph(const Graph& graph, std::string name);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "magi/ir/collectives.h"
 
 namespace magi {
 
@@ -50,15 +51,31 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph) {
     absl::Status status = add_owner(input, -1);
     if (!status.ok()) return status;
   }
+  absl::flat_hash_map<const Node*, int> index_of_start;
   for (int i = 0; i < n; ++i) {
     const Node* node = nodes[i];
+    if (IsCollectiveStart(node->op())) index_of_start[node] = i;
+    // A collective's buffers exist from its start: the runtime allocates the results
+    // there and holds the inputs until the wait.
+    int birth = i;
+    if (node->op() == kWaitOp) {
+      const Node* start = StartOfWait(*node);
+      auto it = start == nullptr ? index_of_start.end() : index_of_start.find(start);
+      if (it != index_of_start.end()) {
+        birth = it->second;
+        for (const Value* operand : start->operands()) {
+          auto owner_it = owner.find(operand);
+          if (owner_it != owner.end()) dies[owner_it->second] = std::max(dies[owner_it->second], i);
+        }
+      }
+    }
     const Value* aliased = nullptr;
     if (IsViewOp(node->op()) && node->num_operands() > 0) aliased = owner.count(node->operand(0)) ? owner.at(node->operand(0)) : nullptr;
     for (const Value* result : node->results()) {
       if (aliased != nullptr) {
         owner[result] = aliased;
       } else {
-        absl::Status status = add_owner(result, i);
+        absl::Status status = add_owner(result, birth);
         if (!status.ok()) return status;
       }
     }

@@ -2,7 +2,9 @@
 // measures (RunStats::peak_live_bytes): a value occupies its storage from the node that
 // makes it until after its last use (graph outputs until the end; inputs from the start);
 // results of view ops (view, t, transpose, slice, select, expand, permute, as_strided, ...)
-// share their base's storage, which lives until the last use of any of its aliases.
+// share their base's storage, which lives until the last use of any of its aliases. A
+// collective's results count from its start (where the runtime allocates them) and its
+// inputs stay alive until its wait.
 //
 // Besides the peak, it assigns every storage to a reusable buffer (greedy first fit over
 // lifetimes): buffers never hold two storages alive at once, so total_buffer_bytes() is

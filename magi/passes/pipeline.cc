@@ -13,7 +13,7 @@ namespace {
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-         c == '.';
+         c == '.' || c == '+';  // '+' joins list values: groups=layers.0+root
 }
 
 class SpecParser {

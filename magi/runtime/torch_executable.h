@@ -22,6 +22,10 @@ struct RunStats {
   // Most bytes of tensor storage the executable held at once (inputs included).
   int64_t peak_live_bytes = 0;
   double seconds = 0;
+  // Wall time of each node in program order, when profiling is on (set_profile_nodes);
+  // a collective start's is the enqueue, its wait's the blocking. On CUDA these are
+  // host times (kernels are asynchronous), so calibrate on CPU or synchronize.
+  std::vector<double> node_seconds;
 };
 
 class TorchExecutable : public Executable {
@@ -30,6 +34,8 @@ class TorchExecutable : public Executable {
   // output order. Callable many times with new inputs; not concurrently.
   virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
   virtual const RunStats& last_run_stats() const = 0;
+  // Records RunStats::node_seconds on later runs (off by default: it costs a clock read per node).
+  virtual void set_profile_nodes(bool on) = 0;
   // Supplies the communicator for process group `group`; Run fails, naming the group,
   // when the graph has collectives on a group with none bound.
   virtual absl::Status BindCommunicator(const std::string& group, std::shared_ptr<Communicator> communicator) = 0;

@@ -208,6 +208,8 @@ class InterpreterExecutable : public TorchExecutable {
     return exe;
   }
 
+  void set_profile_nodes(bool on) override { profile_nodes_ = on; }
+
   absl::Status BindCommunicator(const std::string& group, std::shared_ptr<Communicator> communicator) override {
     if (communicator == nullptr) return absl::InvalidArgumentError("null communicator");
     communicators_[group] = std::move(communicator);
@@ -235,13 +237,23 @@ class InterpreterExecutable : public TorchExecutable {
 
     handles_.clear();
     handles_.resize(plans_.size());
+    in_flight_.clear();
     torch::jit::Stack stack;
+    if (profile_nodes_) stats_.node_seconds.assign(plans_.size(), 0.0);
+    auto node_start = std::chrono::steady_clock::now();
+    auto record_time = [&](size_t index) {
+      if (!profile_nodes_) return;
+      auto now = std::chrono::steady_clock::now();
+      stats_.node_seconds[index] = std::chrono::duration<double>(now - node_start).count();
+      node_start = now;
+    };
     for (size_t index = 0; index < plans_.size(); ++index) {
       const NodePlan& plan = plans_[index];
       if (plan.kind != NodePlan::Kind::kOp) {
         MAGI_RETURN_IF_ERROR(RunCommunication(index));
         for (int s : plan.release_slots) Release(s);
         ++stats_.nodes_run;
+        record_time(index);
         continue;
       }
       stack.clear();
@@ -277,6 +289,7 @@ class InterpreterExecutable : public TorchExecutable {
       MAGI_RETURN_IF_ERROR(TakeResults(plan, stack));
       for (int s : plan.release_slots) Release(s);
       ++stats_.nodes_run;
+      record_time(index);
     }
     std::vector<at::Tensor> outputs;
     outputs.reserve(output_slots_.size());
@@ -330,15 +343,28 @@ class InterpreterExecutable : public TorchExecutable {
       std::vector<at::Tensor> inputs;
       for (int s : plan.args[0].slots) inputs.push_back(slots_[s]);
       absl::StatusOr<std::unique_ptr<CollectiveHandle>> handle =
-          communicators_.at(plan.group)->Start(plan.collective, std::move(inputs), plan.reduce_op);
+          communicators_.at(plan.group)->Start(plan.collective, inputs, plan.reduce_op);
       if (!handle.ok()) return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
       handles_[index] = *std::move(handle);
+      // In flight, a collective holds its inputs and the result buffers it allocated:
+      // count both until the wait, as the memory planner does.
+      InFlight& in_flight = in_flight_[index];
+      in_flight.inputs = std::move(inputs);
+      for (const at::Tensor& input : in_flight.inputs) AddStorageRef(input);
+      for (const TensorType& type : plan.result_types) in_flight.result_bytes += type.SizeInBytes().value_or(0);
+      AddLiveBytes(in_flight.result_bytes);
       return absl::OkStatus();
     }
     std::unique_ptr<CollectiveHandle>& handle = handles_[plan.start_plan];
     if (handle == nullptr) return absl::InternalError(absl::StrCat(Where(*plan.node), ": its start did not run"));
     absl::StatusOr<std::vector<at::Tensor>> results = handle->Wait();
     handle.reset();
+    auto in_flight = in_flight_.find(plan.start_plan);
+    if (in_flight != in_flight_.end()) {
+      for (const at::Tensor& input : in_flight->second.inputs) DropStorageRef(input);
+      live_bytes_ -= in_flight->second.result_bytes;
+      in_flight_.erase(in_flight);
+    }
     if (!results.ok()) {
       return absl::Status(results.status().code(), absl::StrCat(Where(*plan.node), ": ", results.status().message()));
     }
@@ -398,25 +424,34 @@ class InterpreterExecutable : public TorchExecutable {
   void Hold(int slot, const at::Tensor& tensor) {
     Release(slot);
     slots_[slot] = tensor;
-    if (!tensor.defined() || !tensor.has_storage()) return;
-    const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-    if (storage_refs_[storage]++ == 0) {
-      live_bytes_ += static_cast<int64_t>(tensor.storage().nbytes());
-      stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, live_bytes_);
-    }
+    AddStorageRef(tensor);
   }
 
   void Release(int slot) {
-    at::Tensor& tensor = slots_[slot];
-    if (tensor.defined() && tensor.has_storage()) {
-      const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-      auto it = storage_refs_.find(storage);
-      if (it != storage_refs_.end() && --it->second == 0) {
-        live_bytes_ -= static_cast<int64_t>(tensor.storage().nbytes());
-        storage_refs_.erase(it);
-      }
+    DropStorageRef(slots_[slot]);
+    slots_[slot] = at::Tensor();
+  }
+
+  // Live bytes count each storage once, however many slots or in-flight collectives hold it.
+  void AddStorageRef(const at::Tensor& tensor) {
+    if (!tensor.defined() || !tensor.has_storage()) return;
+    if (storage_refs_[tensor.storage().unsafeGetStorageImpl()]++ == 0) {
+      AddLiveBytes(static_cast<int64_t>(tensor.storage().nbytes()));
     }
-    tensor = at::Tensor();
+  }
+
+  void DropStorageRef(const at::Tensor& tensor) {
+    if (!tensor.defined() || !tensor.has_storage()) return;
+    auto it = storage_refs_.find(tensor.storage().unsafeGetStorageImpl());
+    if (it != storage_refs_.end() && --it->second == 0) {
+      live_bytes_ -= static_cast<int64_t>(tensor.storage().nbytes());
+      storage_refs_.erase(it);
+    }
+  }
+
+  void AddLiveBytes(int64_t bytes) {
+    live_bytes_ += bytes;
+    stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, live_bytes_);
   }
 
   std::vector<NodePlan> plans_;
@@ -430,6 +465,12 @@ class InterpreterExecutable : public TorchExecutable {
   std::vector<at::Tensor> slots_;
   absl::flat_hash_map<const c10::StorageImpl*, int> storage_refs_;
   int64_t live_bytes_ = 0;
+  bool profile_nodes_ = false;
+  struct InFlight {
+    std::vector<at::Tensor> inputs;
+    int64_t result_bytes = 0;
+  };
+  absl::flat_hash_map<size_t, InFlight> in_flight_;  // start plan index -> what it holds
   RunStats stats_;
 };
 

@@ -1,10 +1,13 @@
 #include "magi/passes/fsdp/shard_for_fsdp.h"
 
+#include <set>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/collectives.h"
+#include "magi/passes/reshard_after_forward.h"
 
 namespace magi {
 namespace {
@@ -265,6 +268,17 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
     }
   }
   for (GraphOutput& output : new_outputs) graph.AddOutput(std::move(output.name), output.value);
+  // Backward may also read forward views of gathered parameters (a transpose saved for
+  // backward); for resharded groups those must read the backward gather, or the forward
+  // copy stays alive until backward and resharding saves nothing.
+  std::set<std::string> resharded;
+  for (const FsdpGroupPlan& group_plan : plan.groups) {
+    if (group_plan.reshard_after_forward) resharded.insert(group_plan.name);
+  }
+  if (!resharded.empty()) {
+    absl::StatusOr<bool> changed = ReshardAfterForward(/*reshard=*/true, std::move(resharded)).Run(module);
+    if (!changed.ok()) return changed.status();
+  }
   return absl::OkStatus();
 }
 

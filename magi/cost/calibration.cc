@@ -1,0 +1,108 @@
+#include "magi/cost/calibration.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "magi/base/file.h"
+#include "magi/ir/collectives.h"
+
+namespace magi {
+
+std::string CalibrationTable::KeyOf(const Node& node) {
+  std::string key = node.op();
+  if (IsCollectiveStart(node.op())) {
+    // Only the size of the transfer and the group matter, not the tensors' names.
+    const Module* module = node.graph() != nullptr ? node.graph()->module() : nullptr;
+    const Attribute* group = node.FindArg("group");
+    int64_t group_size = 1;
+    if (module != nullptr && group != nullptr && group->kind() == AttrKind::kString) {
+      if (const ProcessGroup* pg = module->FindProcessGroup(group->as_string())) group_size = pg->size;
+    }
+    absl::StrAppend(&key, "[world=", group_size, "]");
+  } else {
+    for (const Argument& arg : node.args()) {
+      AttrKind kind = arg.value.kind();
+      if (kind == AttrKind::kOperand || kind == AttrKind::kOperandList) continue;
+      absl::StrAppend(&key, ",", arg.name, "=", arg.value.ToString());
+    }
+  }
+  absl::StrAppend(&key, "(");
+  for (int i = 0; i < node.num_operands(); ++i) {
+    absl::StrAppend(&key, i ? ", " : "", node.operand(i)->type().ToString());
+  }
+  absl::StrAppend(&key, ") ->");
+  for (const Value* result : node.results()) absl::StrAppend(&key, " ", result->type().ToString());
+  return key;
+}
+
+absl::Status CalibrationTable::AddRun(const Graph& graph, const std::vector<double>& node_seconds) {
+  std::vector<Node*> nodes = graph.nodes();
+  if (nodes.size() != node_seconds.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("calibration: ", node_seconds.size(), " times for a graph of ",
+                                                   nodes.size(), " nodes"));
+  }
+  std::map<const Node*, double> start_seconds;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* node = nodes[i];
+    if (IsCollectiveStart(node->op())) {
+      start_seconds[node] = node_seconds[i];
+    } else if (node->op() == kWaitOp) {
+      const Node* start = StartOfWait(*node);
+      if (start != nullptr && start_seconds.count(start)) Add(KeyOf(*start), start_seconds[start] + node_seconds[i]);
+    } else {
+      Add(KeyOf(*node), node_seconds[i]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CalibrationTable::Add(const std::string& key, double seconds, int64_t count) {
+  Entry& entry = entries_[key];
+  entry.total_seconds += seconds * static_cast<double>(count);
+  entry.count += count;
+}
+
+std::optional<double> CalibrationTable::Lookup(const Node& node) const {
+  auto it = entries_.find(KeyOf(node));
+  if (it == entries_.end() || it->second.count == 0) return std::nullopt;
+  return it->second.total_seconds / static_cast<double>(it->second.count);
+}
+
+std::string CalibrationTable::ToCsv() const {
+  std::string out = "# mean_seconds,count,key\n";
+  for (const auto& [key, entry] : entries_) {
+    absl::StrAppendFormat(&out, "%.9g,%d,%s\n", entry.total_seconds / static_cast<double>(entry.count), entry.count,
+                          key);
+  }
+  return out;
+}
+
+absl::StatusOr<CalibrationTable> CalibrationTable::FromCsv(absl::string_view text, absl::string_view source) {
+  CalibrationTable table;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, absl::MaxSplits(',', 2));
+    double seconds = 0;
+    int64_t count = 0;
+    if (fields.size() != 3 || !absl::SimpleAtod(fields[0], &seconds) || !absl::SimpleAtoi(fields[1], &count) ||
+        seconds < 0 || count < 1 || fields[2].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line_number, ": expected 'mean_seconds,count,key', got '", line, "'"));
+    }
+    table.Add(std::string(fields[2]), seconds, count);
+  }
+  return table;
+}
+
+absl::Status CalibrationTable::Save(const std::string& path) const { return WriteFileAtomically(path, ToCsv()); }
+
+absl::StatusOr<CalibrationTable> CalibrationTable::Load(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return FromCsv(*text, path);
+}
+
+}  // namespace magi

@@ -1,0 +1,171 @@
+#include "magi/cost/cost_model.h"
+
+#include "gtest/gtest.h"
+#include "magi/base/file.h"
+#include "magi/base/gtest_printers.h"
+#include "magi/cost/calibration.h"
+#include "magi/cost/device_profile.h"
+#include "magi/ir/parser.h"
+
+namespace magi {
+namespace {
+
+constexpr absl::string_view kProfile = R"(# a round-number device
+name: test
+matmul_flops.f32: 1e12
+vector_flops: 1e11
+memory_bandwidth: 1e10
+op_overhead_s: 1e-6
+link.intra.latency_s: 1e-5
+link.intra.bandwidth: 1e9
+link.inter.latency_s: 1e-4
+link.inter.bandwidth: 1e8
+ranks_per_node: 4
+)";
+
+std::unique_ptr<Module> Parse(absl::string_view text) {
+  auto module = ParseModule(text);
+  EXPECT_TRUE(module.ok()) << module.status();
+  return module.ok() ? *std::move(module) : nullptr;
+}
+
+TEST(DeviceProfileTest, BuiltinsLoadAndPrintBack) {
+  for (const std::string& name : BuiltinDeviceProfiles()) {
+    absl::StatusOr<DeviceProfile> profile = LoadDeviceProfile(name);
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    EXPECT_EQ(profile->name, name);
+    absl::StatusOr<DeviceProfile> again = ParseDeviceProfile(PrintDeviceProfile(*profile));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(PrintDeviceProfile(*again), PrintDeviceProfile(*profile));
+  }
+  EXPECT_EQ(BuiltinDeviceProfiles(), (std::vector<std::string>{"cpu", "h200"}));
+  absl::StatusOr<DeviceProfile> h200 = LoadDeviceProfile("h200");
+  ASSERT_TRUE(h200.ok());
+  EXPECT_DOUBLE_EQ(h200->MatmulFlops(DType::kBFloat16), 8.0e14);
+  EXPECT_DOUBLE_EQ(h200->memory_bandwidth, 4.3e12);
+}
+
+TEST(DeviceProfileTest, ErrorsNameTheLine) {
+  auto bad_number = ParseDeviceProfile("name: x\nvector_flops: fast\n", "x.profile");
+  ASSERT_FALSE(bad_number.ok());
+  EXPECT_NE(bad_number.status().message().find("x.profile:2"), std::string::npos) << bad_number.status();
+  auto unknown = ParseDeviceProfile("name: x\nwarp_speed: 9\n", "x.profile");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown key 'warp_speed'"), std::string::npos);
+  auto missing = ParseDeviceProfile("name: x\n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("vector_flops"), std::string::npos);
+  auto not_found = LoadDeviceProfile("tpu");
+  ASSERT_FALSE(not_found.ok());
+  EXPECT_NE(not_found.status().message().find("cpu, h200"), std::string::npos);
+  EXPECT_EQ(LoadDeviceProfile("/nonexistent/x.profile").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CostModelTest, RooflineOfMatmulsElementwiseAndViews) {
+  auto profile = ParseDeviceProfile(kProfile);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  CostModel model(*profile);
+  auto module = Parse(R"(module @m {
+  graph @g {
+    input %a: f32[256,512]
+    input %b: f32[512,128]
+    input %bias: f32[128]
+    %mm = aten::mm(%a, %b) : f32[256,128]
+    %addmm = aten::addmm(%bias, %a, %b, beta = 1, alpha = 1) : f32[256,128]
+    %relu = aten::relu(%mm) : f32[256,128]
+    %t = aten::t(%relu) : f32[128,256]strides[1,128]
+    output y = %t
+    output z = %addmm
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const Graph& g = *module->FindGraph("g");
+  NodeCost mm = model.Cost(*g.FindValue("mm")->producer());
+  EXPECT_DOUBLE_EQ(mm.flops, 2.0 * 256 * 512 * 128);
+  EXPECT_DOUBLE_EQ(mm.bytes, 4.0 * (256 * 512 + 512 * 128 + 256 * 128));
+  // Compute-bound: 33.5 MFLOP at 1 TFLOP/s = 33.6 us > 0.786 MB at 10 GB/s = 78.6 us? No: memory-bound.
+  EXPECT_DOUBLE_EQ(mm.seconds, 1e-6 + mm.bytes / 1e10);
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("addmm")->producer()).flops, 2.0 * 256 * 512 * 128);
+  NodeCost relu = model.Cost(*g.FindValue("relu")->producer());
+  EXPECT_DOUBLE_EQ(relu.bytes, 2 * 4.0 * 256 * 128);
+  EXPECT_DOUBLE_EQ(relu.seconds, 1e-6 + relu.bytes / 1e10);
+  NodeCost view = model.Cost(*g.FindValue("t")->producer());
+  EXPECT_EQ(view.bytes, 0);
+  EXPECT_LT(view.seconds, 1e-6);
+}
+
+TEST(CostModelTest, CollectivesUseAlphaBetaOnTheLinkTheGroupSpans) {
+  auto profile = ParseDeviceProfile(kProfile);
+  ASSERT_TRUE(profile.ok());
+  CostModel model(*profile);
+  const double mb = 1e6;
+  // 4 ranks fit a node: 3 steps of 10 us + 3/4 MB at 1 GB/s.
+  EXPECT_DOUBLE_EQ(model.CollectiveSeconds(CollectiveKind::kAllGather, mb, 4), 1e-6 + 3 * 1e-5 + 0.75 * mb / 1e9);
+  EXPECT_DOUBLE_EQ(model.CollectiveSeconds(CollectiveKind::kAllReduce, mb, 4), 1e-6 + 6 * 1e-5 + 1.5 * mb / 1e9);
+  // 8 ranks span nodes: the slower link.
+  EXPECT_DOUBLE_EQ(model.CollectiveSeconds(CollectiveKind::kReduceScatter, mb, 8), 1e-6 + 7 * 1e-4 + 0.875 * mb / 1e8);
+  auto module = Parse(R"(module @m {
+  process_group @dp {axis = "dp", size = 4}
+  graph @g {
+    input %s: f32[64,1024]
+    %f = magi::all_gather_start([%s], group = "dp") : future<f32[256,1024]>
+    %w = magi::wait(%f) : f32[256,1024]
+    %r = magi::reduce_scatter_start([%w], group = "dp", reduce_op = "sum") : future<f32[64,1024]>
+    %x = magi::wait(%r) : f32[64,1024]
+    output x = %x
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const Graph& g = *module->FindGraph("g");
+  const double full = 4.0 * 256 * 1024;
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("f")->producer()).seconds,
+                   model.CollectiveSeconds(CollectiveKind::kAllGather, full, 4));
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("r")->producer()).seconds,
+                   model.CollectiveSeconds(CollectiveKind::kReduceScatter, full, 4));
+  EXPECT_EQ(model.Cost(*g.FindValue("w")->producer()).seconds, 0);
+}
+
+TEST(CalibrationTest, MeasuredTimesReplaceTheFormulaAndRoundTrip) {
+  auto profile = ParseDeviceProfile(kProfile);
+  ASSERT_TRUE(profile.ok());
+  auto module = Parse(R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %a: f32[8,8]
+    %e = aten::exp(%a) : f32[8,8]
+    %f = magi::all_gather_start([%e], group = "dp") : future<f32[16,8]>
+    %w = magi::wait(%f) : f32[16,8]
+    %n = aten::neg(%w) : f32[16,8]
+    output n = %n
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const Graph& g = *module->FindGraph("g");
+  CalibrationTable table;
+  ASSERT_TRUE(table.AddRun(g, {3e-6, 1e-6, 4e-5, 2e-6}).ok());
+  ASSERT_TRUE(table.AddRun(g, {5e-6, 1e-6, 6e-5, 2e-6}).ok());
+  EXPECT_FALSE(table.AddRun(g, {1.0}).ok());
+  EXPECT_EQ(table.size(), 3u);
+  CostModel model(*profile, &table);
+  NodeCost exp = model.Cost(*g.FindValue("e")->producer());
+  EXPECT_TRUE(exp.calibrated);
+  EXPECT_DOUBLE_EQ(exp.seconds, 4e-6);
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("f")->producer()).seconds, 5.1e-5);  // start + wait
+  EXPECT_EQ(CalibrationTable::KeyOf(*g.FindValue("f")->producer()),
+            "magi::all_gather_start[world=2](f32[8,8]) -> future<f32[16,8]>");
+
+  std::string path = std::string(getenv("TEST_TMPDIR")) + "/calibration.csv";
+  ASSERT_TRUE(table.Save(path).ok());
+  absl::StatusOr<CalibrationTable> loaded = CalibrationTable::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->ToCsv(), table.ToCsv());
+  auto bad = CalibrationTable::FromCsv("1e-6,1,aten::exp(f32[8,8]) -> f32[8,8]\nfast,1,x\n", "t.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("t.csv:2"), std::string::npos) << bad.status();
+}
+
+}  // namespace
+}  // namespace magi

@@ -1,0 +1,120 @@
+#include "magi/cost/simulator.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "magi/passes/memory_plan.h"
+
+namespace magi {
+
+int DefaultStream(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return 1;
+    case CollectiveKind::kReduceScatter:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
+std::string StreamName(int stream) {
+  switch (stream) {
+    case 0:
+      return "compute";
+    case 1:
+      return "all-gather";
+    case 2:
+      return "reduce-scatter";
+    case 3:
+      return "all-reduce";
+    default:
+      return absl::StrCat("stream ", stream);
+  }
+}
+
+absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& model) {
+  SimulationResult result;
+  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph);
+  if (!memory.ok()) return memory.status();
+  result.peak_bytes = memory->peak_bytes;
+
+  double now = 0;  // the compute stream's clock (it also issues collectives)
+  absl::flat_hash_map<const Node*, double> finish_of_start;
+  std::map<std::string, double> group_free;  // process group -> when its links are free
+  std::vector<Node*> nodes = graph.nodes();
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    const Node& node = *nodes[i];
+    if (node.op() == kWaitOp) {
+      const Node* start = StartOfWait(node);
+      auto it = start == nullptr ? finish_of_start.end() : finish_of_start.find(start);
+      if (it == finish_of_start.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(node.DebugName(), " waits before its collective starts"));
+      }
+      if (it->second > now) {
+        result.exposed_communication_seconds += it->second - now;
+        result.events.push_back({"wait", 0, i, now, it->second});
+        now = it->second;
+      }
+      continue;
+    }
+    NodeCost cost = model.Cost(node);
+    if (std::optional<CollectiveKind> kind = GetCollectiveKind(node.op())) {
+      const Attribute* group = node.FindArg("group");
+      std::string group_name = group != nullptr && group->kind() == AttrKind::kString ? group->as_string() : "";
+      double begin = std::max(now, group_free[group_name]);
+      double end = begin + cost.seconds;
+      group_free[group_name] = end;
+      finish_of_start[&node] = end;
+      int stream = node.annotations().stream > 0 ? node.annotations().stream : DefaultStream(*kind);
+      result.events.push_back({absl::StrFormat("%s [%d tensors, %.2f MB]", node.op().substr(6), node.num_results(),
+                                               cost.bytes / 1e6),
+                               stream, i, begin, end});
+      result.communication_seconds += cost.seconds;
+      ++result.num_collectives;
+      continue;
+    }
+    result.events.push_back({node.op(), 0, i, now, now + cost.seconds});
+    now += cost.seconds;
+    result.compute_seconds += cost.seconds;
+  }
+  result.step_seconds = now;
+  for (const auto& [start, finish] : finish_of_start) result.step_seconds = std::max(result.step_seconds, finish);
+  return result;
+}
+
+std::string ChromeTraceJson(const SimulationResult& result, const std::string& process_name) {
+  auto escape = [](absl::string_view text) {
+    std::string out;
+    for (char c : text) {
+      if (c == '"' || c == '\\') out.push_back('\\');
+      if (static_cast<unsigned char>(c) >= 0x20) out.push_back(c);
+    }
+    return out;
+  };
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  absl::StrAppend(&out, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": \"",
+                  escape(process_name), "\"}}");
+  std::map<int, bool> streams = {{0, true}};
+  for (const SimulatedEvent& event : result.events) streams[event.stream] = true;
+  for (const auto& [stream, unused] : streams) {
+    absl::StrAppendFormat(&out,
+                          ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+                          "\"%s\"}}",
+                          stream, StreamName(stream));
+  }
+  for (const SimulatedEvent& event : result.events) {
+    absl::StrAppendFormat(&out,
+                          ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                          "\"dur\": %.3f, \"args\": {\"node\": %d}}",
+                          escape(event.name), event.stream == 0 ? "compute" : "communication", event.stream,
+                          event.start_s * 1e6, (event.end_s - event.start_s) * 1e6, event.node_index);
+  }
+  absl::StrAppend(&out, "\n]}\n");
+  return out;
+}
+
+}  // namespace magi

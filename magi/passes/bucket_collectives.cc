@@ -1,0 +1,158 @@
+#include "magi/passes/bucket_collectives.h"
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "magi/passes/schedule_util.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+namespace {
+
+// What must agree for two collectives to share a bucket.
+// Phase too: a bucket never spans forward and backward (that would keep parameters
+// gathered for backward alive through the rest of forward; prefetching does that
+// deliberately, bucketing should not).
+using BucketKey = std::tuple<CollectiveKind, std::string, std::string, int, int>;
+
+std::optional<BucketKey> KeyOf(const Node& start) {
+  std::optional<CollectiveKind> kind = GetCollectiveKind(start.op());
+  if (!kind || start.num_operands() == 0) return std::nullopt;
+  DType dtype = start.operand(0)->type().tensor().dtype;
+  for (const Value* operand : start.operands()) {
+    if (operand->type().tensor().dtype != dtype) return std::nullopt;
+  }
+  return BucketKey{*kind, StringArg(start, "group"), StringArg(start, "reduce_op"), static_cast<int>(dtype),
+                   static_cast<int>(start.annotations().phase)};
+}
+
+Node* WaitOf(const Node& start) {
+  for (const Value* result : start.results()) {
+    for (Node* user : result->Users()) {
+      if (user->op() == kWaitOp) return user;
+    }
+  }
+  return nullptr;
+}
+
+// Fuses `a` (earlier) and `b` into one collective; null if no placement keeps the
+// graph valid.
+Node* Merge(Graph& graph, Node* a, Node* b, int64_t bucket, absl::flat_hash_set<const Node*>& erased) {
+  Node* wait_a = WaitOf(*a);
+  Node* wait_b = WaitOf(*b);
+  if (wait_a == nullptr || wait_b == nullptr) return nullptr;
+  const ProcessGroup* group = graph.module() == nullptr ? nullptr : graph.module()->FindProcessGroup(StringArg(*a, "group"));
+  if (group == nullptr) return nullptr;
+  CollectiveKind kind = *GetCollectiveKind(a->op());
+  int max_hoisted = kind == CollectiveKind::kAllGather ? 16 : 0;  // never move gradient compute
+
+  Node* start_before = nullptr;  // where the fused start goes
+  Node* wait_before = nullptr;   // where the fused wait goes
+  if (HoistBefore(graph, b, a, max_hoisted)) {
+    start_before = a;
+    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+    wait_before = positions.at(wait_a) < positions.at(wait_b) ? wait_a : wait_b;
+  } else {
+    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+    Node* first_use_a = FirstUser(graph, *wait_a, positions);
+    if (first_use_a != nullptr && positions.at(first_use_a) < positions.at(b)) return nullptr;
+    start_before = b;
+    wait_before = first_use_a != nullptr && positions.at(first_use_a) < positions.at(wait_b) ? first_use_a : wait_b;
+  }
+
+  std::vector<Value*> inputs(a->operands().begin(), a->operands().end());
+  inputs.insert(inputs.end(), b->operands().begin(), b->operands().end());
+  absl::StatusOr<Node*> fused = AddCollectiveStart(graph, kind, inputs, *group, StringArg(*a, "reduce_op"), start_before);
+  if (!fused.ok()) return nullptr;
+  Node* fused_wait = AddWait(graph, *fused, wait_before);
+  for (Node* node : {*fused, fused_wait}) {
+    node->mutable_annotations() = a->annotations();
+    node->mutable_annotations().bucket = bucket;
+    node->mutable_annotations().schedule = -1;
+  }
+  for (int i = 0; i < wait_a->num_results(); ++i) graph.ReplaceAllUsesWith(wait_a->result(i), fused_wait->result(i));
+  for (int i = 0; i < wait_b->num_results(); ++i) {
+    graph.ReplaceAllUsesWith(wait_b->result(i), fused_wait->result(wait_a->num_results() + i));
+  }
+  for (Node* dead : {wait_a, wait_b, a, b}) {
+    erased.insert(dead);
+    graph.EraseNode(dead);
+  }
+  return *fused;
+}
+
+}  // namespace
+
+int64_t BucketCollectives::BucketBytes(const Node& start) {
+  int64_t bytes = 0;
+  bool gather = start.op() == kAllGatherStartOp;
+  for (const Value* value : gather ? start.results() : std::vector<Value*>(start.operands().begin(), start.operands().end())) {
+    bytes += ValueBytes(*value);
+  }
+  return bytes;
+}
+
+absl::StatusOr<bool> BucketCollectives::RunImpl(Module& module) {
+  bool changed = false;
+  for (Graph* graph : module.graphs()) {
+    int64_t next_bucket = 0;
+    for (const Node* node : graph->nodes()) next_bucket = std::max(next_bucket, node->annotations().bucket + 1);
+    // The last start seen per key: the candidate to fuse with the next one.
+    std::map<BucketKey, Node*> open;
+    absl::flat_hash_set<const Node*> erased;  // nodes of the snapshot below that are gone
+    for (Node* node : graph->nodes()) {
+      if (erased.contains(node)) continue;
+      std::optional<BucketKey> key = KeyOf(*node);
+      if (!key || (only_ && std::get<0>(*key) != *only_)) continue;
+      auto it = open.find(*key);
+      if (it == open.end()) {
+        open[*key] = node;
+        continue;
+      }
+      Node* previous = it->second;
+      if (static_cast<double>(BucketBytes(*previous) + BucketBytes(*node)) <= max_bytes_) {
+        int64_t bucket = previous->annotations().bucket >= 0 ? previous->annotations().bucket : next_bucket++;
+        if (Node* fused = Merge(*graph, previous, node, bucket, erased)) {
+          it->second = fused;
+          changed = true;
+          continue;
+        }
+      }
+      it->second = node;
+    }
+  }
+  return changed;
+}
+
+MAGI_REGISTER(Pass, "bucket-collectives",
+              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+                double max_mb = 64;
+                std::optional<CollectiveKind> only;
+                for (const auto& [key, value] : options) {
+                  if (key == "max_mb") {
+                    if (!absl::SimpleAtod(value, &max_mb) || max_mb < 0) {
+                      return absl::InvalidArgumentError(
+                          absl::StrCat("bucket-collectives: max_mb must be a non-negative number, not '", value, "'"));
+                    }
+                  } else if (key == "kinds") {
+                    if (value == "all_gather") {
+                      only = CollectiveKind::kAllGather;
+                    } else if (value == "reduce_scatter") {
+                      only = CollectiveKind::kReduceScatter;
+                    } else if (value != "all") {
+                      return absl::InvalidArgumentError(absl::StrCat(
+                          "bucket-collectives: kinds is all, all_gather or reduce_scatter, not '", value, "'"));
+                    }
+                  } else {
+                    return absl::InvalidArgumentError(
+                        absl::StrCat("bucket-collectives takes max_mb and kinds, not '", key, "'"));
+                  }
+                }
+                return std::make_unique<BucketCollectives>(max_mb, only);
+              });
+
+}  // namespace magi

@@ -1,0 +1,34 @@
+#include "magi/passes/phase_util.h"
+
+#include "magi/ir/collectives.h"
+
+namespace magi {
+
+int BackwardBoundary(const Graph& graph) {
+  int position = 0;
+  for (const Node* node : graph.nodes()) {
+    if (node->annotations().phase == Phase::kBackward) return position;
+    ++position;
+  }
+  return -1;
+}
+
+absl::flat_hash_map<Value*, Value*> BackwardRegathers(const Graph& graph) {
+  // shard input -> gathered value, separately for forward and backward gathers.
+  absl::flat_hash_map<const Value*, Value*> forward_of_shard, backward_of_shard;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() != kWaitOp) continue;
+    const Node* start = StartOfWait(*node);
+    if (start == nullptr || start->op() != kAllGatherStartOp || start->num_operands() != node->num_results()) continue;
+    auto& table = start->annotations().phase == Phase::kBackward ? backward_of_shard : forward_of_shard;
+    for (int i = 0; i < node->num_results(); ++i) table.emplace(start->operand(i), node->result(i));
+  }
+  absl::flat_hash_map<Value*, Value*> regathers;
+  for (const auto& [shard, forward] : forward_of_shard) {
+    auto it = backward_of_shard.find(shard);
+    if (it != backward_of_shard.end()) regathers[forward] = it->second;
+  }
+  return regathers;
+}
+
+}  // namespace magi

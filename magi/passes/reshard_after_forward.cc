@@ -1,0 +1,171 @@
+#include "magi/passes/reshard_after_forward.h"
+
+#include <functional>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "magi/ir/collectives.h"
+#include "magi/ir/graph_utils.h"
+#include "magi/passes/memory_plan.h"
+#include "magi/passes/phase_util.h"
+#include "magi/passes/schedule_util.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+namespace {
+
+Node* WaitOfStart(const Node& start) {
+  for (const Value* result : start.results()) {
+    for (Node* user : result->Users()) {
+      if (user->op() == kWaitOp) return user;
+    }
+  }
+  return nullptr;
+}
+
+// The wait of a backward all-gather of exactly `start`'s shards, or null.
+Node* ExistingRegather(const Graph& graph, const Node& start) {
+  for (Node* node : graph.nodes()) {
+    if (node->op() != kAllGatherStartOp || node->annotations().phase != Phase::kBackward) continue;
+    if (node->num_operands() != start.num_operands()) continue;
+    bool same = true;
+    for (int i = 0; i < start.num_operands(); ++i) same &= node->operand(i) == start.operand(i);
+    if (same) return WaitOfStart(*node);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool ReshardAfterForward::Selected(const Node& start) const {
+  return groups_.empty() || groups_.count(start.annotations().module_path) > 0;
+}
+
+bool ReshardAfterForward::Keep(Graph& graph) const {
+  absl::flat_hash_map<Value*, Value*> regathers = BackwardRegathers(graph);
+  absl::flat_hash_map<const Value*, Value*> forward_of_backward;
+  for (const auto& [forward, backward] : regathers) forward_of_backward[backward] = forward;
+  bool changed = false;
+  for (Node* start : graph.nodes()) {
+    if (start->op() != kAllGatherStartOp || start->annotations().phase != Phase::kBackward || !Selected(*start)) continue;
+    Node* wait = WaitOfStart(*start);
+    if (wait == nullptr) continue;
+    bool all_gathered_before = true;
+    for (const Value* result : wait->results()) all_gathered_before &= forward_of_backward.contains(result);
+    if (!all_gathered_before) continue;
+    for (Value* result : wait->results()) graph.ReplaceAllUsesWith(result, forward_of_backward.at(result));
+    graph.EraseNode(wait);
+    graph.EraseNode(start);
+    changed = true;
+  }
+  return changed;
+}
+
+bool ReshardAfterForward::Reshard(Graph& graph) const {
+  int boundary = BackwardBoundary(graph);
+  if (boundary < 0) return false;
+  bool changed = false;
+  for (Node* start : graph.nodes()) {
+    if (start->op() != kAllGatherStartOp || start->annotations().phase == Phase::kBackward || !Selected(*start)) {
+      continue;
+    }
+    Node* wait = WaitOfStart(*start);
+    if (wait == nullptr) continue;
+    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+    if (positions.at(wait) >= boundary) continue;
+    // Backward users of the results, directly or through forward views of them.
+    Node* first_late_user = nullptr;
+    std::function<void(const Value*)> find_late = [&](const Value* value) {
+      for (Node* user : value->Users()) {
+        if (positions.at(user) >= boundary) {
+          if (first_late_user == nullptr || positions.at(user) < positions.at(first_late_user)) first_late_user = user;
+        } else if (IsViewOp(user->op())) {
+          for (const Value* view : user->results()) find_late(view);
+        }
+      }
+    };
+    for (const Value* result : wait->results()) find_late(result);
+    if (first_late_user == nullptr) continue;
+
+    Node* regather_wait = ExistingRegather(graph, *start);
+    if (regather_wait != nullptr) {
+      // Backward already gathers these shards, but too late for some backward use of a
+      // forward view: move that gather up instead of adding one.
+      Node* regather = const_cast<Node*>(StartOfWait(*regather_wait));
+      if (positions.at(regather_wait) > positions.at(first_late_user)) {
+        if (!HoistBefore(graph, regather, first_late_user)) continue;
+        graph.MoveBefore(regather_wait, first_late_user);
+      }
+    } else {
+      const ProcessGroup* group =
+          graph.module() == nullptr ? nullptr : graph.module()->FindProcessGroup(StringArg(*start, "group"));
+      if (group == nullptr) continue;
+      std::vector<Value*> shards(start->operands().begin(), start->operands().end());
+      absl::StatusOr<Node*> regather =
+          AddCollectiveStart(graph, CollectiveKind::kAllGather, shards, *group, "sum", first_late_user);
+      if (!regather.ok()) continue;
+      regather_wait = AddWait(graph, *regather, first_late_user);
+      for (Node* node : {*regather, regather_wait}) {
+        node->mutable_annotations() = start->annotations();
+        node->mutable_annotations().phase = Phase::kBackward;
+        node->mutable_annotations().bucket = -1;
+        node->mutable_annotations().schedule = -1;
+      }
+    }
+    positions = NodePositions(graph);
+    // Point backward uses at the regathered values, copying forward views as needed.
+    std::function<void(Value*, Value*)> redirect = [&](Value* value, Value* replacement) {
+      for (Node* user : value->Users()) {
+        if (positions.at(user) >= positions.at(regather_wait)) {
+          for (int i = 0; i < user->num_operands(); ++i) {
+            if (user->operand(i) == value) user->ReplaceOperand(i, replacement);
+          }
+        } else if (IsViewOp(user->op()) && user->operand(0) == value) {
+          bool has_late_use = false;
+          for (const Value* view : user->results()) {
+            for (Node* view_user : view->Users()) has_late_use |= positions.at(view_user) >= boundary;
+          }
+          if (!has_late_use) continue;
+          absl::flat_hash_map<const Value*, Value*> map;
+          for (Value* operand : user->operands()) map[operand] = operand;
+          map[value] = replacement;
+          Node* copy = CopyNode(*user, graph, map, first_late_user);
+          copy->mutable_annotations().phase = Phase::kBackward;
+          positions = NodePositions(graph);
+          for (int i = 0; i < user->num_results(); ++i) redirect(user->result(i), copy->result(i));
+        }
+      }
+    };
+    for (int i = 0; i < wait->num_results(); ++i) redirect(wait->result(i), regather_wait->result(i));
+    changed = true;
+  }
+  return changed;
+}
+
+absl::StatusOr<bool> ReshardAfterForward::RunImpl(Module& module) {
+  bool changed = false;
+  for (Graph* graph : module.graphs()) changed |= reshard_ ? Reshard(*graph) : Keep(*graph);
+  return changed;
+}
+
+MAGI_REGISTER(Pass, "reshard-after-forward",
+              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+                bool reshard = true;
+                std::set<std::string> groups;
+                for (const auto& [key, value] : options) {
+                  if (key == "mode" && (value == "keep" || value == "reshard")) {
+                    reshard = value == "reshard";
+                  } else if (key == "groups") {
+                    for (absl::string_view group : absl::StrSplit(value, '+')) {
+                      groups.insert(group == "root" ? "" : std::string(group));
+                    }
+                  } else {
+                    return absl::InvalidArgumentError(absl::StrCat(
+                        "reshard-after-forward takes mode=keep|reshard and groups=a+b+root, not ", key, "=", value));
+                  }
+                }
+                return std::make_unique<ReshardAfterForward>(reshard, std::move(groups));
+              });
+
+}  // namespace magi

@@ -1,0 +1,104 @@
+#include "magi/passes/reshard_after_forward.h"
+
+#include "gtest/gtest.h"
+#include "magi/base/gtest_printers.h"
+#include "magi/ir/collectives.h"
+#include "magi/passes/memory_plan.h"
+#include "magi/passes/pass_test_util.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+namespace {
+
+using testing::CountOps;
+using testing::LoadTestdata;
+using testing::RunPipeline;
+
+int64_t Peak(const Graph& graph) {
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(graph);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? plan->peak_bytes : -1;
+}
+
+// The fixture's backward gathers come after some backward uses of forward views of the
+// gathered weights (transposes saved in forward), which keep the forward copies alive.
+TEST(ReshardAfterForwardTest, ReshardFreesForwardGathersBeforeBackward) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  const Graph& graph = *module->graphs()[0];
+  EXPECT_EQ(Peak(graph), 2310192);
+  RunPipeline(*module, "reshard-after-forward{mode=reshard}");
+  EXPECT_EQ(CountOps(graph, kAllGatherStartOp), 10);  // the backward gathers moved up, none added
+  EXPECT_EQ(Peak(graph), 1808304);
+}
+
+TEST(ReshardAfterForwardTest, KeepDropsBackwardGathersAndReshardBringsThemBack) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  const Graph& graph = *module->graphs()[0];
+  RunPipeline(*module, "reshard-after-forward{mode=keep}");
+  EXPECT_EQ(CountOps(graph, kAllGatherStartOp), 5);
+  for (const Node* node : graph.nodes()) {
+    if (node->op() == kAllGatherStartOp) {
+      EXPECT_NE(node->annotations().phase, Phase::kBackward);
+    }
+  }
+  EXPECT_GE(Peak(graph), 2310192);  // every block's parameters live from forward to backward
+  RunPipeline(*module, "reshard-after-forward{mode=reshard},dce");
+  EXPECT_EQ(CountOps(graph, kAllGatherStartOp), 10);
+  EXPECT_EQ(Peak(graph), 1808304);
+}
+
+TEST(ReshardAfterForwardTest, GroupsChooseWhichToKeep) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  RunPipeline(*module, "reshard-after-forward{groups=layers.3+root,mode=keep}");
+  EXPECT_EQ(CountOps(*module->graphs()[0], kAllGatherStartOp), 8);
+}
+
+TEST(ReshardAfterForwardTest, ForwardViewsOfGatheredParametersAreCopied) {
+  std::string out = testing::RunPassOnText("reshard-after-forward", R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %x: f32[2,4]
+    input %w.shard: f32[2,4] {role = param}
+    %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[4,4]> {phase = fwd}
+    %w = magi::wait(%f) : f32[4,4] {phase = fwd}
+    %wt = aten::t(%w) : f32[4,4]strides[1,4] {phase = fwd}
+    %y = aten::mm(%x, %wt) : f32[2,4] {phase = fwd}
+    %g = aten::mm(%y, %w) : f32[2,4] {phase = bwd}
+    %h = aten::mm(%g, %wt) : f32[2,4] {phase = bwd}
+    output h = %h
+  }
+}
+)", /*expect_changed=*/true);
+  EXPECT_EQ(out, R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %x: f32[2,4]
+    input %w.shard: f32[2,4] {role = param}
+    %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[4,4]> {phase = fwd}
+    %w = magi::wait(%f) : f32[4,4] {phase = fwd}
+    %wt = aten::t(%w) : f32[4,4]strides[1,4] {phase = fwd}
+    %y = aten::mm(%x, %wt) : f32[2,4] {phase = fwd}
+    %0 = magi::all_gather_start([%w.shard], group = "dp") : future<f32[4,4]> {phase = bwd}
+    %1 = magi::wait(%0) : f32[4,4] {phase = bwd}
+    %wt.2 = aten::t(%1) : f32[4,4]strides[1,4] {phase = bwd}
+    %g = aten::mm(%y, %1) : f32[2,4] {phase = bwd}
+    %h = aten::mm(%g, %wt.2) : f32[2,4] {phase = bwd}
+    output h = %h
+  }
+}
+)");
+}
+
+TEST(ReshardAfterForwardTest, BadModeIsAnError) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  auto pass = Registry<Pass>::Global().Create("reshard-after-forward", {{"mode", "sometimes"}});
+  ASSERT_FALSE(pass.ok());
+  EXPECT_NE(pass.status().message().find("mode=keep|reshard"), std::string::npos) << pass.status();
+}
+
+}  // namespace
+}  // namespace magi
