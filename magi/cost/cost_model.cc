@@ -147,7 +147,7 @@ NodeCost CostModel::Cost(const Node& node) const {
   if (std::optional<CollectiveKind> kind = GetCollectiveKind(node.op())) {
     // The full buffer: gathered results for an all-gather, the inputs otherwise.
     double full = 0;
-    int64_t p = GroupSize(node);
+    int64_t p = world_size_override_ > 0 ? world_size_override_ : GroupSize(node);
     for (const Value* result : node.results()) full += Bytes(result);
     if (*kind == CollectiveKind::kReduceScatter) full *= static_cast<double>(p);
     cost.bytes = full;

@@ -40,6 +40,11 @@ class CostModel {
 
   const DeviceProfile& profile() const { return profile_; }
 
+  // Models every collective as spanning `ranks` ranks, whatever the module's process
+  // groups say (0: use the groups). For "what if this step ran on N GPUs" questions;
+  // tensor shapes stay as captured.
+  void set_world_size_override(int64_t ranks) { world_size_override_ = ranks; }
+
   // Compute cost of an op node; for a collective start, the time of the whole
   // collective; a wait costs nothing by itself (it only synchronizes).
   NodeCost Cost(const Node& node) const;
@@ -53,6 +58,7 @@ class CostModel {
  private:
   DeviceProfile profile_;
   const CalibrationTable* calibration_;
+  int64_t world_size_override_ = 0;
 };
 
 // Ops that run on matrix units: mm, addmm, bmm, matmul, linear, baddbmm, convolution,

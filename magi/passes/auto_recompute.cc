@@ -163,6 +163,7 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   absl::StatusOr<int64_t> all = n == 0 ? absl::StatusOr<int64_t>(before->peak_bytes)
                                        : ProbePeak(module, graph, candidate_positions, n);
   if (!all.ok()) return all.status();
+  report_.peak_floor = *all;
   if (*all > budget_bytes_) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "auto-recompute: graph @%s cannot fit %d bytes: it peaks at %d, and at %d with all %d recomputable "

@@ -30,6 +30,7 @@ namespace magi {
 struct RecomputeReport {
   int64_t peak_before = 0;
   int64_t peak_after = 0;
+  int64_t peak_floor = 0;    // with every candidate recomputed
   int candidates = 0;
   int recomputed = 0;        // forward nodes chosen (views included)
   double recompute_seconds = 0;  // predicted time of the copies

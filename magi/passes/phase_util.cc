@@ -7,7 +7,8 @@ namespace magi {
 int BackwardBoundary(const Graph& graph) {
   int position = 0;
   for (const Node* node : graph.nodes()) {
-    if (node->annotations().phase == Phase::kBackward) return position;
+    // Collectives do not count: prefetching moves backward gathers into forward.
+    if (node->annotations().phase == Phase::kBackward && !IsCommunication(node->op())) return position;
     ++position;
   }
   return -1;

@@ -8,7 +8,8 @@
 
 namespace magi {
 
-// Program position of the first node annotated phase=bwd, or -1 if there is none.
+// Program position of the first compute node annotated phase=bwd (collectives may be
+// prefetched into forward), or -1 if there is none.
 int BackwardBoundary(const Graph& graph);
 
 // For every all-gather result whose gathered shard is also gathered again by a

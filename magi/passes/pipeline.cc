@@ -141,6 +141,7 @@ absl::StatusOr<bool> PassManager::Run(Module& module) {
                                                 verified.message()));
       }
     }
+    if (after_pass_) MAGI_RETURN_IF_ERROR(after_pass_(static_cast<int>(i), pass.name(), module));
   }
   return changed;
 }

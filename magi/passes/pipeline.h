@@ -13,6 +13,7 @@
 #ifndef MAGI_PASSES_PIPELINE_H_
 #define MAGI_PASSES_PIPELINE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,7 +61,13 @@ class PassManager {
   absl::StatusOr<bool> Run(Module& module);
   const std::vector<PassStatistics>& statistics() const { return statistics_; }
 
+  // Called after every pass (after verification) with the pass's position and name;
+  // tools use it to dump the module between passes. An error stops the run.
+  using AfterPassHook = std::function<absl::Status(int index, absl::string_view pass_name, const Module& module)>;
+  void set_after_pass_hook(AfterPassHook hook) { after_pass_ = std::move(hook); }
+
  private:
+  AfterPassHook after_pass_;
   bool verify_each_;
   std::vector<std::unique_ptr<Pass>> passes_;
   std::vector<PassStatistics> statistics_;

@@ -43,6 +43,23 @@ check "registry lists dce" grep -q '^pass: .*dce' <($MAGI registry)
 $MAGI opt $SAMPLE --passes='fixed-point(cse,dce)' -o "$TMP/cse.mir"
 check "cse+dce keep a verified module" test "$($MAGI verify "$TMP/cse.mir")" = "ok"
 check "cse+dce removed the dead nodes" test "$(grep -c ' = ' "$TMP/cse.mir")" -lt "$(grep -c ' = ' $SAMPLE)"
+STEP=magi/passes/testdata/llama4_fsdp_step.mir
+$MAGI opt $STEP --passes='bucket-collectives{max_mb=1},schedule-overlap{prefetch=2}' --dump_dir="$TMP" -o "$TMP/sched.mir"
+check "per-pass dumps" test -s "$TMP/00-bucket-collectives.mir" -a -s "$TMP/01-schedule-overlap.dot"
+check "scheduled step verifies" test "$($MAGI verify "$TMP/sched.mir")" = "ok"
+$MAGI simulate $STEP --device=h200 --world=8 --trace="$TMP/trace.json" > "$TMP/sim.txt"
+check "simulate reports exposed communication" grep -q 'exposed communication' "$TMP/sim.txt"
+check "simulate writes a Chrome trace" grep -q '"traceEvents"' "$TMP/trace.json"
+$MAGI simulate "$TMP/sched.mir" --device=h200 --world=8 > "$TMP/sim2.txt"
+check "scheduling hides communication" test "$(grep -o '[0-9.]*% hidden' "$TMP/sim2.txt" | tr -d '% hidden')" != "0.0"
+$MAGI plan $STEP --budget_gb=0.00175 -o "$TMP/planned.mir" > "$TMP/plan.txt"
+check "plan prints the chosen pipeline" grep -q '^chosen: reshard-after-forward' "$TMP/plan.txt"
+check "plan recomputes under a tight budget" grep -q 'auto-recompute{budget_mb=1.75' "$TMP/plan.txt"
+check "planned module verifies" test "$($MAGI verify "$TMP/planned.mir")" = "ok"
+expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $MAGI plan $STEP --budget_gb=0.000001
+expect_failure "bad budget" 1 "--budget_gb must be a positive number" -- $MAGI plan $STEP --budget_gb=lots
+expect_failure "unknown device" 1 "no device profile 'tpu'; built in: cpu, h200" -- $MAGI simulate $STEP --device=tpu
+expect_failure "plan needs a budget" 2 "'plan' needs --budget_gb=..." -- $MAGI plan $STEP
 check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
 
 printf 'module @m {\n  graph @g {\n    %%y = aten::relu(%%x) : f32[2]\n  }\n}\n' > "$TMP/bad.mir"
@@ -53,7 +70,7 @@ expect_failure "missing file" 1 "cannot open $TMP/none.mir: No such file or dire
 printf 'garbage' > "$TMP/bad.pb"
 expect_failure "bad protobuf" 1 "bad.pb: not a valid magi.proto.ModuleProto" -- $MAGI verify "$TMP/bad.pb"
 expect_failure "unknown extension" 1 "unknown IR file extension" -- $MAGI verify "$TMP/file.txt"
-expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
+expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: auto-recompute, bucket-collectives, cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
 expect_failure "bad pipeline" 1 "pass pipeline, column 5: expected a pass name" -- $MAGI opt $SAMPLE --passes=dce,
 expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=nope
 expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob

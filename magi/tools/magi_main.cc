@@ -5,7 +5,15 @@
 //   magi convert IN -o OUT               convert between .mir, .pb and .json by extension
 //   magi dot IN [-o OUT] [--graph=NAME]  Graphviz DOT of one graph (the first by default)
 //   magi opt IN --passes=SPEC [-o OUT]   run a pass pipeline (e.g. "fixed-point(cse,dce)"),
-//                                        verifying after each pass; --stats=true prints timings
+//                                        verifying after each pass; --stats=true prints timings;
+//                                        --dump_dir=DIR writes the module (.mir, .dot) after each pass
+//   magi simulate IN [--device=h200] [--world=N] [--trace=trace.json] [--calibration=CSV]
+//                                        predicted step time, exposed communication and peak
+//                                        memory; the timeline as Chrome trace JSON (Perfetto)
+//   magi plan IN --budget_gb=B [--device=h200] [-o OUT]
+//                                        strategy search: the fastest pipeline that fits B GB
+//                                        per rank, with every candidate's prediction; -o writes
+//                                        the optimized module
 //   magi registry                        list every registered pass, backend, ... by kind
 //
 // Exit status: 0 on success, 1 on bad input (with a message naming file and line),
@@ -19,13 +27,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "magi/base/file.h"
 #include "magi/base/status_macros.h"
+#include "magi/cost/calibration.h"
+#include "magi/cost/cost_model.h"
+#include "magi/cost/simulator.h"
 #include "magi/ir/dot_export.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/pass.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
+#include "magi/search/strategy_search.h"
 #include "magi/tools/ir_io.h"
 
 namespace magi {
@@ -36,7 +51,9 @@ constexpr char kUsage[] = R"(usage:
   magi fmt IN [-o OUT]
   magi convert IN -o OUT
   magi dot IN [-o OUT] [--graph=NAME]
-  magi opt IN --passes=SPEC [-o OUT] [--stats=true]   (SPEC: dce,cse or fixed-point(cse,dce))
+  magi opt IN --passes=SPEC [-o OUT] [--stats=true] [--dump_dir=DIR]   (SPEC: dce,cse or fixed-point(cse,dce))
+  magi simulate IN [--device=h200|cpu|FILE.profile] [--world=N] [--trace=OUT.json] [--calibration=CSV] [--graph=NAME]
+  magi plan IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]
   magi registry
 IR files: .mir (text), .pb (binary protobuf), .json (protobuf JSON); OUT "-" is stdout.
 )";
@@ -81,7 +98,9 @@ const std::vector<CommandSpec>& CommandSpecs() {
       {"fmt", 1, {"o"}, {}},
       {"convert", 1, {"o"}, {"o"}},
       {"dot", 1, {"o", "graph"}, {}},
-      {"opt", 1, {"o", "passes", "stats"}, {"passes"}},
+      {"opt", 1, {"o", "passes", "stats", "dump_dir"}, {"passes"}},
+      {"simulate", 1, {"device", "world", "trace", "calibration", "graph"}, {}},
+      {"plan", 1, {"o", "budget_gb", "device", "calibration", "graph"}, {"budget_gb"}},
       {"registry", 0, {}, {}},
   };
   return *specs;
@@ -115,11 +134,93 @@ std::string FlagOr(const CommandLine& line, const std::string& name, std::string
   return it == line.flags.end() ? fallback : it->second;
 }
 
+// The graph --graph names, or the module's first.
+absl::StatusOr<Graph*> SelectGraph(const CommandLine& line, const Module& module) {
+  std::vector<Graph*> graphs = module.graphs();
+  if (graphs.empty()) return absl::InvalidArgumentError(absl::StrCat(line.positional[0], ": the module has no graph"));
+  if (!line.flags.count("graph")) return graphs[0];
+  Graph* graph = module.FindGraph(line.flags.at("graph"));
+  if (graph == nullptr) {
+    std::vector<std::string> names;
+    for (const Graph* g : graphs) names.push_back(g->name());
+    return absl::NotFoundError(absl::StrCat("no graph @", line.flags.at("graph"), " in ", line.positional[0],
+                                            "; it has: ", absl::StrJoin(names, ", ")));
+  }
+  return graph;
+}
+
+// A cost model from --device (default h200) and --calibration.
+absl::StatusOr<CostModel> MakeCostModel(const CommandLine& line, std::unique_ptr<CalibrationTable>& calibration) {
+  MAGI_ASSIGN_OR_RETURN(DeviceProfile profile, LoadDeviceProfile(FlagOr(line, "device", "h200")));
+  if (line.flags.count("calibration")) {
+    MAGI_ASSIGN_OR_RETURN(CalibrationTable table, CalibrationTable::Load(line.flags.at("calibration")));
+    calibration = std::make_unique<CalibrationTable>(std::move(table));
+  }
+  CostModel model(std::move(profile), calibration.get());
+  if (line.flags.count("world")) {
+    int64_t world = 0;
+    if (!absl::SimpleAtoi(line.flags.at("world"), &world) || world < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--world must be a positive integer, not '", line.flags.at("world"), "'"));
+    }
+    model.set_world_size_override(world);
+  }
+  return model;
+}
+
+absl::Status RunSimulate(const CommandLine& line) {
+  MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
+  MAGI_ASSIGN_OR_RETURN(Graph* graph, SelectGraph(line, *module));
+  std::unique_ptr<CalibrationTable> calibration;
+  MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
+  MAGI_ASSIGN_OR_RETURN(SimulationResult result, Simulate(*graph, model));
+  std::printf("graph @%s on %s: %d nodes, %d collectives\n", graph->name().c_str(), model.profile().name.c_str(),
+              graph->num_nodes(), result.num_collectives);
+  std::printf("  step time            %10.3f ms\n", result.step_seconds * 1e3);
+  std::printf("  compute              %10.3f ms\n", result.compute_seconds * 1e3);
+  std::printf("  communication        %10.3f ms (%.1f%% hidden behind compute)\n", result.communication_seconds * 1e3,
+              100 * result.overlap_fraction());
+  std::printf("  exposed communication%10.3f ms\n", result.exposed_communication_seconds * 1e3);
+  std::printf("  peak memory          %10.3f MB\n", result.peak_bytes / 1e6);
+  if (line.flags.count("trace")) {
+    MAGI_RETURN_IF_ERROR(WriteOutput(line.flags.at("trace"), ChromeTraceJson(result, graph->name())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunPlan(const CommandLine& line) {
+  MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
+  MAGI_ASSIGN_OR_RETURN(Graph* graph, SelectGraph(line, *module));
+  double budget_gb = 0;
+  if (!absl::SimpleAtod(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget_gb must be a positive number, not '", line.flags.at("budget_gb"), "'"));
+  }
+  std::unique_ptr<CalibrationTable> calibration;
+  MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
+  SearchOptions options;
+  options.memory_budget_bytes = static_cast<int64_t>(budget_gb * 1e9);
+  MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, options));
+  std::printf("%s", FormatStrategyPlan(plan).c_str());
+  if (!line.flags.count("o")) return absl::OkStatus();
+  MAGI_RETURN_IF_ERROR(ApplyStrategy(plan, model, *module));
+  return SaveModule(*module, line.flags.at("o"));
+}
+
 absl::Status RunOpt(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
   MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(FlagOr(line, "passes", "")));
   PassManager manager(/*verify_each=*/true);
   MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+  if (line.flags.count("dump_dir")) {
+    std::string dir = line.flags.at("dump_dir");
+    manager.set_after_pass_hook([dir](int index, absl::string_view pass_name, const Module& after) -> absl::Status {
+      std::string stem = absl::StrFormat("%s/%02d-%s", dir, index, pass_name);
+      MAGI_RETURN_IF_ERROR(WriteFileAtomically(stem + ".mir", PrintModule(after)));
+      std::vector<Graph*> graphs = after.graphs();
+      if (!graphs.empty()) MAGI_RETURN_IF_ERROR(WriteFileAtomically(stem + ".dot", ExportDot(*graphs[0])));
+      return absl::OkStatus();
+    });
+  }
   MAGI_RETURN_IF_ERROR(manager.Run(*module).status());
   if (FlagOr(line, "stats", "") == "true") {
     for (const PassStatistics& stats : manager.statistics()) {
@@ -143,23 +244,12 @@ absl::Status Run(const CommandLine& line) {
   }
   if (command == "dot") {
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
-    std::vector<Graph*> graphs = module->graphs();
-    if (graphs.empty()) return absl::InvalidArgumentError(absl::StrCat(line.positional[0], ": the module has no graph"));
-    Graph* graph = graphs[0];
-    if (line.flags.count("graph")) {
-      graph = module->FindGraph(line.flags.at("graph"));
-      if (graph == nullptr) {
-        std::vector<std::string> names;
-        for (const Graph* g : graphs) names.push_back(g->name());
-        return absl::NotFoundError(absl::StrCat("no graph @", line.flags.at("graph"), " in ", line.positional[0],
-                                                "; it has: ", absl::StrJoin(names, ", ")));
-      }
-    }
+    MAGI_ASSIGN_OR_RETURN(Graph* graph, SelectGraph(line, *module));
     return WriteOutput(FlagOr(line, "o", "-"), ExportDot(*graph));
   }
-  if (command == "opt") {
-    return RunOpt(line);
-  }
+  if (command == "opt") return RunOpt(line);
+  if (command == "simulate") return RunSimulate(line);
+  if (command == "plan") return RunPlan(line);
   if (command == "registry") {
     for (const auto& [kind, names] : AllRegistries()) std::printf("%s: %s\n", kind.c_str(), absl::StrJoin(names, ", ").c_str());
     return absl::OkStatus();

@@ -1,0 +1,151 @@
+#include "magi/search/strategy_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "magi/base/status_macros.h"
+#include "magi/ir/graph_utils.h"
+#include "magi/passes/auto_recompute.h"
+#include "magi/passes/pipeline.h"
+
+namespace magi {
+namespace {
+
+std::string BasePipeline(bool reshard, double bucket_mb, int prefetch) {
+  std::string pipeline = absl::StrCat("reshard-after-forward{mode=", reshard ? "reshard" : "keep", "}");
+  if (bucket_mb > 0) absl::StrAppend(&pipeline, ",bucket-collectives{max_mb=", bucket_mb, "}");
+  if (prefetch >= 0) absl::StrAppend(&pipeline, ",schedule-overlap{prefetch=", prefetch, "}");
+  return pipeline;
+}
+
+// Pipelines name builtin profiles; a profile loaded from a file is named by its `name`.
+std::string RecomputeSpec(int64_t budget_bytes, const CostModel& model) {
+  return absl::StrCat("auto-recompute{budget_mb=", absl::StrFormat("%.6f", budget_bytes / 1e6),
+                      ",profile=", model.profile().name, "}");
+}
+
+absl::Status RunPipelineText(const std::string& text, Module& module) {
+  MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(text));
+  PassManager manager(/*verify_each=*/false);
+  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+  return manager.Run(module).status();
+}
+
+}  // namespace
+
+absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name, const CostModel& model,
+                                            const SearchOptions& options) {
+  auto begin = std::chrono::steady_clock::now();
+  const Graph* graph = module.FindGraph(graph_name);
+  if (graph == nullptr) return absl::NotFoundError(absl::StrCat("no graph @", graph_name));
+  StrategyPlan plan;
+  plan.budget_bytes = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : model.profile().memory_bytes;
+  MAGI_ASSIGN_OR_RETURN(plan.baseline, Simulate(*graph, model));
+
+  // Stage 1: every base pipeline, run and simulated.
+  struct Evaluated {
+    std::unique_ptr<Module> module;
+    size_t index;
+  };
+  std::vector<Evaluated> evaluated;
+  for (bool reshard : options.reshard_after_forward) {
+    for (double bucket_mb : options.bucket_mb) {
+      for (int prefetch : options.prefetch) {
+        StrategyCandidate candidate;
+        candidate.pipeline = BasePipeline(reshard, bucket_mb, prefetch);
+        std::unique_ptr<Module> copy = CloneModule(module);
+        MAGI_RETURN_IF_ERROR(RunPipelineText(candidate.pipeline, *copy));
+        MAGI_ASSIGN_OR_RETURN(candidate.prediction, Simulate(*copy->FindGraph(graph_name), model));
+        candidate.evaluated = true;
+        candidate.fits = candidate.prediction.peak_bytes <= plan.budget_bytes;
+        evaluated.push_back({std::move(copy), plan.candidates.size()});
+        plan.candidates.push_back(std::move(candidate));
+      }
+    }
+  }
+  // Stage 2: best first by time; recompute where over budget; stop when no later
+  // candidate can beat the best fitting one.
+  std::vector<size_t> order(plan.candidates.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return plan.candidates[a].prediction.step_seconds < plan.candidates[b].prediction.step_seconds;
+  });
+  int best = -1;
+  int64_t smallest_peak = INT64_MAX;
+  for (size_t index : order) {
+    StrategyCandidate& candidate = plan.candidates[index];
+    if (best >= 0 && candidate.prediction.step_seconds >= plan.candidates[best].prediction.step_seconds) {
+      if (!candidate.fits) candidate.note = "pruned: cannot beat the best";
+      continue;
+    }
+    if (!candidate.fits && options.allow_recompute) {
+      AutoRecompute recompute(plan.budget_bytes, model);
+      Module& copy = *evaluated[index].module;
+      absl::StatusOr<bool> changed = recompute.Run(copy);
+      if (changed.ok()) {
+        candidate.pipeline = absl::StrCat(candidate.pipeline, ",", RecomputeSpec(plan.budget_bytes, model));
+        MAGI_ASSIGN_OR_RETURN(candidate.prediction, Simulate(*copy.FindGraph(graph_name), model));
+        candidate.recomputed_nodes = recompute.report().recomputed;
+        candidate.fits = candidate.prediction.peak_bytes <= plan.budget_bytes;
+      } else if (changed.status().code() == absl::StatusCode::kFailedPrecondition) {
+        candidate.note = absl::StrFormat("over budget: %.3f MB with every activation recomputed",
+                                         recompute.report().peak_floor / 1e6);
+      } else {
+        return changed.status();
+      }
+    }
+    smallest_peak = std::min(smallest_peak, candidate.prediction.peak_bytes);
+    if (!candidate.fits) {
+      if (candidate.note.empty()) candidate.note = "over budget";
+      continue;
+    }
+    if (best < 0 || candidate.prediction.step_seconds < plan.candidates[best].prediction.step_seconds ||
+        (candidate.prediction.step_seconds == plan.candidates[best].prediction.step_seconds &&
+         static_cast<int>(index) < best)) {
+      best = static_cast<int>(index);
+    }
+  }
+  plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  if (best < 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "no strategy fits %d bytes per rank: the smallest predicted peak is %d bytes (graph as given: %d)",
+        plan.budget_bytes, smallest_peak, plan.baseline.peak_bytes));
+  }
+  plan.chosen = plan.candidates[best];
+  plan.pipeline = plan.chosen.pipeline;
+  return plan;
+}
+
+absl::Status ApplyStrategy(const StrategyPlan& plan, const CostModel& model, Module& module) {
+  (void)model;
+  MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(plan.pipeline));
+  PassManager manager(/*verify_each=*/true);
+  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+  return manager.Run(module).status();
+}
+
+std::string FormatStrategyPlan(const StrategyPlan& plan) {
+  auto row = [](const std::string& mark, const std::string& pipeline, const SimulationResult& p, bool evaluated,
+                const std::string& note) {
+    if (!evaluated) return absl::StrFormat("%s %-10s %-10s %-12s %-10s %s  %s\n", mark, "-", "-", "-", "-", pipeline, note);
+    return absl::StrFormat("%s %10.3f %10.3f %12.1f %9.1f%% %s%s%s\n", mark, p.step_seconds * 1e3,
+                           p.exposed_communication_seconds * 1e3, p.peak_bytes / 1e6, 100 * p.overlap_fraction(),
+                           pipeline, note.empty() ? "" : "  # ", note);
+  };
+  std::string out = absl::StrFormat("budget %.1f MB per rank; searched %d candidates in %.2f s\n",
+                                    plan.budget_bytes / 1e6, plan.candidates.size(), plan.search_seconds);
+  absl::StrAppendFormat(&out, "  %10s %10s %12s %10s %s\n", "step_ms", "exposed_ms", "peak_MB", "overlap", "pipeline");
+  out += row(" ", "(graph as given)", plan.baseline, true, "");
+  for (const StrategyCandidate& candidate : plan.candidates) {
+    out += row(candidate.pipeline == plan.pipeline ? "*" : " ", candidate.pipeline, candidate.prediction,
+               candidate.evaluated, candidate.note);
+  }
+  absl::StrAppend(&out, "chosen: ", plan.pipeline, "\n");
+  return out;
+}
+
+}  // namespace magi

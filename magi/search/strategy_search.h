@@ -1,0 +1,71 @@
+// Strategy search: picks bucket size, prefetch depth, reshard policy and recompute set
+// for a step graph so that its predicted step time is least under a memory budget.
+//
+// Every candidate is a pass pipeline, really run on a copy of the module and then
+// simulated (magi/cost/simulator.h):
+//
+//   reshard-after-forward{mode=reshard|keep}[,bucket-collectives{max_mb=B}]
+//   [,schedule-overlap{prefetch=P}][,auto-recompute{budget_mb=M}]
+//
+// (no bucketing for B = 0; no overlap scheduling at all for P = -1, which keeps every
+// wait next to its start: slowest, but no collective buffer outlives its use.)
+//
+// auto-recompute is added only where the predicted peak exceeds the budget. Since
+// recompute only adds time, candidates are evaluated in order of their time without
+// it, and the search stops once no remaining candidate can beat the best that fits
+// (branch and bound). The result is deterministic: same module, options and cost model
+// give the same plan (ties go to the earlier candidate of the enumeration). The chosen
+// pipeline is text, so `magi opt --passes=...` reproduces it.
+#ifndef MAGI_SEARCH_STRATEGY_SEARCH_H_
+#define MAGI_SEARCH_STRATEGY_SEARCH_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/cost/cost_model.h"
+#include "magi/cost/simulator.h"
+#include "magi/ir/module.h"
+
+namespace magi {
+
+struct SearchOptions {
+  int64_t memory_budget_bytes = 0;  // 0: the device profile's memory
+  std::vector<double> bucket_mb = {0, 16, 64, 256};
+  std::vector<int> prefetch = {-1, 0, 1, 2};
+  std::vector<bool> reshard_after_forward = {true, false};
+  bool allow_recompute = true;
+};
+
+struct StrategyCandidate {
+  std::string pipeline;
+  SimulationResult prediction;   // after the whole pipeline (empty if not evaluated)
+  bool evaluated = false;
+  bool fits = false;
+  int recomputed_nodes = 0;
+  std::string note;  // why it does not fit, or that it was pruned
+};
+
+struct StrategyPlan {
+  std::string pipeline;  // the chosen candidate's
+  StrategyCandidate chosen;
+  SimulationResult baseline;  // the graph as given
+  int64_t budget_bytes = 0;
+  std::vector<StrategyCandidate> candidates;  // in enumeration order
+  double search_seconds = 0;
+};
+
+// Searches over `graph_name` of `module` (unchanged). FailedPrecondition if no
+// candidate fits the budget, naming the smallest peak reached.
+absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name,
+                                            const CostModel& model, const SearchOptions& options = {});
+
+// Runs `plan.pipeline` on `module` (what the search evaluated), verifying after each pass.
+absl::Status ApplyStrategy(const StrategyPlan& plan, const CostModel& model, Module& module);
+
+// A table of every candidate with its prediction, the chosen one marked.
+std::string FormatStrategyPlan(const StrategyPlan& plan);
+
+}  // namespace magi
+
+#endif  // MAGI_SEARCH_STRATEGY_SEARCH_H_
