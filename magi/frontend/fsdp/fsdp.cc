@@ -14,7 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
+#include "magi/cost/calibration.h"
+#include "magi/cost/cost_model.h"
 #include "magi/ir/verifier.h"
+#include "magi/passes/pipeline.h"
+#include "magi/search/strategy_search.h"
 
 namespace magi {
 namespace {
@@ -189,7 +193,8 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(torch::nn::Modu
                                                                  std::shared_ptr<Communicator> communicator,
                                                                  const AdamWOptions& adamw,
                                                                  const CaptureOptions& capture_options,
-                                                                 const std::string& backend) {
+                                                                 const std::string& backend,
+                                                                 const StepOptimization& optimization) {
   auto trainer = std::unique_ptr<FsdpTrainer>(new FsdpTrainer());
   trainer->root_ = &root;
   trainer->adamw_ = adamw;
@@ -204,6 +209,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(torch::nn::Modu
   Graph* graph = trainer->captured_.graph();
   MAGI_RETURN_IF_ERROR(ShardForFsdp(*trainer->captured_.module, *graph, trainer->plan_));
   MAGI_RETURN_IF_ERROR(VerifyModule(*trainer->captured_.module));
+  MAGI_RETURN_IF_ERROR(trainer->OptimizeStep(optimization));
   MAGI_ASSIGN_OR_RETURN(trainer->executable_, CompileForTorch(backend, *trainer->captured_.module, graph->name()));
   MAGI_RETURN_IF_ERROR(trainer->executable_->BindCommunicator(trainer->plan_.process_group, communicator));
 
@@ -222,6 +228,38 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(torch::nn::Modu
     }
   }
   return trainer;
+}
+
+absl::Status FsdpTrainer::OptimizeStep(const StepOptimization& optimization) {
+  if (!optimization.passes.empty() && optimization.memory_budget_bytes > 0) {
+    return absl::InvalidArgumentError("give either a pass pipeline or a memory budget for the strategy search, not both");
+  }
+  MAGI_ASSIGN_OR_RETURN(DeviceProfile profile, LoadDeviceProfile(optimization.device_profile));
+  std::unique_ptr<CalibrationTable> calibration;
+  if (!optimization.calibration_csv.empty()) {
+    MAGI_ASSIGN_OR_RETURN(CalibrationTable table, CalibrationTable::Load(optimization.calibration_csv));
+    calibration = std::make_unique<CalibrationTable>(std::move(table));
+  }
+  CostModel model(std::move(profile), calibration.get());
+  Module& module = *captured_.module;
+  Graph& graph = *captured_.graph();
+  if (optimization.memory_budget_bytes > 0) {
+    SearchOptions options;
+    options.memory_budget_bytes = optimization.memory_budget_bytes;
+    MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(module, graph.name(), model, options));
+    strategy_report_ = FormatStrategyPlan(plan);
+    applied_pipeline_ = plan.pipeline;
+  } else {
+    applied_pipeline_ = optimization.passes;
+  }
+  if (!applied_pipeline_.empty()) {
+    MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(applied_pipeline_));
+    PassManager manager(/*verify_each=*/true);
+    MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+    MAGI_RETURN_IF_ERROR(manager.Run(module).status());
+  }
+  MAGI_ASSIGN_OR_RETURN(prediction_, Simulate(graph, model));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_batch) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "magi/cost/simulator.h"
 #include "magi/frontend/capture/capture.h"
 #include "magi/passes/fsdp/shard_for_fsdp.h"
 #include "magi/runtime/communicator.h"
@@ -74,6 +75,18 @@ struct AdamWOptions {
   double weight_decay = 1e-2;
 };
 
+// How the sharded step graph is optimized before it is compiled.
+struct StepOptimization {
+  // A pass pipeline run after sharding, e.g. "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}".
+  std::string passes;
+  // > 0: the strategy search picks the pipeline that fits this many bytes per rank
+  // (then `passes` must be empty). Every rank searches its own (identical) graph and
+  // finds the same plan.
+  int64_t memory_budget_bytes = 0;
+  std::string device_profile = "cpu";  // cost model for the search and the prediction
+  std::string calibration_csv;         // measured op times (CalibrationTable) to use, if any
+};
+
 class FsdpTrainer {
  public:
   // Captures one step of `loss_fn` on `example_local_batch` (the shapes every step will
@@ -84,7 +97,8 @@ class FsdpTrainer {
                                                              std::shared_ptr<Communicator> communicator,
                                                              const AdamWOptions& adamw,
                                                              const CaptureOptions& capture_options = {},
-                                                             const std::string& backend = "interpreter");
+                                                             const std::string& backend = "interpreter",
+                                                             const StepOptimization& optimization = {});
 
   // One optimizer step on this rank's batch; returns this rank's loss.
   absl::StatusOr<double> Step(const std::vector<at::Tensor>& local_batch);
@@ -96,6 +110,14 @@ class FsdpTrainer {
   const Graph& graph() const { return *captured_.graph(); }
   int64_t steps_taken() const { return step_; }
   const RunStats& last_run_stats() const { return executable_->last_run_stats(); }
+  // Records per-node times in last_run_stats() from the next step on (for calibration).
+  void set_profile_nodes(bool on) { executable_->set_profile_nodes(on); }
+
+  // The pass pipeline applied after sharding ("" if none), the strategy search's table
+  // when it chose it, and the cost model's prediction for the compiled graph.
+  const std::string& applied_pipeline() const { return applied_pipeline_; }
+  const std::string& strategy_report() const { return strategy_report_; }
+  const SimulationResult& prediction() const { return prediction_; }
 
   // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
   const std::map<std::string, at::Tensor>& state() const { return state_; }
@@ -110,6 +132,7 @@ class FsdpTrainer {
 
  private:
   FsdpTrainer() = default;
+  absl::Status OptimizeStep(const StepOptimization& optimization);
 
   torch::nn::Module* root_ = nullptr;
   CapturedGraph captured_;
@@ -120,6 +143,9 @@ class FsdpTrainer {
   std::map<std::string, at::Tensor> state_;  // "<p>.shard", "<p>.exp_avg", "<p>.exp_avg_sq"
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
+  std::string applied_pipeline_;
+  std::string strategy_report_;
+  SimulationResult prediction_;
 };
 
 // Forward-only FSDP: one graph with the all-gathers and the forward of `forward_fn`,
