@@ -25,7 +25,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "magi/base/file.h"
+#include "magi/cost/calibration.h"
 #include "magi/frontend/fsdp/fsdp.h"
+#include "magi/ir/printer.h"
 #include "magi/models/llama.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
@@ -50,6 +52,16 @@ ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
 ABSL_FLAG(int, seed, 0, "Seed of the initial weights and of the batches");
 ABSL_FLAG(bool, resume, false, "Continue from the checkpoint in --out_dir (same world size and model)");
 ABSL_FLAG(int, timeout_s, 120, "Collective timeout: a dead or hung rank fails the run after this");
+ABSL_FLAG(double, budget_gb, 0,
+          "Memory budget per rank in GB: the strategy search picks bucketing, prefetch, resharding and recompute so "
+          "the predicted peak fits (0: no search)");
+ABSL_FLAG(std::string, passes, "", "A pass pipeline to run on the step graph instead of the search, e.g. "
+          "\"bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}\"");
+ABSL_FLAG(std::string, device_profile, "", "Cost model device profile (cpu, h200 or a .profile file; default: "
+          "cpu, or h200 with --device=cuda)");
+ABSL_FLAG(std::string, calibration, "", "Measured op times (CSV from --calibration_out) for the cost model");
+ABSL_FLAG(std::string, calibration_out, "", "Write the op times measured on rank 0 here (CSV) for later runs");
+ABSL_FLAG(std::string, dump_graph, "", "Write rank 0's compiled step graph (text IR) here");
 
 namespace {
 
@@ -171,8 +183,27 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   magi::AdamWOptions adamw;
   adamw.lr = absl::GetFlag(FLAGS_lr);
   auto compile_start = std::chrono::steady_clock::now();
-  auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, absl::GetFlag(FLAGS_backend));
+  magi::StepOptimization optimization;
+  optimization.passes = absl::GetFlag(FLAGS_passes);
+  optimization.memory_budget_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_budget_gb) * 1e9);
+  optimization.device_profile = absl::GetFlag(FLAGS_device_profile).empty() ? (device_flag == "cuda" ? "h200" : "cpu")
+                                                                            : absl::GetFlag(FLAGS_device_profile);
+  optimization.calibration_csv = absl::GetFlag(FLAGS_calibration);
+  if (rank == 0 && optimization.memory_budget_bytes > 0) {
+    std::fprintf(stderr, "magi: searching a strategy for %.3f GB per rank...\n", absl::GetFlag(FLAGS_budget_gb));
+  }
+  auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {},
+                                           absl::GetFlag(FLAGS_backend), optimization);
   if (!trainer.ok()) return Fail(rank, trainer.status().message());
+  if (rank == 0 && !(*trainer)->strategy_report().empty()) std::fprintf(stderr, "%s", (*trainer)->strategy_report().c_str());
+  if (rank == 0 && !absl::GetFlag(FLAGS_dump_graph).empty()) {
+    absl::Status dumped = magi::WriteFileAtomically(absl::GetFlag(FLAGS_dump_graph), magi::PrintModule((*trainer)->module()));
+    if (!dumped.ok()) return Fail(rank, dumped.message());
+  }
+  const magi::SimulationResult& predicted = (*trainer)->prediction();
+  const bool calibrate = rank == 0 && !absl::GetFlag(FLAGS_calibration_out).empty();
+  magi::CalibrationTable calibration;
+  (*trainer)->set_profile_nodes(calibrate);
   double compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
   if (rank == 0) {
     int gathers = 0, scatters = 0;
@@ -184,6 +215,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "reduce-scatters), compiled in %.1f s\n",
                  config.ToString().c_str(), config.NumParameters() / 1e6, env.world_size,
                  (*trainer)->graph().num_nodes(), gathers, scatters, compile_seconds);
+    std::fprintf(stderr, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile)\n",
+                 (*trainer)->applied_pipeline().empty() ? "(none)" : (*trainer)->applied_pipeline().c_str(),
+                 predicted.step_seconds * 1e3, predicted.peak_bytes / 1e6, optimization.device_profile.c_str());
   }
 
   // The eager reference: same initial weights, the global batch, LibTorch's AdamW.
@@ -216,10 +250,21 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   auto start = std::chrono::steady_clock::now();
   double initial_loss = 0, final_loss = 0;
   bool tty = isatty(2);
+  double step_seconds_sum = 0;  // graph run time, steps after the first (which warms up)
+  int timed_steps = 0;
   for (int step = first_step; step < steps; ++step) {
     absl::StatusOr<double> local_loss = (*trainer)->Step(batch(step));
     if (!local_loss.ok()) return Fail(rank, local_loss.status().message());
-    peak_bytes = std::max(peak_bytes, (*trainer)->last_run_stats().peak_live_bytes);
+    const magi::RunStats& run = (*trainer)->last_run_stats();
+    peak_bytes = std::max(peak_bytes, run.peak_live_bytes);
+    if (step > first_step) {
+      step_seconds_sum += run.seconds;
+      ++timed_steps;
+      if (calibrate) {
+        absl::Status added = calibration.AddRun((*trainer)->graph(), run.node_seconds);
+        if (!added.ok()) return Fail(rank, added.message());
+      }
+    }
     auto mean = (*communicator)->Start(magi::CollectiveKind::kAllReduce, {at::scalar_tensor(*local_loss, at::TensorOptions().dtype(at::kDouble).device(device))}, "avg");
     if (!mean.ok()) return Fail(rank, mean.status().message());
     auto reduced = (*mean)->Wait();
@@ -270,8 +315,11 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);
     std::string summary = absl::StrFormat(
         "{\"initial_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, \"world_size\": %d, \"tokens_per_s\": %.1f, "
-        "\"peak_memory_bytes\": %d}\n",
-        initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes);
+        "\"peak_memory_bytes\": %d, \"predicted_peak_memory_bytes\": %d, \"step_seconds\": %.6f, "
+        "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\"}\n",
+        initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
+        timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
+        optimization.memory_budget_bytes, (*trainer)->applied_pipeline());
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);
@@ -285,6 +333,18 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
     if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);
+    std::fprintf(stderr, "step graph: %.1f ms measured (predicted %.1f), peak %.3f MB measured (predicted %.3f%s)\n",
+                 timed_steps > 0 ? step_seconds_sum / timed_steps * 1e3 : 0.0, predicted.step_seconds * 1e3,
+                 peak_bytes / 1e6, predicted.peak_bytes / 1e6,
+                 optimization.memory_budget_bytes > 0
+                     ? absl::StrFormat(", budget %.3f", optimization.memory_budget_bytes / 1e6).c_str()
+                     : "");
+    if (calibrate) {
+      absl::Status saved_table = calibration.Save(absl::GetFlag(FLAGS_calibration_out));
+      if (!saved_table.ok()) return Fail(rank, saved_table.message());
+      std::fprintf(stderr, "wrote %zu measured op times to %s\n", calibration.size(),
+                   absl::GetFlag(FLAGS_calibration_out).c_str());
+    }
   }
   return 0;
 }

@@ -24,7 +24,7 @@ std::string CalibrationTable::KeyOf(const Node& node) {
     for (const Argument& arg : node.args()) {
       AttrKind kind = arg.value.kind();
       if (kind == AttrKind::kOperand || kind == AttrKind::kOperandList) continue;
-      absl::StrAppend(&key, ",", arg.name, "=", arg.value.ToString());
+      absl::StrAppend(&key, ",", arg.name.empty() ? "" : arg.name + "=", arg.value.ToString());
     }
   }
   absl::StrAppend(&key, "(");
