@@ -38,7 +38,7 @@ std::string StreamName(int stream) {
 
 absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& model) {
   SimulationResult result;
-  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph);
+  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, /*assign_buffers=*/false);
   if (!memory.ok()) return memory.status();
   result.peak_bytes = memory->peak_bytes;
 

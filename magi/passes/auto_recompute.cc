@@ -77,7 +77,7 @@ absl::StatusOr<int64_t> ProbePeak(const Module& module, const Graph& graph, cons
   std::vector<Node*> chosen;
   for (int i = 0; i < count; ++i) chosen.push_back(nodes[candidate_positions[i]]);
   RecomputeForBackward(*copy_graph, chosen);
-  absl::StatusOr<MemoryPlan> plan = PlanMemory(*copy_graph);
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(*copy_graph, /*assign_buffers=*/false);
   if (!plan.ok()) return plan.status();
   return plan->peak_bytes;
 }
@@ -142,7 +142,7 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
 }
 
 absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
-  absl::StatusOr<MemoryPlan> before = PlanMemory(graph);
+  absl::StatusOr<MemoryPlan> before = PlanMemory(graph, /*assign_buffers=*/false);
   if (!before.ok()) return before.status();
   report_.peak_before = before->peak_bytes;
   report_.peak_after = before->peak_bytes;
@@ -186,7 +186,7 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   std::vector<Node*> chosen(candidates.begin(), candidates.begin() + low);
   for (Node* node : candidates) node->mutable_annotations().remat = RematDecision::kSave;
   std::vector<Node*> copies = RecomputeForBackward(graph, chosen);
-  absl::StatusOr<MemoryPlan> after = PlanMemory(graph);
+  absl::StatusOr<MemoryPlan> after = PlanMemory(graph, /*assign_buffers=*/false);
   if (!after.ok()) return after.status();
   report_.peak_after = after->peak_bytes;
   report_.recomputed = static_cast<int>(copies.size());

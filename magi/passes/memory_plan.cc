@@ -27,28 +27,35 @@ int64_t MemoryPlan::total_buffer_bytes() const {
   return total;
 }
 
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph) {
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers) {
   std::vector<Node*> nodes = graph.nodes();
   const int n = static_cast<int>(nodes.size());
-  // Storage owner of each value (itself, or the base its view aliases).
-  absl::flat_hash_map<const Value*, const Value*> owner;
-  absl::flat_hash_map<const Value*, int64_t> bytes;
-  absl::flat_hash_map<const Value*, int> born;  // -1: graph input
-  absl::flat_hash_map<const Value*, int> dies;  // last program index that needs it; n: an output
-  auto add_owner = [&](const Value* value, int index) -> absl::Status {
+  // One entry per storage; values map to the storage they own or (views) alias.
+  struct Storage {
+    const Value* value;
+    int64_t bytes;
+    int born;  // -1: graph input
+    int dies;  // last program index that needs it; n: an output
+  };
+  std::vector<Storage> storages;
+  absl::flat_hash_map<const Value*, int> storage_of;
+  storage_of.reserve(graph.inputs().size() + 2 * nodes.size());
+  auto add_storage = [&](const Value* value, int index) -> absl::Status {
     if (value->type().is_future()) return absl::OkStatus();
     std::optional<int64_t> size = value->type().tensor().SizeInBytes();
     if (!size) {
       return absl::FailedPreconditionError(absl::StrCat("%", value->name(), " has a dynamic size"));
     }
-    owner[value] = value;
-    bytes[value] = *size;
-    born[value] = index;
-    dies[value] = index;
+    storage_of[value] = static_cast<int>(storages.size());
+    storages.push_back({value, *size, index, index});
     return absl::OkStatus();
   };
+  auto extend = [&](const Value* value, int index) {
+    auto it = storage_of.find(value);
+    if (it != storage_of.end()) storages[it->second].dies = std::max(storages[it->second].dies, index);
+  };
   for (const Value* input : graph.inputs()) {
-    absl::Status status = add_owner(input, -1);
+    absl::Status status = add_storage(input, -1);
     if (!status.ok()) return status;
   }
   absl::flat_hash_map<const Node*, int> index_of_start;
@@ -63,43 +70,37 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph) {
       auto it = start == nullptr ? index_of_start.end() : index_of_start.find(start);
       if (it != index_of_start.end()) {
         birth = it->second;
-        for (const Value* operand : start->operands()) {
-          auto owner_it = owner.find(operand);
-          if (owner_it != owner.end()) dies[owner_it->second] = std::max(dies[owner_it->second], i);
-        }
+        for (const Value* operand : start->operands()) extend(operand, i);
       }
     }
-    const Value* aliased = nullptr;
-    if (IsViewOp(node->op()) && node->num_operands() > 0) aliased = owner.count(node->operand(0)) ? owner.at(node->operand(0)) : nullptr;
+    int aliased = -1;
+    if (node->num_operands() > 0 && IsViewOp(node->op())) {
+      auto it = storage_of.find(node->operand(0));
+      if (it != storage_of.end()) aliased = it->second;
+    }
     for (const Value* result : node->results()) {
-      if (aliased != nullptr) {
-        owner[result] = aliased;
+      if (aliased >= 0) {
+        storage_of[result] = aliased;
       } else {
-        absl::Status status = add_owner(result, birth);
+        absl::Status status = add_storage(result, birth);
         if (!status.ok()) return status;
       }
     }
-    for (const Value* operand : node->operands()) {
-      auto it = owner.find(operand);
-      if (it != owner.end()) dies[it->second] = std::max(dies[it->second], i);
-    }
+    for (const Value* operand : node->operands()) extend(operand, i);
   }
-  for (const GraphOutput& output : graph.outputs()) {
-    auto it = owner.find(output.value);
-    if (it != owner.end()) dies[it->second] = n;
-  }
+  for (const GraphOutput& output : graph.outputs()) extend(output.value, n);
 
   MemoryPlan plan;
   plan.live_after.assign(n, 0);
   std::vector<int64_t> allocated(n, 0), freed(n, 0);
   int64_t live = 0;
-  for (const auto& [value, size] : bytes) {
-    if (born.at(value) < 0) {
-      live += size;
+  for (const Storage& storage : storages) {
+    if (storage.born < 0) {
+      live += storage.bytes;
     } else {
-      allocated[born.at(value)] += size;
+      allocated[storage.born] += storage.bytes;
     }
-    if (dies.at(value) >= 0 && dies.at(value) < n) freed[dies.at(value)] += size;
+    if (storage.dies >= 0 && storage.dies < n) freed[storage.dies] += storage.bytes;
   }
   plan.peak_bytes = live;
   for (int i = 0; i < n; ++i) {
@@ -111,29 +112,32 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph) {
     live -= freed[i];
     plan.live_after[i] = live;
   }
+  if (!assign_buffers) return plan;
 
   // Greedy first fit: storages by birth; a buffer is free once its storage is dead.
-  std::vector<const Value*> storages;
-  for (const auto& [value, size] : bytes) storages.push_back(value);
-  std::sort(storages.begin(), storages.end(), [&](const Value* a, const Value* b) {
-    return born.at(a) != born.at(b) ? born.at(a) < born.at(b) : bytes.at(a) > bytes.at(b);
+  std::vector<int> order(storages.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return storages[a].born != storages[b].born ? storages[a].born < storages[b].born
+                                                : storages[a].bytes > storages[b].bytes;
   });
   std::vector<int> buffer_free_after;  // program index after which the buffer is free
-  for (const Value* value : storages) {
+  for (int index : order) {
+    const Storage& storage = storages[index];
     int buffer = -1;
     for (size_t b = 0; b < buffer_free_after.size(); ++b) {
-      if (buffer_free_after[b] < born.at(value) && plan.buffer_sizes[b] >= bytes.at(value)) {
+      if (buffer_free_after[b] < storage.born && plan.buffer_sizes[b] >= storage.bytes) {
         buffer = static_cast<int>(b);
         break;
       }
     }
     if (buffer < 0) {
       buffer = static_cast<int>(plan.buffer_sizes.size());
-      plan.buffer_sizes.push_back(bytes.at(value));
+      plan.buffer_sizes.push_back(storage.bytes);
       buffer_free_after.push_back(0);
     }
-    buffer_free_after[buffer] = dies.at(value);
-    plan.buffer_of[value] = buffer;
+    buffer_free_after[buffer] = storage.dies;
+    plan.buffer_of[storage.value] = buffer;
   }
   return plan;
 }

@@ -38,8 +38,9 @@ struct MemoryPlan {
 // True for ops whose result aliases their first tensor operand.
 bool IsViewOp(absl::string_view op);
 
-// FailedPrecondition if a value's size is not static.
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph);
+// FailedPrecondition if a value's size is not static. Without `assign_buffers` only the
+// peak and live_after are computed (what schedulers and searches need; much cheaper).
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true);
 
 }  // namespace magi
 

@@ -3,6 +3,7 @@
 #include <functional>
 #include <memory>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "magi/ir/collectives.h"
@@ -65,20 +66,23 @@ bool ReshardAfterForward::Keep(Graph& graph) const {
 bool ReshardAfterForward::Reshard(Graph& graph) const {
   int boundary = BackwardBoundary(graph);
   if (boundary < 0) return false;
+  // Nodes before the backward boundary; everything else, and every node added here, is late.
+  absl::flat_hash_set<const Node*> early;
+  std::vector<Node*> nodes = graph.nodes();
+  for (int i = 0; i < boundary; ++i) early.insert(nodes[i]);
   bool changed = false;
-  for (Node* start : graph.nodes()) {
+  for (Node* start : nodes) {
     if (start->op() != kAllGatherStartOp || start->annotations().phase == Phase::kBackward || !Selected(*start)) {
       continue;
     }
     Node* wait = WaitOfStart(*start);
-    if (wait == nullptr) continue;
+    if (wait == nullptr || !early.contains(wait)) continue;
     absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
-    if (positions.at(wait) >= boundary) continue;
     // Backward users of the results, directly or through forward views of them.
     Node* first_late_user = nullptr;
     std::function<void(const Value*)> find_late = [&](const Value* value) {
       for (Node* user : value->Users()) {
-        if (positions.at(user) >= boundary) {
+        if (!early.contains(user)) {
           if (first_late_user == nullptr || positions.at(user) < positions.at(first_late_user)) first_late_user = user;
         } else if (IsViewOp(user->op())) {
           for (const Value* view : user->results()) find_late(view);
@@ -113,18 +117,18 @@ bool ReshardAfterForward::Reshard(Graph& graph) const {
         node->mutable_annotations().schedule = -1;
       }
     }
-    positions = NodePositions(graph);
     // Point backward uses at the regathered values, copying forward views as needed.
     std::function<void(Value*, Value*)> redirect = [&](Value* value, Value* replacement) {
       for (Node* user : value->Users()) {
-        if (positions.at(user) >= positions.at(regather_wait)) {
+        if (!early.contains(user)) {
+          if (user == regather_wait || user == StartOfWait(*regather_wait)) continue;
           for (int i = 0; i < user->num_operands(); ++i) {
             if (user->operand(i) == value) user->ReplaceOperand(i, replacement);
           }
         } else if (IsViewOp(user->op()) && user->operand(0) == value) {
           bool has_late_use = false;
           for (const Value* view : user->results()) {
-            for (Node* view_user : view->Users()) has_late_use |= positions.at(view_user) >= boundary;
+            for (Node* view_user : view->Users()) has_late_use |= !early.contains(view_user);
           }
           if (!has_late_use) continue;
           absl::flat_hash_map<const Value*, Value*> map;
@@ -132,7 +136,6 @@ bool ReshardAfterForward::Reshard(Graph& graph) const {
           map[value] = replacement;
           Node* copy = CopyNode(*user, graph, map, first_late_user);
           copy->mutable_annotations().phase = Phase::kBackward;
-          positions = NodePositions(graph);
           for (int i = 0; i < user->num_results(); ++i) redirect(user->result(i), copy->result(i));
         }
       }

@@ -22,51 +22,59 @@ Node* WaitOfStart(const Node& start) {
   return nullptr;
 }
 
-// The node right after `node`, or null at the end.
-Node* NextNode(const Graph& graph, const Node* node) {
-  std::vector<Node*> nodes = graph.nodes();
-  for (size_t i = 0; i + 1 < nodes.size(); ++i) {
-    if (nodes[i] == node) return nodes[i + 1];
+// The program order and positions, rebuilt only after a move.
+struct Order {
+  explicit Order(const Graph& graph) { Refresh(graph); }
+  void Refresh(const Graph& graph) {
+    nodes = graph.nodes();
+    positions.clear();
+    for (int i = 0; i < static_cast<int>(nodes.size()); ++i) positions[nodes[i]] = i;
   }
-  return nullptr;
-}
-
-// Gathered bytes of all-gathers started before `position` and not yet waited for.
-int64_t InflightGatherBytes(const Graph& graph, int position) {
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
-  int64_t bytes = 0;
-  for (const auto& [node, index] : positions) {
-    if (node->op() != kAllGatherStartOp || index >= position) continue;
-    Node* wait = WaitOfStart(*node);
-    if (wait != nullptr && positions.at(wait) >= position) bytes += BucketCollectives::BucketBytes(*node);
+  Node* After(const Node* node) const {
+    int next = positions.at(node) + 1;
+    return next < static_cast<int>(nodes.size()) ? nodes[next] : nullptr;
   }
-  return bytes;
-}
+  std::vector<Node*> nodes;
+  absl::flat_hash_map<const Node*, int> positions;
+};
 
 bool PrefetchGathers(Graph& graph, int prefetch, double max_inflight_bytes) {
   bool changed = false;
-  std::vector<Node*> gathers;
+  std::vector<Node*> gathers, waits;
   for (Node* node : graph.nodes()) {
-    if (node->op() == kAllGatherStartOp && WaitOfStart(*node) != nullptr) gathers.push_back(node);
+    Node* wait = node->op() == kAllGatherStartOp ? WaitOfStart(*node) : nullptr;
+    if (wait == nullptr) continue;
+    gathers.push_back(node);
+    waits.push_back(wait);
   }
+  Order order(graph);
+  // Gathered bytes of the gathers started before `position` and not yet waited for.
+  auto inflight = [&](int position) {
+    int64_t bytes = 0;
+    for (size_t j = 0; j < gathers.size(); ++j) {
+      if (order.positions.at(gathers[j]) < position && order.positions.at(waits[j]) >= position) {
+        bytes += BucketCollectives::BucketBytes(*gathers[j]);
+      }
+    }
+    return bytes;
+  };
   for (size_t i = 0; i < gathers.size(); ++i) {
     Node* start = gathers[i];
     for (int distance = prefetch; distance > 0; --distance) {
-      Node* target = distance > static_cast<int>(i) ? graph.nodes().front()
-                                                    : NextNode(graph, WaitOfStart(*gathers[i - distance]));
-      absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+      Node* target = distance > static_cast<int>(i) ? order.nodes.front() : order.After(waits[i - distance]);
       // Never ahead of the previous gather: the issue order of collectives stays as it was.
-      if (i > 0 && target != nullptr && positions.at(target) <= positions.at(gathers[i - 1])) {
-        target = NextNode(graph, gathers[i - 1]);
+      if (i > 0 && target != nullptr && order.positions.at(target) <= order.positions.at(gathers[i - 1])) {
+        target = order.After(gathers[i - 1]);
       }
       if (target == nullptr || target == start) break;
-      if (positions.at(target) >= positions.at(start)) break;  // already at least this early
+      if (order.positions.at(target) >= order.positions.at(start)) break;  // already at least this early
       if (max_inflight_bytes > 0 &&
-          static_cast<double>(InflightGatherBytes(graph, positions.at(target)) +
-                              BucketCollectives::BucketBytes(*start)) > max_inflight_bytes) {
+          static_cast<double>(inflight(order.positions.at(target)) + BucketCollectives::BucketBytes(*start)) >
+              max_inflight_bytes) {
         continue;  // too much in flight there: try a shorter distance
       }
       if (HoistBefore(graph, start, target)) {
+        order.Refresh(graph);
         changed = true;
         break;
       }
@@ -79,30 +87,33 @@ bool PrefetchGathers(Graph& graph, int prefetch, double max_inflight_bytes) {
 // same kind on the same process group.
 bool SinkWaits(Graph& graph) {
   bool changed = false;
-  std::vector<Node*> nodes = graph.nodes();
-  for (Node* wait : nodes) {
-    if (wait->op() != kWaitOp) continue;
+  Order order(graph);
+  std::vector<Node*> waits;
+  for (Node* node : order.nodes) {
+    if (node->op() == kWaitOp && StartOfWait(*node) != nullptr) waits.push_back(node);
+  }
+  for (Node* wait : waits) {
     const Node* start = StartOfWait(*wait);
-    if (start == nullptr) continue;
-    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
-    Node* limit = FirstUser(graph, *wait, positions);
+    Node* limit = FirstUser(graph, *wait, order.positions);
     std::string group = StringArg(*start, "group");
-    for (Node* node : graph.nodes()) {
-      if (positions.at(node) <= positions.at(start) || node->op() != start->op()) continue;
-      if (StringArg(*node, "group") != group) continue;
-      if (limit == nullptr || positions.at(node) < positions.at(limit)) limit = node;
+    for (int i = order.positions.at(start) + 1; i < static_cast<int>(order.nodes.size()); ++i) {
+      Node* node = order.nodes[i];
+      if (node->op() != start->op() || StringArg(*node, "group") != group) continue;
+      if (limit == nullptr || i < order.positions.at(limit)) limit = node;
       break;
     }
     // Only move later: a wait already after its limit stays (it was placed on purpose).
     if (limit == nullptr) {
-      if (positions.at(wait) != static_cast<int>(positions.size()) - 1) {
+      if (order.positions.at(wait) != static_cast<int>(order.nodes.size()) - 1) {
         graph.MoveBefore(wait, nullptr);
+        order.Refresh(graph);
         changed = true;
       }
       continue;
     }
-    if (positions.at(limit) > positions.at(wait) + 1) {
+    if (order.positions.at(limit) > order.positions.at(wait) + 1) {
       graph.MoveBefore(wait, limit);
+      order.Refresh(graph);
       changed = true;
     }
   }

@@ -23,33 +23,42 @@ bool IsMovable(const Node& node) {
 }
 
 bool HoistBefore(Graph& graph, Node* node, Node* before, int max_moved) {
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+  std::vector<Node*> order = graph.nodes();
+  absl::flat_hash_map<const Node*, int> positions;
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) positions[order[i]] = i;
   int limit = positions.at(before);
-  if (positions.at(node) < limit) return true;
-  // Collect the producers that must move too, depth first, and check them.
-  std::vector<Node*> to_move;
-  absl::flat_hash_set<const Node*> seen;
-  bool ok = true;
-  std::function<void(Node*)> visit = [&](Node* n) {
-    if (!ok || !seen.insert(n).second) return;
-    for (const Value* operand : n->operands()) {
-      Node* producer = operand->producer();
-      if (producer == nullptr || positions.at(producer) < limit) continue;
-      if (!IsMovable(*producer)) {
-        ok = false;
-        return;
+  while (true) {
+    if (positions.at(node) <= limit) return true;
+    // Collect the producers that must move too, depth first, and check them.
+    std::vector<Node*> to_move;
+    absl::flat_hash_set<const Node*> seen;
+    bool ok = true;
+    std::function<void(Node*)> visit = [&](Node* n) {
+      if (!ok || !seen.insert(n).second) return;
+      for (const Value* operand : n->operands()) {
+        Node* producer = operand->producer();
+        if (producer == nullptr || positions.at(producer) < limit) continue;
+        if (!IsMovable(*producer)) {
+          ok = false;
+          return;
+        }
+        visit(producer);
       }
-      visit(producer);
+      to_move.push_back(n);  // after its producers
+      if (static_cast<int>(to_move.size()) > max_moved + 1) ok = false;
+    };
+    visit(node);
+    if (!ok) return false;
+    if (seen.contains(order[limit])) {
+      // `before` is itself an input of `node`: the earliest place is right after it.
+      ++limit;
+      continue;
     }
-    to_move.push_back(n);  // after its producers
-    if (static_cast<int>(to_move.size()) > max_moved + 1) ok = false;
-  };
-  visit(node);
-  if (!ok) return false;
-  std::sort(to_move.begin(), to_move.end(),
-            [&](const Node* a, const Node* b) { return positions.at(a) < positions.at(b); });
-  for (Node* n : to_move) graph.MoveBefore(n, before);
-  return true;
+    std::sort(to_move.begin(), to_move.end(),
+              [&](const Node* a, const Node* b) { return positions.at(a) < positions.at(b); });
+    for (Node* n : to_move) graph.MoveBefore(n, order[limit]);
+    return true;
+  }
 }
 
 Node* FirstUser(const Graph& graph, const Node& node, const absl::flat_hash_map<const Node*, int>& positions) {

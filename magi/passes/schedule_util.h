@@ -22,8 +22,9 @@ bool IsMovable(const Node& node);
 
 // Moves `node` right before `before`, first moving any producers of its operands that
 // sit after `before` (recursively; at most `max_moved` nodes in all, all movable).
-// Does nothing and returns false if that is impossible. `node` itself may be a
-// collective start (it is moved, but its producers must be movable).
+// Does nothing and returns false if that is impossible. If `before` is itself one of
+// those producers, `node` goes right after it instead (the earliest valid place).
+// `node` itself may be a collective start (it is moved, but its producers must be movable).
 bool HoistBefore(Graph& graph, Node* node, Node* before, int max_moved = 16);
 
 // The first node (in program order) that uses a result of `node`, or null if only

@@ -1,15 +1,22 @@
 #include "magi/search/strategy_search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <numeric>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "magi/base/status_macros.h"
+#include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
+#include "magi/ir/printer.h"
 #include "magi/passes/auto_recompute.h"
+#include "magi/passes/bucket_collectives.h"
 #include "magi/passes/pipeline.h"
 
 namespace magi {
@@ -46,27 +53,66 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
   plan.budget_bytes = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : model.profile().memory_bytes;
   MAGI_ASSIGN_OR_RETURN(plan.baseline, Simulate(*graph, model));
 
-  // Stage 1: every base pipeline, run and simulated.
-  struct Evaluated {
-    std::unique_ptr<Module> module;
-    size_t index;
-  };
-  std::vector<Evaluated> evaluated;
+  // Stage 1: every base pipeline, run on its own copy and simulated, on `threads` threads
+  // (candidates are independent; results land in enumeration order, so the outcome does
+  // not depend on the thread count).
+  std::vector<double> bucket_sizes = options.bucket_mb;
+  if (bucket_sizes.empty()) {
+    std::vector<int64_t> sizes;
+    for (const Node* node : graph->nodes()) {
+      if (IsCollectiveStart(node->op())) sizes.push_back(BucketCollectives::BucketBytes(*node));
+    }
+    bucket_sizes = {0};
+    if (!sizes.empty()) {
+      // 2x and 4x the median collective (whole megabytes, so the pipeline text stays short):
+      // typical neighbours fuse in pairs or fours.
+      std::nth_element(sizes.begin(), sizes.begin() + sizes.size() / 2, sizes.end());
+      double mb = std::ceil(sizes[sizes.size() / 2] / 1e6);
+      bucket_sizes.push_back(2 * mb);
+      bucket_sizes.push_back(4 * mb);
+    }
+  }
   for (bool reshard : options.reshard_after_forward) {
-    for (double bucket_mb : options.bucket_mb) {
+    for (double bucket_mb : bucket_sizes) {
       for (int prefetch : options.prefetch) {
         StrategyCandidate candidate;
         candidate.pipeline = BasePipeline(reshard, bucket_mb, prefetch);
-        std::unique_ptr<Module> copy = CloneModule(module);
-        MAGI_RETURN_IF_ERROR(RunPipelineText(candidate.pipeline, *copy));
-        MAGI_ASSIGN_OR_RETURN(candidate.prediction, Simulate(*copy->FindGraph(graph_name), model));
-        candidate.evaluated = true;
-        candidate.fits = candidate.prediction.peak_bytes <= plan.budget_bytes;
-        evaluated.push_back({std::move(copy), plan.candidates.size()});
         plan.candidates.push_back(std::move(candidate));
       }
     }
   }
+  std::vector<std::unique_ptr<Module>> copies(plan.candidates.size());
+  std::vector<absl::Status> statuses(plan.candidates.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t index = next++; index < plan.candidates.size(); index = next++) {
+      StrategyCandidate& candidate = plan.candidates[index];
+      copies[index] = CloneModule(module);
+      statuses[index] = RunPipelineText(candidate.pipeline, *copies[index]);
+      if (!statuses[index].ok()) continue;
+      absl::StatusOr<SimulationResult> prediction = Simulate(*copies[index]->FindGraph(graph_name), model);
+      if (!prediction.ok()) {
+        statuses[index] = prediction.status();
+        continue;
+      }
+      candidate.prediction = *std::move(prediction);
+      candidate.evaluated = true;
+      candidate.fits = candidate.prediction.peak_bytes <= plan.budget_bytes;
+    }
+  };
+  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(plan.candidates.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& thread : pool) thread.join();
+  for (const absl::Status& status : statuses) MAGI_RETURN_IF_ERROR(status);
+  struct Evaluated {
+    std::unique_ptr<Module> module;
+  };
+  std::vector<Evaluated> evaluated;
+  for (auto& copy : copies) evaluated.push_back({std::move(copy)});
+
   // Stage 2: best first by time; recompute where over budget; stop when no later
   // candidate can beat the best fitting one.
   std::vector<size_t> order(plan.candidates.size());
@@ -74,10 +120,27 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return plan.candidates[a].prediction.step_seconds < plan.candidates[b].prediction.step_seconds;
   });
+  // Different pipelines can make the same graph (a bucket limit below every pair of
+  // neighbours fuses nothing); evaluate each graph once.
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      const SimulationResult& a = plan.candidates[i].prediction;
+      const SimulationResult& b = plan.candidates[j].prediction;
+      if (!plan.candidates[j].note.empty() || a.step_seconds != b.step_seconds || a.peak_bytes != b.peak_bytes ||
+          a.exposed_communication_seconds != b.exposed_communication_seconds) {
+        continue;
+      }
+      if (PrintModule(*evaluated[i].module) == PrintModule(*evaluated[j].module)) {
+        plan.candidates[i].note = absl::StrCat("same graph as ", plan.candidates[j].pipeline);
+        break;
+      }
+    }
+  }
   int best = -1;
   int64_t smallest_peak = INT64_MAX;
   for (size_t index : order) {
     StrategyCandidate& candidate = plan.candidates[index];
+    if (absl::StartsWith(candidate.note, "same graph as")) continue;
     if (best >= 0 && candidate.prediction.step_seconds >= plan.candidates[best].prediction.step_seconds) {
       if (!candidate.fits) candidate.note = "pruned: cannot beat the best";
       continue;

@@ -31,10 +31,13 @@ namespace magi {
 
 struct SearchOptions {
   int64_t memory_budget_bytes = 0;  // 0: the device profile's memory
-  std::vector<double> bucket_mb = {0, 16, 64, 256};
+  // Bucket size limits to try; empty: 0 (none), and 2x and 4x the median collective of
+  // the graph (so neighbouring groups can fuse whatever the model's size).
+  std::vector<double> bucket_mb;
   std::vector<int> prefetch = {-1, 0, 1, 2};
   std::vector<bool> reshard_after_forward = {true, false};
   bool allow_recompute = true;
+  int threads = 0;  // candidates evaluated in parallel (0: one per hardware thread)
 };
 
 struct StrategyCandidate {
@@ -43,7 +46,7 @@ struct StrategyCandidate {
   bool evaluated = false;
   bool fits = false;
   int recomputed_nodes = 0;
-  std::string note;  // why it does not fit, or that it was pruned
+  std::string note;  // why it does not fit, that it was pruned, or that it duplicates another
 };
 
 struct StrategyPlan {
