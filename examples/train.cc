@@ -55,9 +55,11 @@ ABSL_FLAG(int, timeout_s, 120, "Collective timeout: a dead or hung rank fails th
 ABSL_FLAG(double, budget_gb, 0,
           "Memory budget per rank in GB: the strategy search picks bucketing, prefetch, resharding and recompute so "
           "the predicted peak fits (0: no search)");
-ABSL_FLAG(std::string, passes, "", "A pass pipeline to run on the step graph instead of the search, e.g. "
+ABSL_FLAG(std::string, passes, "",
+          "A pass pipeline to run on the step graph instead of the search, e.g. "
           "\"bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}\"");
-ABSL_FLAG(std::string, device_profile, "", "Cost model device profile (cpu, h200 or a .profile file; default: "
+ABSL_FLAG(std::string, device_profile, "",
+          "Cost model device profile (cpu, h200 or a .profile file; default: "
           "cpu, or h200 with --device=cuda)");
 ABSL_FLAG(std::string, calibration, "", "Measured op times (CSV from --calibration_out) for the cost model");
 ABSL_FLAG(std::string, calibration_out, "", "Write the op times measured on rank 0 here (CSV) for later runs");
@@ -92,7 +94,8 @@ std::string Svg(const std::vector<std::pair<int, double>>& points) {
   return absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\">Magi FSDP training loss (%d steps)</text>\n"
+      "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\">Magi FSDP training loss (%d "
+      "steps)</text>\n"
       "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
       "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
       "<text x=\"4\" y=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">%.2f</text>\n"
@@ -124,13 +127,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
 #ifndef MAGI_WITH_NCCL
   if (device_flag == "cuda") return Fail(rank, "--device=cuda needs a build with --config=cuda (NCCL)");
 #endif
-  const torch::Device device = device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
+  const torch::Device device =
+      device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
   std::string data_path = absl::GetFlag(FLAGS_data).empty() ? DefaultDataPath(argv0) : absl::GetFlag(FLAGS_data);
   absl::StatusOr<std::string> text = magi::ReadFile(data_path);
   if (!text.ok()) return Fail(rank, text.status().message());
   const int seq = absl::GetFlag(FLAGS_seq_len), local = absl::GetFlag(FLAGS_batch_size);
   if (static_cast<int64_t>(text->size()) < seq + 2) return Fail(rank, absl::StrCat(data_path, " is too short"));
-  at::Tensor corpus = torch::from_blob(text->data(), {static_cast<int64_t>(text->size())}, torch::kUInt8).to(torch::kLong);
+  at::Tensor corpus =
+      torch::from_blob(text->data(), {static_cast<int64_t>(text->size())}, torch::kUInt8).to(torch::kLong);
   at::Tensor corpus_on_device = corpus.to(device);
 
   magi::models::LlamaConfig config = magi::models::LlamaConfig::Tiny();
@@ -195,9 +200,11 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {},
                                            absl::GetFlag(FLAGS_backend), optimization);
   if (!trainer.ok()) return Fail(rank, trainer.status().message());
-  if (rank == 0 && !(*trainer)->strategy_report().empty()) std::fprintf(stderr, "%s", (*trainer)->strategy_report().c_str());
+  if (rank == 0 && !(*trainer)->strategy_report().empty())
+    std::fprintf(stderr, "%s", (*trainer)->strategy_report().c_str());
   if (rank == 0 && !absl::GetFlag(FLAGS_dump_graph).empty()) {
-    absl::Status dumped = magi::WriteFileAtomically(absl::GetFlag(FLAGS_dump_graph), magi::PrintModule((*trainer)->module()));
+    absl::Status dumped =
+        magi::WriteFileAtomically(absl::GetFlag(FLAGS_dump_graph), magi::PrintModule((*trainer)->module()));
     if (!dumped.ok()) return Fail(rank, dumped.message());
   }
   const magi::SimulationResult& predicted = (*trainer)->prediction();
@@ -211,7 +218,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       gathers += node->op() == magi::kAllGatherStartOp;
       scatters += node->op() == magi::kReduceScatterStartOp;
     }
-    std::fprintf(stderr, "magi: %s, %.2f M parameters, %d ranks; one step graph of %d nodes (%d all-gathers, %d "
+    std::fprintf(stderr,
+                 "magi: %s, %.2f M parameters, %d ranks; one step graph of %d nodes (%d all-gathers, %d "
                  "reduce-scatters), compiled in %.1f s\n",
                  config.ToString().c_str(), config.NumParameters() / 1e6, env.world_size,
                  (*trainer)->graph().num_nodes(), gathers, scatters, compile_seconds);
@@ -228,11 +236,11 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   if (check_eager) {
     torch::manual_seed(absl::GetFlag(FLAGS_seed));
     reference = magi::models::Llama(config, torch::TensorOptions().device(device));
-    reference_optimizer = std::make_unique<torch::optim::AdamW>(
-        reference->parameters(), torch::optim::AdamWOptions(adamw.lr)
-                                     .betas({adamw.beta1, adamw.beta2})
-                                     .eps(adamw.eps)
-                                     .weight_decay(adamw.weight_decay));
+    reference_optimizer =
+        std::make_unique<torch::optim::AdamW>(reference->parameters(), torch::optim::AdamWOptions(adamw.lr)
+                                                                           .betas({adamw.beta1, adamw.beta2})
+                                                                           .eps(adamw.eps)
+                                                                           .weight_decay(adamw.weight_decay));
   }
 
   const int steps = absl::GetFlag(FLAGS_steps);
@@ -265,7 +273,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         if (!added.ok()) return Fail(rank, added.message());
       }
     }
-    auto mean = (*communicator)->Start(magi::CollectiveKind::kAllReduce, {at::scalar_tensor(*local_loss, at::TensorOptions().dtype(at::kDouble).device(device))}, "avg");
+    auto mean =
+        (*communicator)
+            ->Start(magi::CollectiveKind::kAllReduce,
+                    {at::scalar_tensor(*local_loss, at::TensorOptions().dtype(at::kDouble).device(device))}, "avg");
     if (!mean.ok()) return Fail(rank, mean.status().message());
     auto reduced = (*mean)->Wait();
     if (!reduced.ok()) return Fail(rank, reduced.status().message());
@@ -329,7 +340,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       absl::Status status = magi::WriteFileAtomically(absl::GetFlag(FLAGS_summary_json), summary);
       if (!status.ok()) return Fail(rank, status.message());
     }
-    std::fprintf(stderr, "loss %.4f -> %.4f in %d steps (%.1f s, %.0f tok/s); wrote %s/{loss.csv,loss.svg,summary.json,"
+    std::fprintf(stderr,
+                 "loss %.4f -> %.4f in %d steps (%.1f s, %.0f tok/s); wrote %s/{loss.csv,loss.svg,summary.json,"
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
     if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);

@@ -46,9 +46,12 @@ const Module& Step8B() {
     auto meta_long = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
     CaptureOptions capture_options;
     capture_options.device = Device{DeviceType::kCuda, 0};
-    auto captured = CaptureTrainingStep(*model, [&](const std::vector<at::Tensor>& in) {
-      return models::LanguageModelLoss(model->forward(in[0]).to(torch::kFloat), in[1]);
-    }, {torch::empty({1, 2048}, meta_long), torch::empty({1, 2048}, meta_long)}, capture_options);
+    auto captured = CaptureTrainingStep(
+        *model,
+        [&](const std::vector<at::Tensor>& in) {
+          return models::LanguageModelLoss(model->forward(in[0]).to(torch::kFloat), in[1]);
+        },
+        {torch::empty({1, 2048}, meta_long), torch::empty({1, 2048}, meta_long)}, capture_options);
     MAGI_CHECK(captured.ok()) << captured.status();
     absl::StatusOr<FsdpPlan> plan = PlanFromFullyShard(*model);
     MAGI_CHECK(plan.ok()) << plan.status();
@@ -148,7 +151,13 @@ void BM_StrategySearch(benchmark::State& state) {
   state.counters["recomputed"] = plan.chosen.recomputed_nodes;
   std::fprintf(stderr, "\n%s\n", FormatStrategyPlan(plan).c_str());
 }
-BENCHMARK(BM_StrategySearch)->Arg(80000)->Arg(40000)->Arg(39600)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK(BM_StrategySearch)
+    ->Arg(80000)
+    ->Arg(40000)
+    ->Arg(39600)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace magi

@@ -39,8 +39,8 @@ std::string CalibrationTable::KeyOf(const Node& node) {
 absl::Status CalibrationTable::AddRun(const Graph& graph, const std::vector<double>& node_seconds) {
   std::vector<Node*> nodes = graph.nodes();
   if (nodes.size() != node_seconds.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("calibration: ", node_seconds.size(), " times for a graph of ",
-                                                   nodes.size(), " nodes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration: ", node_seconds.size(), " times for a graph of ", nodes.size(), " nodes"));
   }
   std::map<const Node*, double> start_seconds;
   for (size_t i = 0; i < nodes.size(); ++i) {

@@ -86,9 +86,9 @@ double MatmulFlops(const Node& node) {
 
 bool IsMatmulLike(absl::string_view op) {
   absl::string_view base = BaseName(op);
-  for (absl::string_view name : {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "conv1d", "conv2d",
-                                 "conv3d", "convolution", "_convolution", "convolution_backward",
-                                 "linear_backward", "matmul_backward"}) {
+  for (absl::string_view name :
+       {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "conv1d", "conv2d", "conv3d", "convolution",
+        "_convolution", "convolution_backward", "linear_backward", "matmul_backward"}) {
     if (base == name) return true;
   }
   return absl::StrContains(base, "scaled_dot_product") || absl::StrContains(base, "flash_attention") ||

@@ -107,8 +107,8 @@ absl::StatusOr<DeviceProfile> LoadDeviceProfile(const std::string& name_or_path)
   for (const auto& [name, text] : internal::BuiltinProfileTexts()) {
     if (name == name_or_path) return ParseDeviceProfile(text, absl::StrCat("profiles/", name, ".profile"));
   }
-  return absl::NotFoundError(absl::StrCat("no device profile '", name_or_path, "'; built in: ",
-                                          absl::StrJoin(BuiltinDeviceProfiles(), ", "),
+  return absl::NotFoundError(absl::StrCat("no device profile '", name_or_path,
+                                          "'; built in: ", absl::StrJoin(BuiltinDeviceProfiles(), ", "),
                                           " (or give a path to a .profile file)"));
 }
 

@@ -70,9 +70,9 @@ absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& m
       group_free[group_name] = end;
       finish_of_start[&node] = end;
       int stream = node.annotations().stream > 0 ? node.annotations().stream : DefaultStream(*kind);
-      result.events.push_back({absl::StrFormat("%s [%d tensors, %.2f MB]", node.op().substr(6), node.num_results(),
-                                               cost.bytes / 1e6),
-                               stream, i, begin, end});
+      result.events.push_back(
+          {absl::StrFormat("%s [%d tensors, %.2f MB]", node.op().substr(6), node.num_results(), cost.bytes / 1e6),
+           stream, i, begin, end});
       result.communication_seconds += cost.seconds;
       ++result.num_collectives;
       continue;
@@ -107,11 +107,12 @@ std::string ChromeTraceJson(const SimulationResult& result, const std::string& p
                           stream, StreamName(stream));
   }
   for (const SimulatedEvent& event : result.events) {
-    absl::StrAppendFormat(&out,
-                          ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
-                          "\"dur\": %.3f, \"args\": {\"node\": %d}}",
-                          escape(event.name), event.stream == 0 ? "compute" : "communication", event.stream,
-                          event.start_s * 1e6, (event.end_s - event.start_s) * 1e6, event.node_index);
+    absl::StrAppendFormat(
+        &out,
+        ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+        "\"dur\": %.3f, \"args\": {\"node\": %d}}",
+        escape(event.name), event.stream == 0 ? "compute" : "communication", event.stream, event.start_s * 1e6,
+        (event.end_s - event.start_s) * 1e6, event.node_index);
   }
   absl::StrAppend(&out, "\n]}\n");
   return out;

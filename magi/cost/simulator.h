@@ -31,8 +31,8 @@ struct SimulatedEvent {
 
 struct SimulationResult {
   double step_seconds = 0;
-  double compute_seconds = 0;        // busy time of the compute stream
-  double communication_seconds = 0;  // busy time of all collectives
+  double compute_seconds = 0;                // busy time of the compute stream
+  double communication_seconds = 0;          // busy time of all collectives
   double exposed_communication_seconds = 0;  // compute stalled in waits
   int64_t peak_bytes = 0;
   int num_collectives = 0;

@@ -116,9 +116,10 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
         continue;
       }
       auto regathered = regathers.find(operand);
-      map[operand] = regathered != regathers.end() && positions.at(regathered->second->producer()) < positions.at(before)
-                         ? regathered->second
-                         : operand;
+      map[operand] =
+          regathered != regathers.end() && positions.at(regathered->second->producer()) < positions.at(before)
+              ? regathered->second
+              : operand;
     }
     Node* copy = CopyNode(*producer, graph, map, before);
     copy->mutable_annotations().phase = Phase::kBackward;
@@ -160,8 +161,8 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   for (const Node* node : candidates) candidate_positions.push_back(positions.at(node));
 
   const int n = static_cast<int>(candidates.size());
-  absl::StatusOr<int64_t> all = n == 0 ? absl::StatusOr<int64_t>(before->peak_bytes)
-                                       : ProbePeak(module, graph, candidate_positions, n);
+  absl::StatusOr<int64_t> all =
+      n == 0 ? absl::StatusOr<int64_t>(before->peak_bytes) : ProbePeak(module, graph, candidate_positions, n);
   if (!all.ok()) return all.status();
   report_.peak_floor = *all;
   if (*all > budget_bytes_) {

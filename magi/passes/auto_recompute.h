@@ -30,9 +30,9 @@ namespace magi {
 struct RecomputeReport {
   int64_t peak_before = 0;
   int64_t peak_after = 0;
-  int64_t peak_floor = 0;    // with every candidate recomputed
+  int64_t peak_floor = 0;  // with every candidate recomputed
   int candidates = 0;
-  int recomputed = 0;        // forward nodes chosen (views included)
+  int recomputed = 0;            // forward nodes chosen (views included)
   double recompute_seconds = 0;  // predicted time of the copies
 };
 

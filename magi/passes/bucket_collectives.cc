@@ -45,7 +45,8 @@ Node* Merge(Graph& graph, Node* a, Node* b, int64_t bucket, absl::flat_hash_set<
   Node* wait_a = WaitOf(*a);
   Node* wait_b = WaitOf(*b);
   if (wait_a == nullptr || wait_b == nullptr) return nullptr;
-  const ProcessGroup* group = graph.module() == nullptr ? nullptr : graph.module()->FindProcessGroup(StringArg(*a, "group"));
+  const ProcessGroup* group =
+      graph.module() == nullptr ? nullptr : graph.module()->FindProcessGroup(StringArg(*a, "group"));
   if (group == nullptr) return nullptr;
   CollectiveKind kind = *GetCollectiveKind(a->op());
   int max_hoisted = kind == CollectiveKind::kAllGather ? 16 : 0;  // never move gradient compute
@@ -66,7 +67,8 @@ Node* Merge(Graph& graph, Node* a, Node* b, int64_t bucket, absl::flat_hash_set<
 
   std::vector<Value*> inputs(a->operands().begin(), a->operands().end());
   inputs.insert(inputs.end(), b->operands().begin(), b->operands().end());
-  absl::StatusOr<Node*> fused = AddCollectiveStart(graph, kind, inputs, *group, StringArg(*a, "reduce_op"), start_before);
+  absl::StatusOr<Node*> fused =
+      AddCollectiveStart(graph, kind, inputs, *group, StringArg(*a, "reduce_op"), start_before);
   if (!fused.ok()) return nullptr;
   Node* fused_wait = AddWait(graph, *fused, wait_before);
   for (Node* node : {*fused, fused_wait}) {
@@ -90,7 +92,8 @@ Node* Merge(Graph& graph, Node* a, Node* b, int64_t bucket, absl::flat_hash_set<
 int64_t BucketCollectives::BucketBytes(const Node& start) {
   int64_t bytes = 0;
   bool gather = start.op() == kAllGatherStartOp;
-  for (const Value* value : gather ? start.results() : std::vector<Value*>(start.operands().begin(), start.operands().end())) {
+  for (const Value* value :
+       gather ? start.results() : std::vector<Value*>(start.operands().begin(), start.operands().end())) {
     bytes += ValueBytes(*value);
   }
   return bytes;
@@ -128,31 +131,29 @@ absl::StatusOr<bool> BucketCollectives::RunImpl(Module& module) {
   return changed;
 }
 
-MAGI_REGISTER(Pass, "bucket-collectives",
-              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-                double max_mb = 64;
-                std::optional<CollectiveKind> only;
-                for (const auto& [key, value] : options) {
-                  if (key == "max_mb") {
-                    if (!absl::SimpleAtod(value, &max_mb) || max_mb < 0) {
-                      return absl::InvalidArgumentError(
-                          absl::StrCat("bucket-collectives: max_mb must be a non-negative number, not '", value, "'"));
-                    }
-                  } else if (key == "kinds") {
-                    if (value == "all_gather") {
-                      only = CollectiveKind::kAllGather;
-                    } else if (value == "reduce_scatter") {
-                      only = CollectiveKind::kReduceScatter;
-                    } else if (value != "all") {
-                      return absl::InvalidArgumentError(absl::StrCat(
-                          "bucket-collectives: kinds is all, all_gather or reduce_scatter, not '", value, "'"));
-                    }
-                  } else {
-                    return absl::InvalidArgumentError(
-                        absl::StrCat("bucket-collectives takes max_mb and kinds, not '", key, "'"));
-                  }
-                }
-                return std::make_unique<BucketCollectives>(max_mb, only);
-              });
+MAGI_REGISTER(Pass, "bucket-collectives", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+  double max_mb = 64;
+  std::optional<CollectiveKind> only;
+  for (const auto& [key, value] : options) {
+    if (key == "max_mb") {
+      if (!absl::SimpleAtod(value, &max_mb) || max_mb < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bucket-collectives: max_mb must be a non-negative number, not '", value, "'"));
+      }
+    } else if (key == "kinds") {
+      if (value == "all_gather") {
+        only = CollectiveKind::kAllGather;
+      } else if (value == "reduce_scatter") {
+        only = CollectiveKind::kReduceScatter;
+      } else if (value != "all") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bucket-collectives: kinds is all, all_gather or reduce_scatter, not '", value, "'"));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("bucket-collectives takes max_mb and kinds, not '", key, "'"));
+    }
+  }
+  return std::make_unique<BucketCollectives>(max_mb, only);
+});
 
 }  // namespace magi

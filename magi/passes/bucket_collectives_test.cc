@@ -99,7 +99,8 @@ TEST(BucketCollectivesTest, ReduceScattersFuseAtTheLaterStart) {
     output u = %u
   }
 }
-)", /*expect_changed=*/true);
+)",
+                                           /*expect_changed=*/true);
   EXPECT_EQ(out, R"(module @m {
   process_group @dp {axis = "dp", size = 2}
   graph @g {

@@ -11,11 +11,14 @@ bool IsViewOp(absl::string_view op) {
   size_t dot = op.find('.');
   absl::string_view base = dot == absl::string_view::npos ? op : op.substr(0, dot);
   for (absl::string_view view :
-       {"aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::t", "aten::transpose", "aten::permute",
-        "aten::expand", "aten::slice", "aten::select", "aten::narrow", "aten::as_strided", "aten::unsqueeze",
-        "aten::squeeze", "aten::alias", "aten::detach", "aten::diagonal", "aten::unfold", "aten::view_as",
-        "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::expand_as", "aten::numpy_T",
-        "aten::movedim", "aten::swapaxes", "aten::unflatten", "aten::view_as_real", "aten::view_as_complex"}) {
+       {"aten::view",           "aten::_unsafe_view", "aten::_reshape_alias", "aten::t",
+        "aten::transpose",      "aten::permute",      "aten::expand",         "aten::slice",
+        "aten::select",         "aten::narrow",       "aten::as_strided",     "aten::unsqueeze",
+        "aten::squeeze",        "aten::alias",        "aten::detach",         "aten::diagonal",
+        "aten::unfold",         "aten::view_as",      "aten::split",          "aten::split_with_sizes",
+        "aten::chunk",          "aten::unbind",       "aten::expand_as",      "aten::numpy_T",
+        "aten::movedim",        "aten::swapaxes",     "aten::unflatten",      "aten::view_as_real",
+        "aten::view_as_complex"}) {
     if (base == view) return true;
   }
   return false;

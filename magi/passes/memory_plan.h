@@ -27,9 +27,9 @@ namespace magi {
 
 struct MemoryPlan {
   int64_t peak_bytes = 0;
-  int peak_node = -1;                // program index of the node where the peak is reached (-1: inputs)
-  std::vector<int64_t> live_after;   // bytes live after each node
-  std::vector<int64_t> buffer_sizes;  // one entry per reusable buffer
+  int peak_node = -1;                                // program index of the node where the peak is reached (-1: inputs)
+  std::vector<int64_t> live_after;                   // bytes live after each node
+  std::vector<int64_t> buffer_sizes;                 // one entry per reusable buffer
   absl::flat_hash_map<const Value*, int> buffer_of;  // storage-owning value -> buffer
 
   int64_t total_buffer_bytes() const;

@@ -1,10 +1,10 @@
 #include "magi/passes/pass_test_util.h"
 
 #include "gtest/gtest.h"
+#include "magi/base/file.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
-#include "magi/base/file.h"
 #include "magi/passes/pass.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"

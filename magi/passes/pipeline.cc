@@ -104,13 +104,15 @@ absl::Status PassManager::AddPipeline(const PassPipeline& pipeline) {
               absl::StrCat("fixed-point takes max_iterations=N (N >= 1), not ", key, "=", value));
         }
       }
-      if (spec.nested.empty()) return absl::InvalidArgumentError("fixed-point needs an inner pipeline: fixed-point(a,b)");
+      if (spec.nested.empty())
+        return absl::InvalidArgumentError("fixed-point needs an inner pipeline: fixed-point(a,b)");
       auto inner = std::make_unique<PassManager>(verify_each_);
       MAGI_RETURN_IF_ERROR(inner->AddPipeline(spec.nested));
       AddPass(std::make_unique<FixedPointPass>(std::move(inner), max_iterations));
       continue;
     }
-    if (!spec.nested.empty()) return absl::InvalidArgumentError(absl::StrCat("pass '", spec.name, "' takes no inner pipeline"));
+    if (!spec.nested.empty())
+      return absl::InvalidArgumentError(absl::StrCat("pass '", spec.name, "' takes no inner pipeline"));
     absl::StatusOr<std::unique_ptr<Pass>> pass = Registry<Pass>::Global().Create(spec.name, spec.options);
     if (!pass.ok()) return pass.status();
     AddPass(*std::move(pass));
@@ -130,15 +132,16 @@ absl::StatusOr<bool> PassManager::Run(Module& module) {
     stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++stats.runs;
     if (!pass_changed.ok()) {
-      return absl::Status(pass_changed.status().code(), absl::StrCat(pass.name(), ": ", pass_changed.status().message()));
+      return absl::Status(pass_changed.status().code(),
+                          absl::StrCat(pass.name(), ": ", pass_changed.status().message()));
     }
     stats.changed += *pass_changed;
     changed = changed || *pass_changed;
     if (verify_each_) {
       absl::Status verified = VerifyModule(module);
       if (!verified.ok()) {
-        return absl::InternalError(absl::StrCat("the module does not verify after pass '", pass.name(), "':\n",
-                                                verified.message()));
+        return absl::InternalError(
+            absl::StrCat("the module does not verify after pass '", pass.name(), "':\n", verified.message()));
       }
     }
     if (after_pass_) MAGI_RETURN_IF_ERROR(after_pass_(static_cast<int>(i), pass.name(), module));

@@ -49,7 +49,8 @@ bool ReshardAfterForward::Keep(Graph& graph) const {
   for (const auto& [forward, backward] : regathers) forward_of_backward[backward] = forward;
   bool changed = false;
   for (Node* start : graph.nodes()) {
-    if (start->op() != kAllGatherStartOp || start->annotations().phase != Phase::kBackward || !Selected(*start)) continue;
+    if (start->op() != kAllGatherStartOp || start->annotations().phase != Phase::kBackward || !Selected(*start))
+      continue;
     Node* wait = WaitOfStart(*start);
     if (wait == nullptr) continue;
     bool all_gathered_before = true;

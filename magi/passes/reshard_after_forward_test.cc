@@ -71,7 +71,8 @@ TEST(ReshardAfterForwardTest, ForwardViewsOfGatheredParametersAreCopied) {
     output h = %h
   }
 }
-)", /*expect_changed=*/true);
+)",
+                                           /*expect_changed=*/true);
   EXPECT_EQ(out, R"(module @m {
   process_group @dp {axis = "dp", size = 2}
   graph @g {

@@ -68,9 +68,8 @@ bool PrefetchGathers(Graph& graph, int prefetch, double max_inflight_bytes) {
       }
       if (target == nullptr || target == start) break;
       if (order.positions.at(target) >= order.positions.at(start)) break;  // already at least this early
-      if (max_inflight_bytes > 0 &&
-          static_cast<double>(inflight(order.positions.at(target)) + BucketCollectives::BucketBytes(*start)) >
-              max_inflight_bytes) {
+      if (max_inflight_bytes > 0 && static_cast<double>(inflight(order.positions.at(target)) +
+                                                        BucketCollectives::BucketBytes(*start)) > max_inflight_bytes) {
         continue;  // too much in flight there: try a shorter distance
       }
       if (HoistBefore(graph, start, target)) {

@@ -26,7 +26,8 @@ namespace magi {
 
 class ScheduleOverlap : public Pass {
  public:
-  explicit ScheduleOverlap(int prefetch = 1, double max_inflight_mb = 0) : prefetch_(prefetch), max_inflight_bytes_(max_inflight_mb * 1e6) {}
+  explicit ScheduleOverlap(int prefetch = 1, double max_inflight_mb = 0)
+      : prefetch_(prefetch), max_inflight_bytes_(max_inflight_mb * 1e6) {}
   absl::string_view name() const override { return "schedule-overlap"; }
 
  protected:

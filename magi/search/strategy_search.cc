@@ -194,7 +194,8 @@ absl::Status ApplyStrategy(const StrategyPlan& plan, const CostModel& model, Mod
 std::string FormatStrategyPlan(const StrategyPlan& plan) {
   auto row = [](const std::string& mark, const std::string& pipeline, const SimulationResult& p, bool evaluated,
                 const std::string& note) {
-    if (!evaluated) return absl::StrFormat("%s %-10s %-10s %-12s %-10s %s  %s\n", mark, "-", "-", "-", "-", pipeline, note);
+    if (!evaluated)
+      return absl::StrFormat("%s %-10s %-10s %-12s %-10s %s  %s\n", mark, "-", "-", "-", "-", pipeline, note);
     return absl::StrFormat("%s %10.3f %10.3f %12.1f %9.1f%% %s%s%s\n", mark, p.step_seconds * 1e3,
                            p.exposed_communication_seconds * 1e3, p.peak_bytes / 1e6, 100 * p.overlap_fraction(),
                            pipeline, note.empty() ? "" : "  # ", note);

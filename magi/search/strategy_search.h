@@ -42,7 +42,7 @@ struct SearchOptions {
 
 struct StrategyCandidate {
   std::string pipeline;
-  SimulationResult prediction;   // after the whole pipeline (empty if not evaluated)
+  SimulationResult prediction;  // after the whole pipeline (empty if not evaluated)
   bool evaluated = false;
   bool fits = false;
   int recomputed_nodes = 0;
@@ -60,8 +60,8 @@ struct StrategyPlan {
 
 // Searches over `graph_name` of `module` (unchanged). FailedPrecondition if no
 // candidate fits the budget, naming the smallest peak reached.
-absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name,
-                                            const CostModel& model, const SearchOptions& options = {});
+absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name, const CostModel& model,
+                                            const SearchOptions& options = {});
 
 // Runs `plan.pipeline` on `module` (what the search evaluated), verifying after each pass.
 absl::Status ApplyStrategy(const StrategyPlan& plan, const CostModel& model, Module& module);

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
 #include "magi/cost/calibration.h"
@@ -75,7 +75,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
       line.flags["o"] = argv[++i];
     } else if (absl::StartsWith(arg, "--")) {
       std::vector<std::string> parts = absl::StrSplit(arg.substr(2), absl::MaxSplits('=', 1));
-      if (parts.size() != 2) return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value (--name=value)"));
+      if (parts.size() != 2)
+        return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value (--name=value)"));
       line.flags[parts[0]] = parts[1];
     } else {
       line.positional.push_back(arg);
@@ -117,11 +118,14 @@ absl::Status ValidateUsage(const CommandLine& line) {
     for (const auto& [flag, value] : line.flags) {
       bool ok = false;
       for (const std::string& name : spec.allowed_flags) ok = ok || name == flag;
-      if (!ok) return absl::InvalidArgumentError(absl::StrCat("'", line.command, "' does not take ", flag == "o" ? "-o" : "--" + flag));
+      if (!ok)
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", line.command, "' does not take ", flag == "o" ? "-o" : "--" + flag));
     }
     for (const std::string& flag : spec.required_flags) {
       if (!line.flags.count(flag)) {
-        return absl::InvalidArgumentError(absl::StrCat("'", line.command, "' needs ", flag == "o" ? "-o OUT" : "--" + flag + "=..."));
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", line.command, "' needs ", flag == "o" ? "-o OUT" : "--" + flag + "=..."));
       }
     }
     return absl::OkStatus();
@@ -160,7 +164,8 @@ absl::StatusOr<CostModel> MakeCostModel(const CommandLine& line, std::unique_ptr
   if (line.flags.count("world")) {
     int64_t world = 0;
     if (!absl::SimpleAtoi(line.flags.at("world"), &world) || world < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("--world must be a positive integer, not '", line.flags.at("world"), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--world must be a positive integer, not '", line.flags.at("world"), "'"));
     }
     model.set_world_size_override(world);
   }
@@ -169,7 +174,7 @@ absl::StatusOr<CostModel> MakeCostModel(const CommandLine& line, std::unique_ptr
 
 absl::Status RunSimulate(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
-  MAGI_ASSIGN_OR_RETURN(Graph* graph, SelectGraph(line, *module));
+  MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
   std::unique_ptr<CalibrationTable> calibration;
   MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
   MAGI_ASSIGN_OR_RETURN(SimulationResult result, Simulate(*graph, model));
@@ -189,7 +194,7 @@ absl::Status RunSimulate(const CommandLine& line) {
 
 absl::Status RunPlan(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
-  MAGI_ASSIGN_OR_RETURN(Graph* graph, SelectGraph(line, *module));
+  MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
   double budget_gb = 0;
   if (!absl::SimpleAtod(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
     return absl::InvalidArgumentError(
@@ -244,14 +249,15 @@ absl::Status Run(const CommandLine& line) {
   }
   if (command == "dot") {
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
-    MAGI_ASSIGN_OR_RETURN(Graph* graph, SelectGraph(line, *module));
+    MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
     return WriteOutput(FlagOr(line, "o", "-"), ExportDot(*graph));
   }
   if (command == "opt") return RunOpt(line);
   if (command == "simulate") return RunSimulate(line);
   if (command == "plan") return RunPlan(line);
   if (command == "registry") {
-    for (const auto& [kind, names] : AllRegistries()) std::printf("%s: %s\n", kind.c_str(), absl::StrJoin(names, ", ").c_str());
+    for (const auto& [kind, names] : AllRegistries())
+      std::printf("%s: %s\n", kind.c_str(), absl::StrJoin(names, ", ").c_str());
     return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat("command '", command, "' has no implementation"));

@@ -40,9 +40,7 @@ struct NodePlan {
   explicit NodePlan(const Node* n) : node(n) {}
 };
 
-std::string Where(const Node& node) {
-  return absl::StrCat("graph @", node.graph()->name(), ": ", node.DebugName());
-}
+std::string Where(const Node& node) { return absl::StrCat("graph @", node.graph()->name(), ": ", node.DebugName()); }
 
 absl::StatusOr<c10::OperatorHandle> FindOp(const Node& node) {
   std::vector<std::string> parts = absl::StrSplit(node.op(), absl::MaxSplits('.', 1));
@@ -95,8 +93,8 @@ absl::StatusOr<c10::IValue> ConstantIValue(const Attribute& value, const compat:
     default:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat("a ", AttrKindName(value.kind()), " cannot be passed as ",
-                                                 "an argument of this type"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("a ", AttrKindName(value.kind()), " cannot be passed as ", "an argument of this type"));
 }
 
 class InterpreterExecutable : public TorchExecutable {
@@ -134,8 +132,8 @@ class InterpreterExecutable : public TorchExecutable {
       const c10::FunctionSchema& schema = op.schema();
       const std::vector<Argument>& args = node->args();
       if (args.size() > schema.arguments().size()) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": ", args.size(), " arguments, but ",
-                                                       node->op(), " takes ", schema.arguments().size()));
+        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": ", args.size(), " arguments, but ", node->op(),
+                                                       " takes ", schema.arguments().size()));
       }
       for (size_t i = 0; i < schema.arguments().size(); ++i) {
         const c10::Argument& argument = schema.arguments()[i];
@@ -168,8 +166,8 @@ class InterpreterExecutable : public TorchExecutable {
         } else {
           absl::StatusOr<c10::IValue> constant = ConstantIValue(args[i].value, type);
           if (!constant.ok()) {
-            return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": argument '", argument.name(),
-                                                           "': ", constant.status().message()));
+            return absl::InvalidArgumentError(
+                absl::StrCat(Where(*node), ": argument '", argument.name(), "': ", constant.status().message()));
           }
           arg.constant = *std::move(constant);
         }
@@ -304,8 +302,8 @@ class InterpreterExecutable : public TorchExecutable {
   InterpreterExecutable() = default;
 
   static absl::StatusOr<NodePlan> PlanCommunication(const Node& node,
-                                                     const absl::flat_hash_map<const Node*, int>& plan_of_start,
-                                                     const std::function<int(const Value*)>& slot) {
+                                                    const absl::flat_hash_map<const Node*, int>& plan_of_start,
+                                                    const std::function<int(const Value*)>& slot) {
     NodePlan plan(&node);
     if (node.op() == kWaitOp) {
       plan.kind = NodePlan::Kind::kWait;
@@ -344,7 +342,8 @@ class InterpreterExecutable : public TorchExecutable {
       for (int s : plan.args[0].slots) inputs.push_back(slots_[s]);
       absl::StatusOr<std::unique_ptr<CollectiveHandle>> handle =
           communicators_.at(plan.group)->Start(plan.collective, inputs, plan.reduce_op);
-      if (!handle.ok()) return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
+      if (!handle.ok())
+        return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
       handles_[index] = *std::move(handle);
       // In flight, a collective holds its inputs and the result buffers it allocated:
       // count both until the wait, as the memory planner does.
@@ -396,8 +395,8 @@ class InterpreterExecutable : public TorchExecutable {
           !std::equal(t.sizes().begin(), t.sizes().end(), expected.sizes.begin(), expected.sizes.end())) {
         absl::StatusOr<TensorType> actual = compat::TensorTypeOf(t);
         return absl::InternalError(absl::StrCat(Where(*plan.node), ": produced ",
-                                                actual.ok() ? actual->ToString() : t.toString(),
-                                                ", the IR says ", expected.ToString()));
+                                                actual.ok() ? actual->ToString() : t.toString(), ", the IR says ",
+                                                expected.ToString()));
       }
       Hold(plan.result_slots[i], t);
     }

@@ -1,7 +1,6 @@
 #include "magi/frontend/fsdp/fsdp.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-
 #include <torch/serialize.h>
 #include <unistd.h>
 
@@ -68,7 +67,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadMatching(torch::serialize:
       return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, " has no ", name));
     }
     if (tensor.sizes() != current.sizes() || tensor.scalar_type() != current.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", name, " does not match this run's shard"
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", name,
+                                                     " does not match this run's shard"
                                                      " (another model, world size or rank?)"));
     }
     loaded[name] = tensor.to(current.device());
@@ -188,21 +188,18 @@ absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root) {
   return plan;
 }
 
-absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(torch::nn::Module& root, const LossFunction& loss_fn,
-                                                                 const std::vector<at::Tensor>& example_local_batch,
-                                                                 std::shared_ptr<Communicator> communicator,
-                                                                 const AdamWOptions& adamw,
-                                                                 const CaptureOptions& capture_options,
-                                                                 const std::string& backend,
-                                                                 const StepOptimization& optimization) {
+absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
+    torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
+    std::shared_ptr<Communicator> communicator, const AdamWOptions& adamw, const CaptureOptions& capture_options,
+    const std::string& backend, const StepOptimization& optimization) {
   auto trainer = std::unique_ptr<FsdpTrainer>(new FsdpTrainer());
   trainer->root_ = &root;
   trainer->adamw_ = adamw;
   trainer->communicator_ = communicator;
   MAGI_ASSIGN_OR_RETURN(trainer->plan_, PlanFromFullyShard(root));
   if (trainer->plan_.world_size != communicator->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the mesh has ", trainer->plan_.world_size,
-                                                   " ranks but the communicator ", communicator->size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the mesh has ", trainer->plan_.world_size, " ranks but the communicator ", communicator->size()));
   }
   trainer->plan_.adamw = {adamw.beta1, adamw.beta2, adamw.eps};
   MAGI_ASSIGN_OR_RETURN(trainer->captured_, CaptureTrainingStep(root, loss_fn, example_local_batch, capture_options));
@@ -232,7 +229,8 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(torch::nn::Modu
 
 absl::Status FsdpTrainer::OptimizeStep(const StepOptimization& optimization) {
   if (!optimization.passes.empty() && optimization.memory_budget_bytes > 0) {
-    return absl::InvalidArgumentError("give either a pass pipeline or a memory budget for the strategy search, not both");
+    return absl::InvalidArgumentError(
+        "give either a pass pipeline or a memory budget for the strategy search, not both");
   }
   MAGI_ASSIGN_OR_RETURN(DeviceProfile profile, LoadDeviceProfile(optimization.device_profile));
   std::unique_ptr<CalibrationTable> calibration;
@@ -337,7 +335,8 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpTrainer::Gat
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const FsdpGroupPlan& group : plan_.groups) {
     for (const std::string& name : group.params) {
-      MAGI_ASSIGN_OR_RETURN(auto handle, communicator_->Start(CollectiveKind::kAllGather, {state_.at(name + ".shard")}, "sum"));
+      MAGI_ASSIGN_OR_RETURN(auto handle,
+                            communicator_->Start(CollectiveKind::kAllGather, {state_.at(name + ".shard")}, "sum"));
       MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, handle->Wait());
       const std::vector<int64_t>& shape = full_shapes_.at(name);
       out.emplace_back(name, gathered[0].narrow(0, 0, shape[0]).clone());
@@ -359,8 +358,8 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   inference->root_ = &root;
   MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
   if (plan.world_size != communicator->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the mesh has ", plan.world_size, " ranks but the communicator ",
-                                                   communicator->size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the mesh has ", plan.world_size, " ranks but the communicator ", communicator->size()));
   }
   plan.optimizer = false;
   MAGI_ASSIGN_OR_RETURN(inference->captured_, CaptureForward(root, forward_fn, example_inputs));

@@ -92,13 +92,10 @@ class FsdpTrainer {
   // Captures one step of `loss_fn` on `example_local_batch` (the shapes every step will
   // have), shards it with the FullyShard plan, compiles it with `backend` and takes this
   // rank's shards of the module's current parameters.
-  static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(torch::nn::Module& root, const LossFunction& loss_fn,
-                                                             const std::vector<at::Tensor>& example_local_batch,
-                                                             std::shared_ptr<Communicator> communicator,
-                                                             const AdamWOptions& adamw,
-                                                             const CaptureOptions& capture_options = {},
-                                                             const std::string& backend = "interpreter",
-                                                             const StepOptimization& optimization = {});
+  static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(
+      torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
+      std::shared_ptr<Communicator> communicator, const AdamWOptions& adamw, const CaptureOptions& capture_options = {},
+      const std::string& backend = "interpreter", const StepOptimization& optimization = {});
 
   // One optimizer step on this rank's batch; returns this rank's loss.
   absl::StatusOr<double> Step(const std::vector<at::Tensor>& local_batch);

@@ -19,8 +19,8 @@
 #include "magi/ir/dot_export.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/ir/printer.h"
-#include "magi/passes/auto_recompute.h"
 #include "magi/models/llama.h"
+#include "magi/passes/auto_recompute.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 #include "magi/runtime/gloo/gloo_communicator.h"
@@ -220,8 +220,8 @@ int RunOptimizedAgrees(const DistributedEnv& env, const std::shared_ptr<Communic
   const int64_t measured_plain = (*plain)->last_run_stats().peak_live_bytes;
   const int64_t measured_c = (*c)->last_run_stats().peak_live_bytes;
   if (env.rank == 0) {
-    std::cout << "budget " << budget << " B: predicted " << (*c)->prediction().peak_bytes << ", measured "
-              << measured_c << " (plain: predicted " << plain_peak << ", measured " << measured_plain << ")\n"
+    std::cout << "budget " << budget << " B: predicted " << (*c)->prediction().peak_bytes << ", measured " << measured_c
+              << " (plain: predicted " << plain_peak << ", measured " << measured_plain << ")\n"
               << "pipeline: " << (*c)->applied_pipeline() << "\n";
   }
   // The planner's error against the interpreter, measured: +512 B of 1.34 MB on 2 ranks,
@@ -263,7 +263,8 @@ int RunWorker(const std::string& scenario) {
     if (!inference.ok()) return Fail(std::string(inference.status().message()));
     int gathers = 0;
     for (const Node* node : (*inference)->graph().nodes()) gathers += node->op() == kAllGatherStartOp;
-    if (gathers != 3) return Fail("expected one all-gather per group in the inference graph, got " + std::to_string(gathers));
+    if (gathers != 3)
+      return Fail("expected one all-gather per group in the inference graph, got " + std::to_string(gathers));
     auto outputs = (*inference)->Run({tokens});
     if (!outputs.ok()) return Fail(std::string(outputs.status().message()));
     at::Tensor eager;
@@ -308,9 +309,9 @@ int RunWorker(const std::string& scenario) {
   torch::manual_seed(0);
   models::Llama reference(TestConfig(tied));
   torch::optim::AdamW optimizer(reference->parameters(), torch::optim::AdamWOptions(adamw.lr)
-                                                              .betas({adamw.beta1, adamw.beta2})
-                                                              .eps(adamw.eps)
-                                                              .weight_decay(adamw.weight_decay));
+                                                             .betas({adamw.beta1, adamw.beta2})
+                                                             .eps(adamw.eps)
+                                                             .weight_decay(adamw.weight_decay));
   const int steps = 3;
   for (int step = 0; step < steps; ++step) {
     absl::StatusOr<double> loss = (*trainer)->Step(local_batch(step));
@@ -421,9 +422,10 @@ TEST(FsdpGraphTest, FourLayerStepIsOneGraphWithEveryCollective) {
   auto meta_long = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
   CaptureOptions options;
   options.device = Device{DeviceType::kCpu, -1};
-  auto captured = CaptureTrainingStep(*model, [&](const std::vector<at::Tensor>& in) {
-    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
-  }, {torch::empty({2, 16}, meta_long), torch::empty({2, 16}, meta_long)}, options);
+  auto captured = CaptureTrainingStep(
+      *model,
+      [&](const std::vector<at::Tensor>& in) { return models::LanguageModelLoss(model->forward(in[0]), in[1]); },
+      {torch::empty({2, 16}, meta_long), torch::empty({2, 16}, meta_long)}, options);
   ASSERT_TRUE(captured.ok()) << captured.status();
   auto plan = PlanFromFullyShard(*model);
   ASSERT_TRUE(plan.ok()) << plan.status();

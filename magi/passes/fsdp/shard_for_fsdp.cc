@@ -19,7 +19,8 @@ class Builder {
       : graph_(graph), before_(before), module_path_(std::move(module_path)), phase_(phase) {}
 
   Value* Add(const std::string& op, std::vector<NodeArg> args, TensorType type, const std::string& name) {
-    Node* node = graph_.AddNode(op, std::move(args), {Type::Tensor(std::move(type))}, before_, {graph_.FreshName(name)});
+    Node* node =
+        graph_.AddNode(op, std::move(args), {Type::Tensor(std::move(type))}, before_, {graph_.FreshName(name)});
     Annotate(node);
     return node->result(0);
   }
@@ -61,8 +62,8 @@ absl::StatusOr<std::vector<Value*>> GatherGroup(Graph& graph, const ProcessGroup
                                                 const std::vector<Value*>& shards, const std::vector<Value*>& params) {
   std::vector<Value*> to_gather;
   for (size_t i = 0; i < shards.size(); ++i) to_gather.push_back(b.Cast(shards[i], params[i]->type().tensor().dtype));
-  MAGI_ASSIGN_OR_RETURN(Node * start, AddCollectiveStart(graph, CollectiveKind::kAllGather, to_gather, group, "sum",
-                                                         b.before()));
+  MAGI_ASSIGN_OR_RETURN(Node * start,
+                        AddCollectiveStart(graph, CollectiveKind::kAllGather, to_gather, group, "sum", b.before()));
   b.Annotate(start);
   Node* wait = AddWait(graph, start, b.before());
   b.Annotate(wait);
@@ -91,8 +92,8 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
   if (group == nullptr) {
     group = module.AddProcessGroup({plan.process_group, plan.mesh_axis, plan.world_size, {}});
   } else if (group->size != plan.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("process group @", group->name, " has size ", group->size,
-                                                   ", the plan says ", plan.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("process group @", group->name, " has size ", group->size, ", the plan says ", plan.world_size));
   }
   const int64_t world = plan.world_size;
   absl::flat_hash_set<std::string> planned;
@@ -129,8 +130,8 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
       }
       const TensorType& type = param->type().tensor();
       if (type.sizes.empty() || type.sizes[0] == kDynamicDim) {
-        return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " (", type.ToString(),
-                                                       ") has no static dim 0 to shard"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter ", name, " (", type.ToString(), ") has no static dim 0 to shard"));
       }
       if (graph.FindOutput(name) >= 0 || graph.FindOutput("mutated." + name) >= 0) {
         return absl::UnimplementedError(absl::StrCat("parameter ", name, " is written by the step itself"));
@@ -205,8 +206,9 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
         if (padded_rows != type.sizes[0]) {
           std::vector<int64_t> pad(2 * type.sizes.size(), 0);
           pad.back() = padded_rows - type.sizes[0];  // (last dim first) ... dim 0: (before, after)
-          grad = b.Add("aten::constant_pad_nd", {NodeArg(grad), NodeArg(Attribute(pad)), NodeArg(Attribute(int64_t{0}))},
-                       WithDim0(type, padded_rows), g.params[i] + ".grad.padded.");
+          grad =
+              b.Add("aten::constant_pad_nd", {NodeArg(grad), NodeArg(Attribute(pad)), NodeArg(Attribute(int64_t{0}))},
+                    WithDim0(type, padded_rows), g.params[i] + ".grad.padded.");
         }
         to_reduce.push_back(grad);
         reduced_index.push_back(i);
@@ -251,17 +253,18 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
       Value* m2 = b.Add("aten::add.Tensor", {NodeArg(m1), NodeArg(g_shard), NodeArg(Attribute(1.0 - h.beta1), "alpha")},
                         type, name + ".m.");
       Value* v1 = b.Add("aten::mul.Scalar", {NodeArg(exp_avg_sq), NodeArg(Attribute(h.beta2))}, type, name + ".v.");
-      Value* v2 = b.Add("aten::addcmul", {NodeArg(v1), NodeArg(g_shard), NodeArg(g_shard),
-                                          NodeArg(Attribute(1.0 - h.beta2), "value")},
+      Value* v2 = b.Add("aten::addcmul",
+                        {NodeArg(v1), NodeArg(g_shard), NodeArg(g_shard), NodeArg(Attribute(1.0 - h.beta2), "value")},
                         type, name + ".v.");
       Value* root = b.Add("aten::sqrt", {NodeArg(v2)}, type, name + ".denom.");
       Value* scaled = b.Add("aten::div.Tensor", {NodeArg(root), NodeArg(bc2_sqrt)}, type, name + ".denom.");
-      Value* denom = b.Add("aten::add.Scalar", {NodeArg(scaled), NodeArg(Attribute(h.eps)), NodeArg(Attribute(int64_t{1}))},
-                           type, name + ".denom.");
+      Value* denom =
+          b.Add("aten::add.Scalar", {NodeArg(scaled), NodeArg(Attribute(h.eps)), NodeArg(Attribute(int64_t{1}))}, type,
+                name + ".denom.");
       Value* ratio = b.Add("aten::div.Tensor", {NodeArg(m2), NodeArg(denom)}, type, name + ".update.");
       Value* update = b.Add("aten::mul.Tensor", {NodeArg(ratio), NodeArg(step_size)}, type, name + ".update.");
-      Value* p2 = b.Add("aten::sub.Tensor", {NodeArg(p1), NodeArg(update), NodeArg(Attribute(int64_t{1}), "alpha")}, type,
-                        name + ".next.");
+      Value* p2 = b.Add("aten::sub.Tensor", {NodeArg(p1), NodeArg(update), NodeArg(Attribute(int64_t{1}), "alpha")},
+                        type, name + ".next.");
       new_outputs.push_back({name + ".shard", p2});
       new_outputs.push_back({name + ".exp_avg", m2});
       new_outputs.push_back({name + ".exp_avg_sq", v2});
