@@ -16,7 +16,12 @@ bool DeadCodeElimination::HasSideEffects(absl::string_view op) {
   absl::string_view overload = dot == absl::string_view::npos ? absl::string_view() : name.substr(dot + 1);
   // ATen marks in-place ops with a trailing '_' (add_); a leading one (_to_copy) only marks private ops.
   bool in_place = base.size() > 1 && base.back() == '_';
-  return in_place || overload == "out" || overload.substr(0, 4) == "out_";
+  // Batch norm in training writes its running statistics inside the kernel, without an
+  // alias annotation in LibTorch 1.13's schema; never drop, merge or re-run it.
+  bool writes_running_stats = base == "native_batch_norm" || base == "_native_batch_norm_legit" ||
+                              base == "cudnn_batch_norm" || base == "miopen_batch_norm" ||
+                              base == "_batch_norm_impl_index" || base == "batch_norm";
+  return in_place || writes_running_stats || overload == "out" || overload.substr(0, 4) == "out_";
 }
 
 absl::StatusOr<bool> DeadCodeElimination::RunImpl(Module& module) {

@@ -6,8 +6,9 @@
 //
 // It does NOT remove: graph inputs (they are the graph's signature); nodes that may
 // have side effects, i.e. ATen in-place ops (name ends in '_' before the overload,
-// as in aten::add_.Tensor), out= variants (overload "out"), and ops listed as
-// effectful (aten::copy_, aten::_foreach_*_ are covered by the in-place rule).
+// as in aten::add_.Tensor), out= variants (overload "out"), and batch norm, which
+// updates running statistics inside the kernel (aten::copy_, aten::_foreach_*_ are
+// covered by the in-place rule).
 // Collectives are removed only as a whole start/wait pair, never half, because every
 // rank runs the same graph and so drops the same pair.
 #ifndef MAGI_PASSES_DCE_H_

@@ -1,0 +1,51 @@
+// Imports PyTorch's own ATen-level FX graphs (make_fx, torch.export) into Magi IR.
+//
+// tools/fx_export.py writes NAME.fx.json (an FxExport message as protobuf JSON, see
+// fx_graph.proto) and NAME.tensors (raw tensor bytes). The importer turns
+//  - placeholders into named graph inputs (role param / buffer / data),
+//  - call_function nodes on ATen overloads into nodes whose arguments follow the
+//    operator's schema in the LibTorch it runs on (missing optional arguments take the
+//    schema's defaults), with result types from the node's tensor metadata,
+//  - operator.getitem into the selected result of a multi-output node,
+//  - in-place ops (aten::add_, aten::relu_ ...) into their functional variants, later
+//    uses reading the new value; a mutated graph input becomes an extra output
+//    "<input>.updated" (BatchNorm running statistics in training graphs),
+//  - _c10d_functional / c10d_functional collectives (all_gather_into_tensor,
+//    reduce_scatter_tensor, all_reduce, wait_tensor) into Magi's start/wait collectives
+//    on a process group named after the FX group name,
+// and verifies the result. Unknown targets, schema mismatches and malformed files are
+// errors naming the node (and, for JSON, what the parser saw); never a crash.
+#ifndef MAGI_FRONTEND_FX_FX_IMPORTER_H_
+#define MAGI_FRONTEND_FX_FX_IMPORTER_H_
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "magi/ir/module.h"
+
+namespace magi {
+
+struct FxImport {
+  std::unique_ptr<Module> module;
+  std::string graph_name;
+  std::string kind;           // "forward" or "joint"
+  std::string torch_version;  // of the exporter
+  // Tensors of the side file: every graph input by name, and PyTorch's outputs as
+  // "expected:<output name>" when the exporter recorded them.
+  std::map<std::string, at::Tensor> tensors;
+
+  const Graph& graph() const { return *module->FindGraph(graph_name); }
+};
+
+// Reads `json_path` and the tensors file it names.
+absl::StatusOr<FxImport> ImportFxFile(const std::string& json_path);
+// The graph alone, from JSON text (`source` names it in errors); no tensors are read.
+absl::StatusOr<FxImport> ImportFxJson(absl::string_view json, absl::string_view source = "fx.json");
+
+}  // namespace magi
+
+#endif  // MAGI_FRONTEND_FX_FX_IMPORTER_H_
