@@ -2,14 +2,16 @@
 // PyTorch 1.13, at build time), imported, run by the interpreter and compared with what
 // PyTorch computed eagerly: forward outputs, and for joint graphs the loss, every
 // parameter gradient autograd produced, and BatchNorm's updated running statistics.
-#include "magi/frontend/fx/fx_importer.h"
-
 #include <torch/torch.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/frontend/fx/fx_importer.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/printer.h"
+#include "magi/runtime/gloo/gloo_communicator.h"
 #include "magi/runtime/torch_executable.h"
 
 namespace magi {
@@ -18,53 +20,71 @@ namespace {
 struct Case {
   std::string model;
   std::string mode;
+  std::string dir = "exported";  // built by the genrules with PyTorch 1.13; "testdata": exported with 2.11
 };
 
 std::string PrintTo(const Case& c) { return c.model + "_" + c.mode; }
 
 class FxImportTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FxImportTest, RunsLikePyTorch) {
-  const Case& c = GetParam();
-  absl::StatusOr<FxImport> imported = ImportFxFile("magi/frontend/fx/exported/" + PrintTo(c) + ".fx.json");
-  ASSERT_TRUE(imported.ok()) << imported.status();
-  const Graph& graph = imported->graph();
-  EXPECT_EQ(imported->kind, c.mode);
-
+// Runs `imported` on its recorded inputs (collectives through `communicator`, if given)
+// and compares every output with PyTorch's eager result.
+void ExpectSameAsPyTorch(const FxImport& imported, const std::string& label,
+                         std::shared_ptr<Communicator> communicator = nullptr) {
+  const Graph& graph = imported.graph();
   std::vector<at::Tensor> inputs;
   for (const Value* input : graph.inputs()) {
-    auto it = imported->tensors.find(input->name());
-    ASSERT_NE(it, imported->tensors.end()) << "no tensor for input %" << input->name();
+    auto it = imported.tensors.find(input->name());
+    ASSERT_NE(it, imported.tensors.end()) << "no tensor for input %" << input->name();
     inputs.push_back(it->second);
   }
   absl::StatusOr<std::unique_ptr<TorchExecutable>> executable =
-      CompileForTorch("interpreter", *imported->module, imported->graph_name);
+      CompileForTorch("interpreter", *imported.module, imported.graph_name);
   ASSERT_TRUE(executable.ok()) << executable.status();
+  if (communicator != nullptr) {
+    for (const auto& group : imported.module->process_groups()) {
+      ASSERT_TRUE((*executable)->BindCommunicator(group->name, communicator).ok());
+    }
+  }
   absl::StatusOr<std::vector<at::Tensor>> outputs = (*executable)->Run(inputs);
   ASSERT_TRUE(outputs.ok()) << outputs.status();
-
-  // The interpreter runs the same ATen kernels in the same order as PyTorch's eager run;
-  // fp32 differences come only from eager taking other (composite) paths for some ops.
   int compared = 0;
   double worst = 0;
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     const std::string& name = graph.outputs()[i].name;
-    auto expected = imported->tensors.find("expected:" + name);
-    ASSERT_NE(expected, imported->tensors.end()) << "PyTorch recorded no output '" << name << "'";
+    auto expected = imported.tensors.find("expected:" + name);
+    ASSERT_NE(expected, imported.tensors.end()) << "PyTorch recorded no output '" << name << "'";
     const at::Tensor& got = (*outputs)[i];
     ASSERT_EQ(got.sizes(), expected->second.sizes()) << name;
     double scale = std::max(1.0, expected->second.abs().max().item<double>());
     double diff = (got.to(torch::kDouble) - expected->second.to(torch::kDouble)).abs().max().item<double>() / scale;
     worst = std::max(worst, diff);
-    EXPECT_LE(diff, 2e-5) << PrintTo(c) << ": output '" << name << "' differs by " << diff << " (relative to its max)";
+    EXPECT_LE(diff, 2e-5) << label << ": output '" << name << "' differs by " << diff << " (relative to its max)";
     ++compared;
   }
   // Every expected value was checked: all gradients autograd made, all updated buffers.
   int expected_count = 0;
-  for (const auto& [name, tensor] : imported->tensors) expected_count += name.rfind("expected:", 0) == 0;
+  for (const auto& [name, tensor] : imported.tensors) expected_count += name.rfind("expected:", 0) == 0;
   EXPECT_EQ(compared, expected_count);
-  std::cout << PrintTo(c) << ": " << graph.num_nodes() << " nodes, " << compared
+  std::cout << label << " (torch " << imported.torch_version << "): " << graph.num_nodes() << " nodes, " << compared
             << " outputs within " << worst << " of PyTorch\n";
+}
+
+TEST_P(FxImportTest, RunsLikePyTorch) {
+  const Case& c = GetParam();
+  absl::StatusOr<FxImport> imported = ImportFxFile("magi/frontend/fx/" + c.dir + "/" + PrintTo(c) + ".fx.json");
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->kind, c.mode);
+  ExpectSameAsPyTorch(*imported, PrintTo(c));
+}
+
+TEST(FxImport2xTest, TorchExportAndMakeFxGraphsFromPyTorch2) {
+  for (const char* name : {"llama_export_2x", "llama_joint_2x"}) {
+    absl::StatusOr<FxImport> imported = ImportFxFile(std::string("magi/frontend/fx/testdata/") + name + ".fx.json");
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    EXPECT_EQ(imported->torch_version.substr(0, 4), "2.11");
+    ExpectSameAsPyTorch(*imported, name);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FxImportTest,
@@ -103,7 +123,7 @@ TEST(FxImportErrorsTest, MalformedFilesNameTheProblem) {
       {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [2, 3]}]},
       {"name": "y", "op": "call_function", "target": "aten::sum.dim_IntList", "args": [{"node": "x"}, {"s": "one"}],
        "meta": [{"dtype": "float32", "shape": [2]}]}]})",
-                             "a.json");
+                              "a.json");
   ASSERT_FALSE(bad_arg.ok());
   EXPECT_NE(bad_arg.status().message().find("argument 'dim'"), std::string::npos) << bad_arg.status();
   EXPECT_EQ(ImportFxFile("/nonexistent/m.fx.json").status().code(), absl::StatusCode::kNotFound);
@@ -138,12 +158,8 @@ TEST(FxImportErrorsTest, InPlaceOpsBecomeFunctional) {
 // A graph with functional collectives (FSDP-style: gather the weight shard, reduce-scatter
 // the gradient), as PyTorch 2.x's make_fx writes it; checked-in fixture exported on the GPU
 // machine (tools/fx_models.py:fsdp_collectives).
-TEST(FxImportErrorsTest, FunctionalCollectivesBecomeMagiCollectives) {
+TEST(FxImport2xTest, FunctionalCollectivesBecomeMagiCollectives) {
   auto imported = ImportFxFile("magi/frontend/fx/testdata/funcol_2x.fx.json");
-  if (!imported.ok() && imported.status().code() == absl::StatusCode::kNotFound &&
-      imported.status().message().find("testdata") != std::string::npos) {
-    GTEST_SKIP() << "fixture not present: " << imported.status();
-  }
   ASSERT_TRUE(imported.ok()) << imported.status();
   int gathers = 0, scatters = 0, waits = 0;
   for (const Node* node : imported->graph().nodes()) {
@@ -154,6 +170,11 @@ TEST(FxImportErrorsTest, FunctionalCollectivesBecomeMagiCollectives) {
   EXPECT_EQ(gathers, 1);
   EXPECT_EQ(scatters, 1);
   EXPECT_EQ(waits, 2);
+  // The exporter traced it as one Gloo rank; run it the same way, through Magi's Gloo communicator.
+  auto communicator =
+      CreateGlooCommunicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, "funcol", std::chrono::seconds(30));
+  ASSERT_TRUE(communicator.ok()) << communicator.status();
+  ExpectSameAsPyTorch(*imported, "funcol_2x", *communicator);
 }
 
 }  // namespace

@@ -30,11 +30,11 @@ using fx::FxTensorMeta;
 
 absl::StatusOr<DType> TorchDType(absl::string_view name) {
   static const auto* names = new std::map<std::string, DType, std::less<>>{
-      {"float32", DType::kFloat32}, {"float", DType::kFloat32},   {"float64", DType::kFloat64},
-      {"double", DType::kFloat64},  {"float16", DType::kFloat16}, {"half", DType::kFloat16},
-      {"bfloat16", DType::kBFloat16}, {"int64", DType::kInt64},   {"long", DType::kInt64},
-      {"int32", DType::kInt32},     {"int", DType::kInt32},       {"int16", DType::kInt16},
-      {"int8", DType::kInt8},       {"uint8", DType::kUInt8},     {"bool", DType::kBool},
+      {"float32", DType::kFloat32},   {"float", DType::kFloat32},   {"float64", DType::kFloat64},
+      {"double", DType::kFloat64},    {"float16", DType::kFloat16}, {"half", DType::kFloat16},
+      {"bfloat16", DType::kBFloat16}, {"int64", DType::kInt64},     {"long", DType::kInt64},
+      {"int32", DType::kInt32},       {"int", DType::kInt32},       {"int16", DType::kInt16},
+      {"int8", DType::kInt8},         {"uint8", DType::kUInt8},     {"bool", DType::kBool},
   };
   absl::string_view bare = absl::StripPrefix(name, "torch.");
   auto it = names->find(bare);
@@ -57,15 +57,15 @@ absl::StatusOr<TensorType> TypeOf(const FxTensorMeta& meta) {
 // c10::Layout and c10::MemoryFormat by the names Python prints.
 absl::StatusOr<int64_t> EnumValue(const FxArg& arg) {
   static const auto* values = new std::map<std::string, int64_t, std::less<>>{
-      {"strided", 0},           {"torch.strided", 0},           {"contiguous_format", 0},
-      {"torch.contiguous_format", 0}, {"preserve_format", 1},   {"torch.preserve_format", 1},
-      {"channels_last", 2},     {"torch.channels_last", 2},     {"channels_last_3d", 3},
-      {"torch.channels_last_3d", 3},
+      {"strided", 0},          {"torch.strided", 0},          {"contiguous_format", 0}, {"torch.contiguous_format", 0},
+      {"preserve_format", 1},  {"torch.preserve_format", 1},  {"channels_last", 2},     {"torch.channels_last", 2},
+      {"channels_last_3d", 3}, {"torch.channels_last_3d", 3},
   };
   if (arg.kind_case() == FxArg::kI) return arg.i();
   const std::string& name = arg.kind_case() == FxArg::kLayout ? arg.layout() : arg.memory_format();
   auto it = values->find(name);
-  if (it == values->end()) return absl::InvalidArgumentError(absl::StrCat("unsupported layout or memory format '", name, "'"));
+  if (it == values->end())
+    return absl::InvalidArgumentError(absl::StrCat("unsupported layout or memory format '", name, "'"));
   return it->second;
 }
 
@@ -99,15 +99,18 @@ class Importer {
     auto module = std::make_unique<Module>(graph_name);
     module_ = module.get();
     for (const auto& [name, size] : proto_.process_groups()) {
-      module_->AddProcessGroup({name, name, size, {}});
+      // FX names groups by number ("0"); the IR wants identifiers.
+      std::string ir_name = IsValidArgumentName(name) ? name : absl::StrCat("group_", name);
+      group_names_[name] = ir_name;
+      module_->AddProcessGroup({ir_name, ir_name, size, {}});
     }
     graph_ = module_->AddGraph(graph_name);
     for (const FxNode& node : proto_.nodes()) {
       absl::Status status = ImportNode(node);
       if (!status.ok()) {
-        return absl::Status(status.code(), absl::StrCat(source_, ": node '", node.name(), "' (", node.op(),
-                                                        node.target().empty() ? "" : " " + node.target(),
-                                                        "): ", status.message()));
+        return absl::Status(status.code(),
+                            absl::StrCat(source_, ": node '", node.name(), "' (", node.op(),
+                                         node.target().empty() ? "" : " " + node.target(), "): ", status.message()));
       }
     }
     if (!saw_output_) return absl::InvalidArgumentError(absl::StrCat(source_, ": the graph has no output node"));
@@ -133,13 +136,14 @@ class Importer {
       return absl::UnimplementedError("only placeholder, call_function and output nodes are supported");
     }
     if (node.target() == "getitem" || node.target() == "_operator.getitem") return ImportGetItem(node);
-    absl::string_view ns = node.target().substr(0, node.target().find("::"));
+    std::string ns = node.target().substr(0, node.target().find("::"));
     if (ns == "_c10d_functional" || ns == "c10d_functional") return ImportCollective(node);
     return ImportAtenOp(node);
   }
 
   absl::Status ImportPlaceholder(const FxNode& node) {
-    if (node.meta_size() != 1 || node.meta(0).absent()) return absl::InvalidArgumentError("needs one tensor's metadata");
+    if (node.meta_size() != 1 || node.meta(0).absent())
+      return absl::InvalidArgumentError("needs one tensor's metadata");
     MAGI_ASSIGN_OR_RETURN(TensorType type, TypeOf(node.meta(0)));
     InputRole role = InputRole::kData;
     if (node.role() == "param") {
@@ -166,8 +170,8 @@ class Importer {
       for (const FxArg& item : node.args()) items.push_back(&item);
     }
     for (size_t k = 0; k < items.size(); ++k) {
-      std::string name = k < static_cast<size_t>(proto_.output_names_size()) ? proto_.output_names(k)
-                                                                           : absl::StrCat("output.", k);
+      std::string name =
+          k < static_cast<size_t>(proto_.output_names_size()) ? proto_.output_names(k) : absl::StrCat("output.", k);
       if (items[k]->kind_case() == FxArg::kNone) continue;  // e.g. a gradient that does not exist
       MAGI_ASSIGN_OR_RETURN(Value * value, TensorOperand(*items[k]));
       graph_->AddOutput(name, value);
@@ -185,7 +189,8 @@ class Importer {
       return absl::InvalidArgumentError("getitem takes (node, index)");
     }
     auto it = values_.find(node.args(0).node());
-    if (it == values_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown node '", node.args(0).node(), "'"));
+    if (it == values_.end())
+      return absl::InvalidArgumentError(absl::StrCat("unknown node '", node.args(0).node(), "'"));
     int64_t index = node.args(1).i();
     if (index < 0 || index >= static_cast<int64_t>(it->second.size())) {
       return absl::InvalidArgumentError(
@@ -239,11 +244,13 @@ class Importer {
       return absl::UnimplementedError(absl::StrCat("the functional collective '", op, "' has no Magi mapping yet"));
     }
     reduce_op = absl::AsciiStrToLower(reduce_op);
-    if (!IsValidReduceOp(reduce_op)) return absl::InvalidArgumentError(absl::StrCat("unknown reduce_op '", reduce_op, "'"));
-    const ProcessGroup* group = module_->FindProcessGroup(group_name);
+    if (!IsValidReduceOp(reduce_op))
+      return absl::InvalidArgumentError(absl::StrCat("unknown reduce_op '", reduce_op, "'"));
+    auto renamed = group_names_.find(group_name);
+    const ProcessGroup* group = renamed == group_names_.end() ? nullptr : module_->FindProcessGroup(renamed->second);
     if (group == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("process group '", group_name,
-                                                     "' is not listed in the file's process_groups"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("process group '", group_name, "' is not listed in the file's process_groups"));
     }
     if (node.args_size() < 1) return absl::InvalidArgumentError("no input tensor");
     MAGI_ASSIGN_OR_RETURN(Value * input, TensorOperand(node.args(0)));
@@ -283,14 +290,16 @@ class Importer {
       auto kw = node.kwargs().find(argument.name());
       if (given == nullptr && kw != node.kwargs().end()) given = &kw->second;
       std::string arg_name = argument.kwarg_only() ? argument.name() : std::string();
-      absl::StatusOr<NodeArg> arg = given != nullptr ? ArgumentOf(argument, *given, arg_name)
-                                                     : DefaultOf(argument, arg_name);
-      if (!arg.ok()) return absl::Status(arg.status().code(), absl::StrCat("argument '", argument.name(), "': ", arg.status().message()));
+      absl::StatusOr<NodeArg> arg =
+          given != nullptr ? ArgumentOf(argument, *given, arg_name) : DefaultOf(argument, arg_name);
+      if (!arg.ok())
+        return absl::Status(arg.status().code(),
+                            absl::StrCat("argument '", argument.name(), "': ", arg.status().message()));
       args.push_back(*std::move(arg));
     }
     if (node.args_size() > static_cast<int>(schema.arguments().size())) {
-      return absl::InvalidArgumentError(absl::StrCat(node.args_size(), " arguments for a schema of ",
-                                                     schema.arguments().size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.args_size(), " arguments for a schema of ", schema.arguments().size()));
     }
     std::vector<Type> types;
     std::vector<int> position_of_result;  // return position -> result index (-1: absent)
@@ -309,7 +318,8 @@ class Importer {
     }
     std::string op_name = compat::OpNameOf(node_schema->operator_name());
     std::vector<std::string> names;
-    for (size_t r = 0; r < types.size(); ++r) names.push_back(types.size() == 1 ? node.name() : absl::StrCat(node.name(), ".", r));
+    for (size_t r = 0; r < types.size(); ++r)
+      names.push_back(types.size() == 1 ? node.name() : absl::StrCat(node.name(), ".", r));
     for (std::string& result_name : names) {
       if (graph_->FindValue(result_name) != nullptr) result_name = graph_->FreshName(result_name + ".");
     }
@@ -342,14 +352,16 @@ class Importer {
     if (name != "aten::native_batch_norm" && name != "aten::_native_batch_norm_legit") return absl::OkStatus();
     const auto& arguments = op.schema().arguments();
     int training = -1;
-    for (size_t i = 0; i < arguments.size(); ++i) training = arguments[i].name() == "training" ? static_cast<int>(i) : training;
+    for (size_t i = 0; i < arguments.size(); ++i)
+      training = arguments[i].name() == "training" ? static_cast<int>(i) : training;
     if (training < 0 || training >= node.args_size() || node.args(training).kind_case() != FxArg::kB ||
         !node.args(training).b()) {
       return absl::OkStatus();
     }
     for (int i = 0; i < std::min(training, node.args_size()); ++i) {
       const std::string& arg_name = arguments[i].name();
-      if ((arg_name != "running_mean" && arg_name != "running_var") || node.args(i).kind_case() != FxArg::kNode) continue;
+      if ((arg_name != "running_mean" && arg_name != "running_var") || node.args(i).kind_case() != FxArg::kNode)
+        continue;
       MAGI_ASSIGN_OR_RETURN(Value * stat, TensorOperand(node.args(i)));
       Node* copy = graph_->AddNode("aten::clone", {NodeArg(stat), NodeArg(Attribute(NoneAttr{}), "memory_format")},
                                    {stat->type()}, nullptr, {graph_->FreshName(stat->name() + ".")});
@@ -379,7 +391,8 @@ class Importer {
     const c10::FunctionSchema& schema = op.schema();
     bool needs = false;
     for (size_t i = 0; i < schema.arguments().size() && i < static_cast<size_t>(node.args_size()); ++i) {
-      needs |= compat::ClassifyArgument(schema.arguments()[i]).kind == compat::ArgKind::kTensor && IsNumber(node.args(i));
+      needs |=
+          compat::ClassifyArgument(schema.arguments()[i]).kind == compat::ArgKind::kTensor && IsNumber(node.args(i));
     }
     if (!needs) return std::nullopt;
     std::string overload = schema.overload_name();
@@ -405,8 +418,9 @@ class Importer {
     auto it = values_.find(arg.node());
     if (it == values_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown node '", arg.node(), "'"));
     if (it->second.size() != 1 || it->second[0] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("node '", arg.node(), "' is not a single tensor",
-                                                     pending_.contains(arg.node()) ? " (a collective not yet waited for)" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node '", arg.node(), "' is not a single tensor",
+                       pending_.contains(arg.node()) ? " (a collective not yet waited for)" : ""));
     }
     return it->second[0];
   }
@@ -414,7 +428,8 @@ class Importer {
   absl::StatusOr<NodeArg> ArgumentOf(const c10::Argument& argument, const FxArg& arg, const std::string& name) {
     compat::ArgType type = compat::ClassifyArgument(argument);
     if (arg.kind_case() == FxArg::kNone) {
-      if (!type.optional && type.kind != compat::ArgKind::kTensor) return absl::InvalidArgumentError("None for a non-optional argument");
+      if (!type.optional && type.kind != compat::ArgKind::kTensor)
+        return absl::InvalidArgumentError("None for a non-optional argument");
       return NodeArg(Attribute(NoneAttr{}), name);
     }
     auto list_items = [&]() -> absl::StatusOr<const google::protobuf::RepeatedPtrField<FxArg>*> {
@@ -515,7 +530,8 @@ class Importer {
       case compat::ArgKind::kUnsupported:
         break;
     }
-    return absl::UnimplementedError(absl::StrCat("arguments of type ", argument.real_type()->str(), " are not supported"));
+    return absl::UnimplementedError(
+        absl::StrCat("arguments of type ", argument.real_type()->str(), " are not supported"));
   }
 
   // The schema's default for an argument the FX node left out.
@@ -557,6 +573,7 @@ class Importer {
   bool saw_output_ = false;
   absl::flat_hash_map<std::string, std::vector<Value*>> values_;  // FX node -> results by return position
   absl::flat_hash_map<std::string, Node*> pending_;               // functional collective -> its start
+  absl::flat_hash_map<std::string, std::string> group_names_;     // FX process group -> IR process group
   absl::flat_hash_map<const Value*, Value*> root_of_;             // value -> the input it is a new version of
   absl::flat_hash_map<Value*, Value*> latest_;                    // mutated input -> its final value
 };
@@ -593,9 +610,9 @@ absl::StatusOr<FxImport> ImportFxFile(const std::string& json_path) {
     at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(compat::ToScalarType(dtype)));
     if (record.offset() < 0 || record.nbytes() != static_cast<int64_t>(tensor.nbytes()) ||
         record.offset() + record.nbytes() > static_cast<int64_t>(bytes.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(tensors_path, ": tensor '", record.name(), "' (", record.nbytes(),
-                                                     " bytes at ", record.offset(), ") does not fit its shape or the file (",
-                                                     bytes.size(), " bytes)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(tensors_path, ": tensor '", record.name(), "' (", record.nbytes(), " bytes at ", record.offset(),
+                       ") does not fit its shape or the file (", bytes.size(), " bytes)"));
     }
     if (record.nbytes() > 0) std::memcpy(tensor.data_ptr(), bytes.data() + record.offset(), record.nbytes());
     imported.tensors[record.name()] = tensor;
