@@ -95,9 +95,7 @@ void BM_PassPipeline(benchmark::State& state) {
   int nodes = 0;
   for (auto _ : state) {
     std::unique_ptr<Module> copy = CloneModule(step);
-    PassManager manager(/*verify_each=*/true);
-    MAGI_CHECK(manager.AddPipeline(*ParsePassPipeline(kPipeline)).ok());
-    absl::StatusOr<bool> changed = manager.Run(*copy);
+    absl::StatusOr<bool> changed = RunPassPipeline(kPipeline, *copy);
     MAGI_CHECK(changed.ok()) << changed.status();
     result = *Simulate(*copy->graphs()[0], model);
     nodes = copy->graphs()[0]->num_nodes();
@@ -112,9 +110,7 @@ BENCHMARK(BM_PassPipeline)->Unit(benchmark::kMillisecond)->UseRealTime();
 // AutoRecompute to a budget of (graph peak - arg x 100 MB) on the scheduled step.
 void BM_AutoRecompute(benchmark::State& state) {
   std::unique_ptr<Module> scheduled = CloneModule(Step8B());
-  PassManager manager;
-  MAGI_CHECK(manager.AddPipeline(*ParsePassPipeline(kPipeline)).ok());
-  MAGI_CHECK(manager.Run(*scheduled).ok());
+  MAGI_CHECK(RunPassPipeline(kPipeline, *scheduled).ok());
   int64_t peak = Simulate(*scheduled->graphs()[0], H200())->peak_bytes;
   int64_t budget = peak - static_cast<int64_t>(state.range(0)) * 100000000;
   RecomputeReport report;

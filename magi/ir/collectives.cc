@@ -106,4 +106,13 @@ Node* StartOfWait(const Node& wait) {
   return wait.operand(0)->producer();
 }
 
+Node* WaitOfStart(const Node& start) {
+  for (const Value* result : start.results()) {
+    for (const Use& use : result->uses()) {
+      if (use.user->op() == kWaitOp) return use.user;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace magi

@@ -57,6 +57,8 @@ Node* AddWait(Graph& graph, Node* start, Node* before = nullptr);
 
 // The start whose futures `wait` consumes (null if malformed).
 Node* StartOfWait(const Node& wait);
+// The wait that consumes `start`'s futures (null if there is none yet).
+Node* WaitOfStart(const Node& start);
 
 }  // namespace magi
 

@@ -30,20 +30,11 @@ std::optional<BucketKey> KeyOf(const Node& start) {
                    static_cast<int>(start.annotations().phase)};
 }
 
-Node* WaitOf(const Node& start) {
-  for (const Value* result : start.results()) {
-    for (Node* user : result->Users()) {
-      if (user->op() == kWaitOp) return user;
-    }
-  }
-  return nullptr;
-}
-
 // Fuses `a` (earlier) and `b` into one collective; null if no placement keeps the
 // graph valid.
 Node* Merge(Graph& graph, Node* a, Node* b, int64_t bucket, absl::flat_hash_set<const Node*>& erased) {
-  Node* wait_a = WaitOf(*a);
-  Node* wait_b = WaitOf(*b);
+  Node* wait_a = WaitOfStart(*a);
+  Node* wait_b = WaitOfStart(*b);
   if (wait_a == nullptr || wait_b == nullptr) return nullptr;
   const ProcessGroup* group =
       graph.module() == nullptr ? nullptr : graph.module()->FindProcessGroup(StringArg(*a, "group"));

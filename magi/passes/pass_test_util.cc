@@ -40,11 +40,7 @@ std::unique_ptr<Module> LoadTestdata(absl::string_view file_name) {
 }
 
 void RunPipeline(Module& module, absl::string_view spec) {
-  absl::StatusOr<PassPipeline> pipeline = ParsePassPipeline(spec);
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-  PassManager manager;
-  ASSERT_TRUE(manager.AddPipeline(*pipeline).ok());
-  absl::StatusOr<bool> changed = manager.Run(module);
+  absl::StatusOr<bool> changed = RunPassPipeline(spec, module);
   ASSERT_TRUE(changed.ok()) << changed.status();
 }
 

@@ -149,6 +149,13 @@ absl::StatusOr<bool> PassManager::Run(Module& module) {
   return changed;
 }
 
+absl::StatusOr<bool> RunPassPipeline(absl::string_view spec, Module& module, bool verify_each) {
+  MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(spec));
+  PassManager manager(verify_each);
+  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+  return manager.Run(module);
+}
+
 absl::StatusOr<bool> FixedPointPass::RunImpl(Module& module) {
   bool changed = false;
   for (int i = 0; i < max_iterations_; ++i) {

@@ -73,6 +73,10 @@ class PassManager {
   std::vector<PassStatistics> statistics_;
 };
 
+// Parses `spec`, creates its passes from the registry and runs them on `module` (the
+// verifier after each pass when `verify_each`); true if anything changed.
+absl::StatusOr<bool> RunPassPipeline(absl::string_view spec, Module& module, bool verify_each = true);
+
 // Repeats an inner pipeline until it changes nothing or `max_iterations` runs happened.
 // Registered as "fixed-point" for textual pipelines.
 class FixedPointPass : public Pass {

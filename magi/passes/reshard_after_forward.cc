@@ -16,15 +16,6 @@
 namespace magi {
 namespace {
 
-Node* WaitOfStart(const Node& start) {
-  for (const Value* result : start.results()) {
-    for (Node* user : result->Users()) {
-      if (user->op() == kWaitOp) return user;
-    }
-  }
-  return nullptr;
-}
-
 // The wait of a backward all-gather of exactly `start`'s shards, or null.
 Node* ExistingRegather(const Graph& graph, const Node& start) {
   for (Node* node : graph.nodes()) {
@@ -47,10 +38,15 @@ bool ReshardAfterForward::Keep(Graph& graph) const {
   absl::flat_hash_map<Value*, Value*> regathers = BackwardRegathers(graph);
   absl::flat_hash_map<const Value*, Value*> forward_of_backward;
   for (const auto& [forward, backward] : regathers) forward_of_backward[backward] = forward;
+  // Collect first: the loop erases waits that come later in program order.
+  std::vector<Node*> starts;
+  for (Node* node : graph.nodes()) {
+    if (node->op() == kAllGatherStartOp && node->annotations().phase == Phase::kBackward && Selected(*node)) {
+      starts.push_back(node);
+    }
+  }
   bool changed = false;
-  for (Node* start : graph.nodes()) {
-    if (start->op() != kAllGatherStartOp || start->annotations().phase != Phase::kBackward || !Selected(*start))
-      continue;
+  for (Node* start : starts) {
     Node* wait = WaitOfStart(*start);
     if (wait == nullptr) continue;
     bool all_gathered_before = true;

@@ -13,15 +13,6 @@
 namespace magi {
 namespace {
 
-Node* WaitOfStart(const Node& start) {
-  for (const Value* result : start.results()) {
-    for (Node* user : result->Users()) {
-      if (user->op() == kWaitOp) return user;
-    }
-  }
-  return nullptr;
-}
-
 // The program order and positions, rebuilt only after a move.
 struct Order {
   explicit Order(const Graph& graph) { Refresh(graph); }

@@ -35,13 +35,6 @@ std::string RecomputeSpec(int64_t budget_bytes, const CostModel& model) {
                       ",profile=", model.profile().name, "}");
 }
 
-absl::Status RunPipelineText(const std::string& text, Module& module) {
-  MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(text));
-  PassManager manager(/*verify_each=*/false);
-  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
-  return manager.Run(module).status();
-}
-
 }  // namespace
 
 absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name, const CostModel& model,
@@ -88,7 +81,7 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
     for (size_t index = next++; index < plan.candidates.size(); index = next++) {
       StrategyCandidate& candidate = plan.candidates[index];
       copies[index] = CloneModule(module);
-      statuses[index] = RunPipelineText(candidate.pipeline, *copies[index]);
+      statuses[index] = RunPassPipeline(candidate.pipeline, *copies[index], /*verify_each=*/false).status();
       if (!statuses[index].ok()) continue;
       absl::StatusOr<SimulationResult> prediction = Simulate(*copies[index]->FindGraph(graph_name), model);
       if (!prediction.ok()) {
@@ -185,10 +178,7 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
 
 absl::Status ApplyStrategy(const StrategyPlan& plan, const CostModel& model, Module& module) {
   (void)model;
-  MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(plan.pipeline));
-  PassManager manager(/*verify_each=*/true);
-  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
-  return manager.Run(module).status();
+  return RunPassPipeline(plan.pipeline, module).status();
 }
 
 std::string FormatStrategyPlan(const StrategyPlan& plan) {

@@ -250,12 +250,7 @@ absl::Status FsdpTrainer::OptimizeStep(const StepOptimization& optimization) {
   } else {
     applied_pipeline_ = optimization.passes;
   }
-  if (!applied_pipeline_.empty()) {
-    MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(applied_pipeline_));
-    PassManager manager(/*verify_each=*/true);
-    MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
-    MAGI_RETURN_IF_ERROR(manager.Run(module).status());
-  }
+  if (!applied_pipeline_.empty()) MAGI_RETURN_IF_ERROR(RunPassPipeline(applied_pipeline_, module).status());
   MAGI_ASSIGN_OR_RETURN(prediction_, Simulate(graph, model));
   return absl::OkStatus();
 }
