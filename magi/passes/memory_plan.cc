@@ -43,14 +43,16 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers) {
   std::vector<Storage> storages;
   absl::flat_hash_map<const Value*, int> storage_of;
   storage_of.reserve(graph.inputs().size() + 2 * nodes.size());
-  auto add_storage = [&](const Value* value, int index) -> absl::Status {
+  // A storage lives from `born` to at least `made` (a collective's results exist from its
+  // start to its wait even when nothing reads them).
+  auto add_storage = [&](const Value* value, int born, int made) -> absl::Status {
     if (value->type().is_future()) return absl::OkStatus();
     std::optional<int64_t> size = value->type().tensor().SizeInBytes();
     if (!size) {
       return absl::FailedPreconditionError(absl::StrCat("%", value->name(), " has a dynamic size"));
     }
     storage_of[value] = static_cast<int>(storages.size());
-    storages.push_back({value, *size, index, index});
+    storages.push_back({value, *size, born, made});
     return absl::OkStatus();
   };
   auto extend = [&](const Value* value, int index) {
@@ -58,7 +60,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers) {
     if (it != storage_of.end()) storages[it->second].dies = std::max(storages[it->second].dies, index);
   };
   for (const Value* input : graph.inputs()) {
-    absl::Status status = add_storage(input, -1);
+    absl::Status status = add_storage(input, -1, -1);
     if (!status.ok()) return status;
   }
   absl::flat_hash_map<const Node*, int> index_of_start;
@@ -85,7 +87,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers) {
       if (aliased >= 0) {
         storage_of[result] = aliased;
       } else {
-        absl::Status status = add_storage(result, birth);
+        absl::Status status = add_storage(result, birth, i);
         if (!status.ok()) return status;
       }
     }
