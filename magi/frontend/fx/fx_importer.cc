@@ -114,6 +114,7 @@ class Importer {
       }
     }
     if (!saw_output_) return absl::InvalidArgumentError(absl::StrCat(source_, ": the graph has no output node"));
+    if (proto_.kind() == "joint") AnnotatePhases();
     absl::Status verified = VerifyModule(*module_);
     if (!verified.ok()) {
       return absl::InternalError(absl::StrCat(source_, ": the imported graph does not verify: ", verified.message()));
@@ -139,6 +140,19 @@ class Importer {
     std::string ns = node.target().substr(0, node.target().find("::"));
     if (ns == "_c10d_functional" || ns == "c10d_functional") return ImportCollective(node);
     return ImportAtenOp(node);
+  }
+
+  // A joint trace runs forward and the loss, then autograd's backward: nodes up to the one
+  // that makes the loss (the first output) are forward, the rest backward. Passes that
+  // trade memory across that boundary (AutoRecompute, resharding) read these phases.
+  void AnnotatePhases() {
+    if (graph_->outputs().empty() || graph_->outputs()[0].value->producer() == nullptr) return;
+    const Node* loss = graph_->outputs()[0].value->producer();
+    Phase phase = Phase::kForward;
+    for (Node* node : graph_->nodes()) {
+      node->mutable_annotations().phase = phase;
+      if (node == loss) phase = Phase::kBackward;
+    }
   }
 
   absl::Status ImportPlaceholder(const FxNode& node) {

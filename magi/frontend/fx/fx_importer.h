@@ -13,6 +13,8 @@
 //  - _c10d_functional / c10d_functional collectives (all_gather_into_tensor,
 //    reduce_scatter_tensor, all_reduce, wait_tensor) into Magi's start/wait collectives
 //    on a process group named after the FX group name,
+//  - for joint graphs, phase annotations: forward up to the node that makes the loss (the
+//    first output), backward after it,
 // and verifies the result. Unknown targets, schema mismatches and malformed files are
 // errors naming the node (and, for JSON, what the parser saw); never a crash.
 #ifndef MAGI_FRONTEND_FX_FX_IMPORTER_H_
