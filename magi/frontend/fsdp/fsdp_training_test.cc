@@ -224,8 +224,9 @@ int RunOptimizedAgrees(const DistributedEnv& env, const std::shared_ptr<Communic
               << " (plain: predicted " << plain_peak << ", measured " << measured_plain << ")\n"
               << "pipeline: " << (*c)->applied_pipeline() << "\n";
   }
-  // The planner's error against the interpreter, measured: +512 B of 1.34 MB on 2 ranks,
-  // +1,536 B of 1.16 MB on 4 (0.04-0.13%); 0.5% is the stated bound.
+  // Measured exceeds the plan by the rest of the global batch (+512 B on 2 ranks, +1,536 B
+  // on 4): the local batch is a narrow() view keeping the global tensor's storage, which the
+  // interpreter counts. 0.5% is the stated bound.
   if (measured_c > budget + budget / 200) {
     return Fail("measured peak " + std::to_string(measured_c) + " over the budget " + std::to_string(budget));
   }
