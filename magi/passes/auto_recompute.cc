@@ -209,9 +209,13 @@ absl::StatusOr<bool> AutoRecompute::RunImpl(Module& module) {
   return changed;
 }
 
-MAGI_REGISTER(Pass, "auto-recompute", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+namespace {
+
+// The budget in bytes, and the profile name when the options give one.
+using RecomputeOptions = std::pair<int64_t, std::string>;
+absl::StatusOr<RecomputeOptions> ParseRecomputeOptions(const ComponentOptions& options) {
   double budget_bytes = -1;
-  std::string profile_name = "cpu";
+  std::string profile_name;
   for (const auto& [key, value] : options) {
     double number = 0;
     if ((key == "budget_mb" || key == "budget_gb") && absl::SimpleAtod(value, &number) && number > 0) {
@@ -224,9 +228,27 @@ MAGI_REGISTER(Pass, "auto-recompute", [](const ComponentOptions& options) -> abs
     }
   }
   if (budget_bytes < 0) return absl::InvalidArgumentError("auto-recompute needs budget_mb=N or budget_gb=X");
-  absl::StatusOr<DeviceProfile> profile = LoadDeviceProfile(profile_name);
+  return std::make_pair(static_cast<int64_t>(budget_bytes), profile_name);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AutoRecompute>> MakeAutoRecompute(const ComponentOptions& options, CostModel model) {
+  absl::StatusOr<RecomputeOptions> parsed = ParseRecomputeOptions(options);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->second.empty() && parsed->second != model.profile().name) {
+    return absl::InvalidArgumentError(absl::StrCat("auto-recompute names profile '", parsed->second,
+                                                   "', but the cost model in use is '", model.profile().name, "'"));
+  }
+  return std::make_unique<AutoRecompute>(parsed->first, std::move(model));
+}
+
+MAGI_REGISTER(Pass, "auto-recompute", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+  absl::StatusOr<RecomputeOptions> parsed = ParseRecomputeOptions(options);
+  if (!parsed.ok()) return parsed.status();
+  absl::StatusOr<DeviceProfile> profile = LoadDeviceProfile(parsed->second.empty() ? "cpu" : parsed->second);
   if (!profile.ok()) return profile.status();
-  return std::make_unique<AutoRecompute>(static_cast<int64_t>(budget_bytes), CostModel(*std::move(profile)));
+  return std::make_unique<AutoRecompute>(parsed->first, CostModel(*std::move(profile)));
 });
 
 }  // namespace magi

@@ -24,6 +24,7 @@
 
 #include "magi/cost/cost_model.h"
 #include "magi/passes/pass.h"
+#include "magi/registry/registry.h"
 
 namespace magi {
 
@@ -52,6 +53,12 @@ class AutoRecompute : public Pass {
   CostModel model_;
   RecomputeReport report_;
 };
+
+// An AutoRecompute from textual options (budget_mb=N or budget_gb=X; profile=NAME is
+// accepted and must name `model`'s profile) that ranks with `model`. The registered
+// "auto-recompute" builds its model from `profile` (default cpu); compilers call this
+// with their own model so a calibration table or a file profile is not lost.
+absl::StatusOr<std::unique_ptr<AutoRecompute>> MakeAutoRecompute(const ComponentOptions& options, CostModel model);
 
 // Recomputes the results of `chosen` (forward nodes of `graph`, views of them are
 // added) for their backward uses, as described above; returns the copies made.

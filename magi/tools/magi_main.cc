@@ -207,8 +207,7 @@ absl::Status RunPlan(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, options));
   std::printf("%s", FormatStrategyPlan(plan).c_str());
   if (!line.flags.count("o")) return absl::OkStatus();
-  MAGI_RETURN_IF_ERROR(ApplyStrategy(plan, model, *module));
-  return SaveModule(*module, line.flags.at("o"));
+  return SaveModule(*plan.optimized, line.flags.at("o"));
 }
 
 absl::Status RunOpt(const CommandLine& line) {

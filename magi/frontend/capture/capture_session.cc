@@ -9,7 +9,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/frontend/capture/functional_variants.h"
-#include "magi/frontend/capture/module_scope.h"
+#include "magi/frontend/module_scope.h"
 
 namespace magi {
 namespace {

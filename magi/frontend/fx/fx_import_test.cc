@@ -14,7 +14,7 @@
 #include "magi/ir/printer.h"
 #include "magi/passes/auto_recompute.h"
 #include "magi/runtime/gloo/gloo_communicator.h"
-#include "magi/runtime/torch_executable.h"
+#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {

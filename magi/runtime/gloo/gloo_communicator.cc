@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "magi/registry/registry.h"
 
 namespace magi {
 namespace {
@@ -218,4 +219,23 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(c10::intrus
   }
 }
 
+}  // namespace magi
+
+namespace magi {
+namespace {
+
+class GlooProvider : public CommunicatorProvider {
+ public:
+  absl::StatusOr<std::shared_ptr<Communicator>> Create(const CommunicatorOptions& options) const override {
+    return CreateGlooCommunicator(options.store, options.rank, options.size, options.group_name, options.timeout);
+  }
+};
+
+MAGI_REGISTER(CommunicatorProvider, "gloo",
+              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<CommunicatorProvider>> {
+                if (!options.empty()) return absl::InvalidArgumentError("the gloo communicator takes no options");
+                return std::make_unique<GlooProvider>();
+              });
+
+}  // namespace
 }  // namespace magi

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "magi/runtime/communicator.h"
+#include "magi/backend/communicator.h"
 
 namespace magi {
 
