@@ -98,16 +98,19 @@ def parse_args(argv):
 
 def import_fsdp2():
     """(fully_shard, MixedPrecisionPolicy) from wherever this PyTorch keeps FSDP2."""
+    errors = []
     try:  # PyTorch >= 2.6
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         return fully_shard, MixedPrecisionPolicy
-    except ImportError:
-        pass
+    except Exception as e:  # ImportError, or (Debian's 1.13 on Python 3.11) a failure inside the package
+        errors.append("torch.distributed.fsdp: %s: %s" % (type(e).__name__, e))
     try:  # PyTorch 2.4 / 2.5
         from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
         return fully_shard, MixedPrecisionPolicy
-    except ImportError:
-        raise BenchError("PyTorch %s has no FSDP2 (fully_shard): it needs PyTorch 2.4 or newer" % torch.__version__)
+    except Exception as e:
+        errors.append("torch.distributed._composable.fsdp: %s: %s" % (type(e).__name__, e))
+    raise BenchError("PyTorch %s at %s has no FSDP2 (fully_shard; PyTorch >= 2.4 has it): %s" %
+                     (torch.__version__, os.path.dirname(torch.__file__), "; ".join(errors)))
 
 
 def _free_port():

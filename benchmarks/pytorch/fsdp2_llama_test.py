@@ -36,11 +36,11 @@ def has_fsdp2():
     try:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
         return True
-    except ImportError:
+    except Exception:  # ImportError; Debian's 1.13 under Python 3.11 even fails inside its fsdp package
         try:
             from torch.distributed._composable.fsdp import fully_shard  # noqa: F401
             return True
-        except ImportError:
+        except Exception:
             return False
 
 
