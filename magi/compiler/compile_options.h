@@ -16,6 +16,9 @@ namespace magi {
 // How the step graph is optimized after sharding: a pass pipeline, or the strategy
 // search under a memory budget (not both).
 struct OptimizationOptions {
+  // Run first, always (empty: nothing): clean-ups every step benefits from whatever the
+  // strategy, e.g. the gradient-accumulation copies capture records.
+  std::string canonicalize = "elide-copies,dce";
   // A pass pipeline, e.g. "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}".
   std::string passes;
   // > 0: the strategy search picks the pipeline whose predicted peak fits this many bytes

@@ -68,6 +68,7 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
     MAGI_RETURN_IF_ERROR(ShardForFsdp(*module, *graph, *options.sharding));
     MAGI_RETURN_IF_ERROR(VerifyModule(*module));
   }
+  if (!optimization.canonicalize.empty()) MAGI_RETURN_IF_ERROR(RunPipeline(optimization.canonicalize, model, *module));
   OptimizedStep step;
   step.graph_name = graph_name;
   if (optimization.memory_budget_bytes > 0) {

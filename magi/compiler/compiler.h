@@ -10,7 +10,7 @@
 //
 // Stages, in order:
 //   1. shard: ShardForFsdp with `options.sharding`, then the verifier;
-//   2. optimize: the pass pipeline, or the strategy search under the memory budget; the
+//   2. optimize: the canonicalization pipeline (elide-copies, dce), then the pass pipeline, or the strategy search under the memory budget; the
 //      search hands back the very module it evaluated and predicted (no re-run from
 //      text), and every pass that needs a cost model (auto-recompute) gets the same
 //      CostModel object, calibration table included;
