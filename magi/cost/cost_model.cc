@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
 
 namespace magi {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
 
 namespace magi {
 

@@ -1,4 +1,4 @@
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
 
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
