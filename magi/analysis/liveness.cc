@@ -3,26 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/ir/collectives.h"
 
 namespace magi {
-
-bool IsViewOp(absl::string_view op) {
-  size_t dot = op.find('.');
-  absl::string_view base = dot == absl::string_view::npos ? op : op.substr(0, dot);
-  for (absl::string_view view :
-       {"aten::view",           "aten::_unsafe_view", "aten::_reshape_alias", "aten::t",
-        "aten::transpose",      "aten::permute",      "aten::expand",         "aten::slice",
-        "aten::select",         "aten::narrow",       "aten::as_strided",     "aten::unsqueeze",
-        "aten::squeeze",        "aten::alias",        "aten::detach",         "aten::diagonal",
-        "aten::unfold",         "aten::view_as",      "aten::split",          "aten::split_with_sizes",
-        "aten::chunk",          "aten::unbind",       "aten::expand_as",      "aten::numpy_T",
-        "aten::movedim",        "aten::swapaxes",     "aten::unflatten",      "aten::view_as_real",
-        "aten::view_as_complex"}) {
-    if (base == view) return true;
-  }
-  return false;
-}
 
 absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph) {
   std::vector<Node*> nodes = graph.nodes();

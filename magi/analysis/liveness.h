@@ -38,9 +38,6 @@ struct Liveness {
   absl::flat_hash_map<const Value*, int> storage_of;  // every tensor value -> index in `storages`
 };
 
-// True for ops whose result aliases their first tensor operand.
-bool IsViewOp(absl::string_view op);
-
 // FailedPrecondition naming the value if a tensor's size is not static.
 absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph);
 

@@ -36,14 +36,6 @@ TEST(MemoryPlanTest, PeakFollowsLifetimesAndViewsShareStorage) {
   EXPECT_EQ(plan->total_buffer_bytes(), 1200);
 }
 
-TEST(MemoryPlanTest, ViewOps) {
-  EXPECT_TRUE(IsViewOp("aten::transpose.int"));
-  EXPECT_TRUE(IsViewOp("aten::slice.Tensor"));
-  EXPECT_TRUE(IsViewOp("aten::t"));
-  EXPECT_FALSE(IsViewOp("aten::clone"));
-  EXPECT_FALSE(IsViewOp("aten::tanh"));
-}
-
 TEST(MemoryPlanTest, DynamicSizesAreAnError) {
   auto module = ParseModule("module @m { graph @g { input %x: f32[?] } }");
   ASSERT_TRUE(module.ok());

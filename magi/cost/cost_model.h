@@ -2,10 +2,10 @@
 //
 //   seconds = op_overhead + max(flops / rate, bytes / memory_bandwidth)
 //
-// where rate is the profile's matmul rate for the dtype (mm, bmm, addmm, matmul,
-// linear, baddbmm, attention, convolution and their backward ops) or its vector rate
-// (everything else); bytes are the operands read plus the results written. View ops
-// move no data. Collectives use alpha-beta formulas on the link the group spans (ring
+// where rate is the profile's matmul rate for the dtype (ops whose OpTraits are
+// matmul-like: mm, bmm, addmm, matmul, linear, baddbmm, attention, convolution and their
+// backward ops) or its vector rate (everything else); bytes are the operands read plus
+// the results written. View ops move no data. Collectives use alpha-beta formulas on the link the group spans (ring
 // algorithms, as NCCL and Gloo use at these sizes):
 //
 //   all-gather, reduce-scatter:  (p-1) * alpha + (p-1)/p * N / bandwidth
@@ -60,10 +60,6 @@ class CostModel {
   const CalibrationTable* calibration_;
   int64_t world_size_override_ = 0;
 };
-
-// Ops that run on matrix units: mm, addmm, bmm, matmul, linear, baddbmm, convolution,
-// attention, and their backward.
-bool IsMatmulLike(absl::string_view op);
 
 }  // namespace magi
 

@@ -95,6 +95,30 @@ TEST(CostModelTest, RooflineOfMatmulsElementwiseAndViews) {
   EXPECT_LT(view.seconds, 1e-6);
 }
 
+// Every convolution is counted as one (conv3d used to fall through to the matmul rule,
+// which contracted the input's last spatial dimension).
+TEST(CostModelTest, ConvolutionsCountWeightElementsPerOutput) {
+  auto profile = ParseDeviceProfile(kProfile);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  CostModel model(*profile);
+  auto module = Parse(R"(module @m {
+  graph @g {
+    input %x: f32[2,3,8,8,8]
+    input %w: f32[4,3,3,3,3]
+    %y = aten::conv3d(%x, %w, none, [1, 1, 1], [1, 1, 1], [1, 1, 1], 1) : f32[2,4,8,8,8]
+    %z = aten::convolution(%x, %w, none, [1, 1, 1], [1, 1, 1], [1, 1, 1], false, [0, 0, 0], 1) : f32[2,4,8,8,8]
+    output y = %y
+    output z = %z
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const Graph& g = *module->FindGraph("g");
+  const double expected = 2.0 * (2 * 4 * 8 * 8 * 8) * (3 * 3 * 3 * 3);
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("y")->producer()).flops, expected);
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("z")->producer()).flops, expected);
+}
+
 TEST(CostModelTest, CollectivesUseAlphaBetaOnTheLinkTheGroupSpans) {
   auto profile = ParseDeviceProfile(kProfile);
   ASSERT_TRUE(profile.ok());

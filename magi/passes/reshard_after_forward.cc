@@ -9,6 +9,7 @@
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/analysis/memory_plan.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
 #include "magi/passes/schedule_util.h"
 #include "magi/registry/registry.h"
