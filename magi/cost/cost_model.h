@@ -19,6 +19,7 @@
 
 #include <optional>
 
+#include "magi/analysis/node_cost.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/device_profile.h"
 #include "magi/ir/collectives.h"
@@ -33,8 +34,10 @@ struct NodeCost {
   bool calibrated = false;  // seconds came from the calibration table
 };
 
-class CostModel {
+// Implements the passes' NodeCostOracle (magi/analysis/node_cost.h) with Cost().seconds.
+class CostModel : public NodeCostOracle {
  public:
+  // `calibration` may be null; it is not owned and must outlive the model and its copies.
   explicit CostModel(DeviceProfile profile, const CalibrationTable* calibration = nullptr)
       : profile_(std::move(profile)), calibration_(calibration) {}
 
@@ -48,6 +51,7 @@ class CostModel {
   // Compute cost of an op node; for a collective start, the time of the whole
   // collective; a wait costs nothing by itself (it only synchronizes).
   NodeCost Cost(const Node& node) const;
+  double NodeSeconds(const Node& node) const override { return Cost(node).seconds; }
 
   // Time of a collective moving a `bytes`-byte full buffer among `group_size` ranks.
   double CollectiveSeconds(CollectiveKind kind, double bytes, int64_t group_size) const;
