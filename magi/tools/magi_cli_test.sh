@@ -76,6 +76,28 @@ expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=n
 expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob
 expect_failure "missing -o" 2 "'convert' needs -o OUT" -- $MAGI convert $SAMPLE
 expect_failure "wrong arity" 2 "'verify' takes 1 file argument(s), got 0" -- $MAGI verify
+
+# --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
+COMMANDS=(verify fmt convert dot opt simulate plan registry)
+help_out=$($MAGI --help)
+for cmd in "${COMMANDS[@]}"; do
+  check "magi --help lists $cmd" grep -q "^  magi $cmd" <<<"$help_out"
+  for flag in --help -h; do
+    rc=0
+    out=$($MAGI "$cmd" "$flag" 2>"$TMP/help.err") || rc=$?
+    if [[ $rc -eq 0 && "$(head -n 1 <<<"$out")" == "usage: magi $cmd"* && ! -s "$TMP/help.err" ]]; then
+      echo "PASS $cmd $flag"
+    else
+      echo "FAIL $cmd $flag: exit $rc, stdout: $out, stderr: $(cat "$TMP/help.err")"
+      failures=$((failures + 1))
+    fi
+  done
+done
+check "opt --help explains --passes" grep -q -- '--passes=SPEC' <($MAGI opt --help)
+check "--help wins over other arguments" test "$($MAGI plan $STEP --budget_gb=1 --help | head -n 1)" = "usage: magi plan IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]"
+check "magi help opt is opt's usage" test "$($MAGI help opt)" = "$($MAGI opt --help)"
+check "magi -h lists the commands" test "$($MAGI -h)" = "$help_out"
+expect_failure "unknown command with --help" 2 "unknown command 'frob'" -- $MAGI frob --help
 check "failed write leaves no file" bash -c "! $MAGI convert $SAMPLE -o $TMP/missing-dir/x.pb 2>/dev/null && test ! -e $TMP/missing-dir"
 
 echo "$failures failure(s)"
