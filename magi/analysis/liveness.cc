@@ -19,9 +19,12 @@ absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph) {
   // start to its wait even when nothing reads them).
   auto add_storage = [&](const Value* value, int born, int made) -> absl::Status {
     if (value->type().is_future()) return absl::OkStatus();
-    std::optional<int64_t> size = value->type().tensor().SizeInBytes();
-    if (!size) {
-      return absl::FailedPreconditionError(absl::StrCat("%", value->name(), " has a dynamic size"));
+    absl::StatusOr<int64_t> size = value->type().tensor().CheckedSizeInBytes();
+    if (!size.ok()) {
+      if (size.status().code() == absl::StatusCode::kFailedPrecondition) {
+        return absl::FailedPreconditionError(absl::StrCat("%", value->name(), " has a dynamic size"));
+      }
+      return absl::Status(size.status().code(), absl::StrCat("%", value->name(), ": ", size.status().message()));
     }
     storage_of[value] = static_cast<int>(storages.size());
     storages.push_back({value, *size, born, made});

@@ -38,7 +38,8 @@ struct Liveness {
   absl::flat_hash_map<const Value*, int> storage_of;  // every tensor value -> index in `storages`
 };
 
-// FailedPrecondition naming the value if a tensor's size is not static.
+// FailedPrecondition naming the value if a tensor's size is not static; OutOfRange
+// naming it if its byte count does not fit in int64.
 absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph);
 
 }  // namespace magi

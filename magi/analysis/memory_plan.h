@@ -34,11 +34,13 @@ struct MemoryPlan {
   std::vector<int64_t> buffer_sizes;                 // one entry per reusable buffer
   absl::flat_hash_map<const Value*, int> buffer_of;  // storage-owning value -> buffer
 
-  int64_t total_buffer_bytes() const;
+  int64_t total_buffer_bytes() const;  // saturates at INT64_MAX
 };
 
-// FailedPrecondition if a value's size is not static. Without `assign_buffers` only the
-// peak and live_after are computed (what schedulers and searches need; much cheaper).
+// FailedPrecondition if a value's size is not static; OutOfRange, naming the value or
+// the node, if a byte count (one value's, or the bytes live at a node) does not fit in
+// int64. Without `assign_buffers` only the peak and live_after are computed (what
+// schedulers and searches need; much cheaper).
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true);
 
 }  // namespace magi

@@ -7,14 +7,18 @@
 namespace magi {
 namespace {
 
+// Counts in double: costs cannot fail, and a product of sizes need not fit in int64
+// (exact below 2^53 elements; 0 for dynamic sizes).
 double Elements(const Value* value) {
-  std::optional<int64_t> n = value->type().tensor().NumElements();
-  return n ? static_cast<double>(*n) : 0.0;
+  const TensorType& type = value->type().tensor();
+  if (type.HasDynamicDims()) return 0.0;
+  double n = 1;
+  for (int64_t size : type.sizes) n *= static_cast<double>(size);
+  return n;
 }
 
 double Bytes(const Value* value) {
-  std::optional<int64_t> n = value->type().tensor().SizeInBytes();
-  return n ? static_cast<double>(*n) : 0.0;
+  return Elements(value) * static_cast<double>(DTypeSize(value->type().tensor().dtype));
 }
 
 int64_t GroupSize(const Node& node) {

@@ -49,6 +49,17 @@ INSTANTIATE_TEST_SUITE_P(
                   "bad.mir:2:14: a list mixes values (%x / none) with constants"},
         ErrorCase{"int_overflow", "module @m { graph @g { input %x: f32[99999999999999999999] } }",
                   "bad.mir:1:38: integer 99999999999999999999 is out of the int64 range"},
+        ErrorCase{"bytes_overflow", "module @m { graph @g {\n  input %x: f32[4611686018427387904] } }",
+                  "bad.mir:2:13: input %x: f32[4611686018427387904] is 18446744073709551616 bytes, more than int64 "
+                  "can hold (at most 9223372036854775807)"},
+        ErrorCase{"elements_overflow",
+                  "module @m { graph @g { input %a: f32[4]\n  %c = aten::mm(%a, %a) : f32[3037000500,3037000500] } }",
+                  "bad.mir:2:27: %c: f32[3037000500,3037000500] has more elements than int64 can count (at most "
+                  "9223372036854775807)"},
+        ErrorCase{"future_overflow",
+                  "module @m { graph @g { input %a: f32[4]\n  %f, %g = magi::x(%a) : f32[2], future<f64[2,2305843009213693952]> } }",
+                  "bad.mir:2:41: %g: f64[2,2305843009213693952] is 36893488147419103232 bytes, more than int64 can "
+                  "hold (at most 9223372036854775807)"},
         ErrorCase{"negative_dim", "module @m { graph @g { input %x: f32[-2] } }", "bad.mir:1:38: negative value -2"},
         ErrorCase{"stride_count", "module @m { graph @g { input %x: f32[2,3]strides[1] } }",
                   "bad.mir:1:42: 1 strides for 2 dimensions"},

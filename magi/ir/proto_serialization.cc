@@ -114,6 +114,10 @@ class Loader {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": ", type.strides.size(), " strides for ", type.sizes.size(), " dimensions"));
     }
+    if (absl::StatusOr<int64_t> bytes = type.CheckedSizeInBytes();
+        !bytes.ok() && bytes.status().code() == absl::StatusCode::kOutOfRange) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", bytes.status().message()));
+    }
     if (!proto.device().empty()) {
       absl::StatusOr<Device> device = Device::Parse(proto.device());
       if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", device.status().message()));

@@ -77,6 +77,18 @@ expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob
 expect_failure "missing -o" 2 "'convert' needs -o OUT" -- $MAGI convert $SAMPLE
 expect_failure "wrong arity" 2 "'verify' takes 1 file argument(s), got 0" -- $MAGI verify
 
+# Sizes past int64 (issue 14): an error naming the value and the line, never a wrapped size.
+printf 'module @m {\n  graph @g {\n    input %%x: f32[4611686018427387904]\n  }\n}\n' > "$TMP/huge.mir"
+expect_failure "a byte size past int64 names the value and line" 1 \
+  "huge.mir:3:15: input %x: f32[4611686018427387904] is 18446744073709551616 bytes, more than int64 can hold" -- $MAGI verify "$TMP/huge.mir"
+printf 'module @m {\n  graph @g {\n    input %%a: f32[4]\n    %%c = aten::mm(%%a, %%a) : f32[3037000500,3037000500]\n  }\n}\n' > "$TMP/huge_mm.mir"
+expect_failure "an element count past int64 names the value and line" 1 \
+  "huge_mm.mir:4:29: %c: f32[3037000500,3037000500] has more elements than int64 can count" -- $MAGI verify "$TMP/huge_mm.mir"
+printf 'module @m {\n  graph @g {\n    input %%x: f32[1152921504606846976]\n    input %%y: f32[1152921504606846976]\n    output y = %%y\n  }\n}\n' > "$TMP/sum.mir"
+check "tensors that each fit verify" test "$($MAGI verify "$TMP/sum.mir")" = "ok"
+expect_failure "simulate: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI simulate "$TMP/sum.mir"
+expect_failure "plan: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI plan "$TMP/sum.mir" --budget_gb=1000
+
 # --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
 COMMANDS=(verify fmt convert dot opt simulate plan registry)
 help_out=$($MAGI --help)
