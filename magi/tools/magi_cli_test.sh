@@ -89,6 +89,16 @@ check "tensors that each fit verify" test "$($MAGI verify "$TMP/sum.mir")" = "ok
 expect_failure "simulate: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI simulate "$TMP/sum.mir"
 expect_failure "plan: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI plan "$TMP/sum.mir" --budget_gb=1000
 
+# Invalid UTF-8 in a quoted name (issue 14): rejected at parse time with line:col, so
+# nothing protobuf cannot carry is ever written.
+printf 'module @m {\n  graph @g {\n    input %%"bad\xffname": f32[2]\n  }\n}\n' > "$TMP/utf8.mir"
+expect_failure "invalid UTF-8 in a quoted name" 1 "utf8.mir:3:16: quoted text is not valid UTF-8 (byte 0xff)" -- $MAGI verify "$TMP/utf8.mir"
+expect_failure "invalid UTF-8 is not converted" 1 "utf8.mir:3:16: quoted text is not valid UTF-8" -- $MAGI convert "$TMP/utf8.mir" -o "$TMP/utf8.pb"
+check "no protobuf file written for invalid UTF-8" test ! -e "$TMP/utf8.pb"
+printf 'module @m {\n  graph @g {\n    input %%"caf\xc3\xa9": f32[2]\n    output y = %%"caf\xc3\xa9"\n  }\n}\n' > "$TMP/utf8_ok.mir"
+$MAGI convert "$TMP/utf8_ok.mir" -o "$TMP/utf8_ok.pb"
+check "valid UTF-8 survives protobuf" test "$($MAGI verify "$TMP/utf8_ok.pb")" = "ok"
+
 # --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
 COMMANDS=(verify fmt convert dot opt simulate plan registry)
 help_out=$($MAGI --help)
