@@ -1,5 +1,6 @@
 #include "magi/cost/cost_model.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
@@ -49,6 +50,11 @@ TEST(DeviceProfileTest, ErrorsNameTheLine) {
   auto bad_number = ParseDeviceProfile("name: x\nvector_flops: fast\n", "x.profile");
   ASSERT_FALSE(bad_number.ok());
   EXPECT_NE(bad_number.status().message().find("x.profile:2"), std::string::npos) << bad_number.status();
+  for (const char* number : {"nan", "inf", "-inf", "1e999"}) {
+    auto not_finite = ParseDeviceProfile(absl::StrCat("name: x\nmemory_bandwidth: ", number, "\n"), "x.profile");
+    EXPECT_EQ(not_finite.status().message(),
+              absl::StrCat("x.profile:2: 'memory_bandwidth' needs a non-negative, finite number, not '", number, "'"));
+  }
   auto unknown = ParseDeviceProfile("name: x\nwarp_speed: 9\n", "x.profile");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown key 'warp_speed'"), std::string::npos);
@@ -189,6 +195,10 @@ TEST(CalibrationTest, MeasuredTimesReplaceTheFormulaAndRoundTrip) {
   auto bad = CalibrationTable::FromCsv("1e-6,1,aten::exp(f32[8,8]) -> f32[8,8]\nfast,1,x\n", "t.csv");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("t.csv:2"), std::string::npos) << bad.status();
+  for (const char* seconds : {"nan", "inf"}) {
+    auto not_finite = CalibrationTable::FromCsv(absl::StrCat(seconds, ",1,aten::exp(f32[8,8]) -> f32[8,8]\n"), "t.csv");
+    EXPECT_EQ(not_finite.status().code(), absl::StatusCode::kInvalidArgument) << seconds;
+  }
 }
 
 }  // namespace

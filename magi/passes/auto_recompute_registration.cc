@@ -3,10 +3,11 @@
 // needs magi/cost, so the factory lives in this target of its own: the one target of
 // //magi/passes that depends on the cost model (tools/check_layering.sh checks it).
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "magi/base/numbers.h"
 #include "magi/cost/cost_model.h"
 #include "magi/cost/device_profile.h"
 #include "magi/passes/auto_recompute.h"
@@ -16,23 +17,28 @@ namespace magi {
 namespace {
 
 MAGI_REGISTER(Pass, "auto-recompute", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  double budget_bytes = -1;
+  std::optional<int64_t> budget_bytes;
   std::string profile_name = "cpu";
   for (const auto& [key, value] : options) {
     double number = 0;
-    if ((key == "budget_mb" || key == "budget_gb") && absl::SimpleAtod(value, &number) && number > 0) {
-      budget_bytes = number * (key == "budget_mb" ? 1e6 : 1e9);
+    if ((key == "budget_mb" || key == "budget_gb") && ParseFiniteDouble(value, &number) && number > 0) {
+      budget_bytes = BytesFromDouble(number * (key == "budget_mb" ? 1e6 : 1e9));
+      if (!budget_bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("auto-recompute: ", key, "=", value, " is more bytes than int64 can hold"));
+      }
     } else if (key == "profile") {
       profile_name = value;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "auto-recompute takes budget_mb=N or budget_gb=X (positive) and profile=NAME, not ", key, "=", value));
+      return absl::InvalidArgumentError(
+          absl::StrCat("auto-recompute takes budget_mb=N or budget_gb=X (positive, finite) and profile=NAME, not ",
+                       key, "=", value));
     }
   }
-  if (budget_bytes < 0) return absl::InvalidArgumentError("auto-recompute needs budget_mb=N or budget_gb=X");
+  if (!budget_bytes) return absl::InvalidArgumentError("auto-recompute needs budget_mb=N or budget_gb=X");
   absl::StatusOr<DeviceProfile> profile = LoadDeviceProfile(profile_name);
   if (!profile.ok()) return profile.status();
-  return std::make_unique<AutoRecompute>(static_cast<int64_t>(budget_bytes), CostModel(*std::move(profile)));
+  return std::make_unique<AutoRecompute>(*budget_bytes, CostModel(*std::move(profile)));
 });
 
 }  // namespace

@@ -153,8 +153,10 @@ TEST(AutoRecomputeTest, RewriteCopiesTheForwardChainBeforeItsBackwardUse) {
 }
 
 TEST(AutoRecomputeTest, OptionsAreChecked) {
-  for (const char* spec : {"auto-recompute", "auto-recompute{budget_gb=-1}", "auto-recompute{budget_mb=1,profile=tpu}",
-                           "auto-recompute{memory=1}"}) {
+  for (const char* spec :
+       {"auto-recompute", "auto-recompute{budget_gb=-1}", "auto-recompute{budget_mb=1,profile=tpu}",
+        "auto-recompute{memory=1}", "auto-recompute{budget_mb=nan}", "auto-recompute{budget_gb=inf}",
+        "auto-recompute{budget_mb=-inf}", "auto-recompute{budget_gb=1e300}", "auto-recompute{budget_mb=0}"}) {
     absl::StatusOr<PassPipeline> pipeline = ParsePassPipeline(spec);
     ASSERT_TRUE(pipeline.ok()) << spec;
     PassManager manager;

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/checked_math.h"
+#include "magi/base/numbers.h"
 #include "magi/passes/schedule_util.h"
 #include "magi/registry/registry.h"
 
@@ -128,9 +129,9 @@ MAGI_REGISTER(Pass, "bucket-collectives", [](const ComponentOptions& options) ->
   std::optional<CollectiveKind> only;
   for (const auto& [key, value] : options) {
     if (key == "max_mb") {
-      if (!absl::SimpleAtod(value, &max_mb) || max_mb < 0) {
+      if (!ParseFiniteDouble(value, &max_mb) || max_mb < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("bucket-collectives: max_mb must be a non-negative number, not '", value, "'"));
+            absl::StrCat("bucket-collectives: max_mb must be a non-negative, finite number, not '", value, "'"));
       }
     } else if (key == "kinds") {
       if (value == "all_gather") {

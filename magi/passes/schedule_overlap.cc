@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "magi/ir/collectives.h"
 #include "magi/base/checked_math.h"
+#include "magi/base/numbers.h"
 #include "magi/passes/bucket_collectives.h"
 #include "magi/passes/schedule_util.h"
 #include "magi/registry/registry.h"
@@ -150,9 +151,9 @@ MAGI_REGISTER(Pass, "schedule-overlap", [](const ComponentOptions& options) -> a
             absl::StrCat("schedule-overlap: prefetch must be a non-negative integer, not '", value, "'"));
       }
     } else if (key == "max_inflight_mb") {
-      if (!absl::SimpleAtod(value, &max_inflight_mb) || max_inflight_mb < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("schedule-overlap: max_inflight_mb must be a non-negative number, not '", value, "'"));
+      if (!ParseFiniteDouble(value, &max_inflight_mb) || max_inflight_mb < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schedule-overlap: max_inflight_mb must be a non-negative, finite number, not '", value, "'"));
       }
     } else {
       return absl::InvalidArgumentError(

@@ -57,7 +57,7 @@ check "plan prints the chosen pipeline" grep -q '^chosen: reshard-after-forward'
 check "plan recomputes under a tight budget" grep -q 'auto-recompute{budget_mb=1.75' "$TMP/plan.txt"
 check "planned module verifies" test "$($MAGI verify "$TMP/planned.mir")" = "ok"
 expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $MAGI plan $STEP --budget_gb=0.000001
-expect_failure "bad budget" 1 "--budget_gb must be a positive number" -- $MAGI plan $STEP --budget_gb=lots
+expect_failure "bad budget" 1 "--budget_gb must be a positive, finite number" -- $MAGI plan $STEP --budget_gb=lots
 expect_failure "unknown device" 1 "no device profile 'tpu'; built in: cpu, h200" -- $MAGI simulate $STEP --device=tpu
 expect_failure "plan needs a budget" 2 "'plan' needs --budget_gb=..." -- $MAGI plan $STEP
 check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
@@ -98,6 +98,32 @@ check "no protobuf file written for invalid UTF-8" test ! -e "$TMP/utf8.pb"
 printf 'module @m {\n  graph @g {\n    input %%"caf\xc3\xa9": f32[2]\n    output y = %%"caf\xc3\xa9"\n  }\n}\n' > "$TMP/utf8_ok.mir"
 $MAGI convert "$TMP/utf8_ok.mir" -o "$TMP/utf8_ok.pb"
 check "valid UTF-8 survives protobuf" test "$($MAGI verify "$TMP/utf8_ok.pb")" = "ok"
+
+# Numbers (issue 14): NaN and infinity are refused by every numeric flag and pass
+# option, as 0 and -1 are where they were.
+for budget in nan NaN inf -inf infinity 1e999 0 -1; do
+  expect_failure "--budget_gb=$budget" 1 "--budget_gb must be a positive, finite number, not '$budget'" -- $MAGI plan $STEP --budget_gb=$budget
+done
+expect_failure "--budget_gb past int64 bytes" 1 "--budget_gb=1e300 is more bytes than int64 can hold" -- $MAGI plan $STEP --budget_gb=1e300
+for world in nan inf 0 -1 2.5; do
+  expect_failure "--world=$world" 1 "--world must be a positive integer, not '$world'" -- $MAGI simulate $STEP --world=$world
+done
+for spec in 'bucket-collectives{max_mb=nan}' 'bucket-collectives{max_mb=inf}' 'bucket-collectives{max_mb=-1}' \
+            'schedule-overlap{max_inflight_mb=nan}' 'schedule-overlap{max_inflight_mb=-inf}' \
+            'schedule-overlap{prefetch=nan}' 'schedule-overlap{prefetch=inf}' 'schedule-overlap{prefetch=-1}' \
+            'auto-recompute{budget_mb=nan}' 'auto-recompute{budget_gb=inf}' 'auto-recompute{budget_mb=0}' \
+            'fixed-point{max_iterations=nan}(dce)' 'fixed-point{max_iterations=inf}(dce)' 'fixed-point{max_iterations=0}(dce)'; do
+  rc=0
+  out=$($MAGI opt $STEP --passes="$spec" -o "$TMP/numbers.mir" 2>&1) || rc=$?
+  if [[ $rc -eq 1 && "$out" == *"must be"* || $rc -eq 1 && "$out" == *"takes"* ]]; then
+    echo "PASS --passes=$spec is refused"
+  else
+    echo "FAIL --passes=$spec: exit $rc, output: $out"
+    failures=$((failures + 1))
+  fi
+done
+printf 'name: bad\nvector_flops: nan\n' > "$TMP/nan.profile"
+expect_failure "a profile with NaN" 1 "'vector_flops' needs a non-negative, finite number, not 'nan'" -- $MAGI simulate $STEP --device="$TMP/nan.profile"
 
 # --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
 COMMANDS=(verify fmt convert dot opt simulate plan registry)

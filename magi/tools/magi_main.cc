@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "magi/base/file.h"
+#include "magi/base/numbers.h"
 #include "magi/base/status_macros.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/cost_model.h"
@@ -254,14 +255,19 @@ absl::Status RunPlan(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
   MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
   double budget_gb = 0;
-  if (!absl::SimpleAtod(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
+  if (!ParseFiniteDouble(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--budget_gb must be a positive number, not '", line.flags.at("budget_gb"), "'"));
+        absl::StrCat("--budget_gb must be a positive, finite number, not '", line.flags.at("budget_gb"), "'"));
+  }
+  std::optional<int64_t> budget_bytes = BytesFromDouble(budget_gb * 1e9);
+  if (!budget_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget_gb=", line.flags.at("budget_gb"), " is more bytes than int64 can hold"));
   }
   std::unique_ptr<CalibrationTable> calibration;
   MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
   SearchOptions options;
-  options.memory_budget_bytes = static_cast<int64_t>(budget_gb * 1e9);
+  options.memory_budget_bytes = *budget_bytes;
   MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, options));
   std::printf("%s", FormatStrategyPlan(plan).c_str());
   if (!line.flags.count("o")) return absl::OkStatus();
