@@ -17,7 +17,8 @@
 #include "magi/frontend/capture/capture.h"
 #include "magi/frontend/fsdp/fully_shard.h"
 #include "magi/models/llama.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/liveness.h"
+#include "magi/analysis/memory_plan.h"
 
 ABSL_FLAG(std::string, model, "1b", "tiny, small or 1b");
 ABSL_FLAG(int, batch_size, 4, "Sequences per rank");
@@ -69,41 +70,21 @@ int Report() {
   absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, /*assign_buffers=*/false);
   if (!memory.ok()) return std::fprintf(stderr, "%s\n", std::string(memory.status().message()).c_str()), 1;
 
-  // Storage owners (views map to their base) and their last use (over all aliases).
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+  if (!liveness.ok()) return std::fprintf(stderr, "%s\n", std::string(liveness.status().message()).c_str()), 1;
+  const int end = liveness->num_nodes;
   std::vector<Node*> nodes = graph.nodes();
-  absl::flat_hash_map<const Node*, int> index;
-  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) index[nodes[i]] = i;
-  absl::flat_hash_map<const Value*, const Value*> owner;
-  auto owner_of = [&](const Value* v) {
-    auto it = owner.find(v);
-    return it == owner.end() ? v : it->second;
-  };
-  for (const Node* node : nodes) {
-    if (IsViewOp(node->op()) && node->num_operands() > 0) owner[node->result(0)] = owner_of(node->operand(0));
-  }
-  absl::flat_hash_map<const Value*, int> first, last;
-  const int end = static_cast<int>(nodes.size());
-  for (const Value* input : graph.inputs()) first[input] = -1;
-  for (int i = 0; i < end; ++i) {
-    for (const Value* result : nodes[i]->results()) {
-      if (owner_of(result) == result) first[result] = i;
-    }
-    for (const Value* operand : nodes[i]->operands()) last[owner_of(operand)] = std::max(last[owner_of(operand)], i);
-  }
-  for (const GraphOutput& output : graph.outputs()) last[owner_of(output.value)] = end;
   struct Live {
     const Value* value;
     int64_t bytes;
+    int born, dies;
   };
   std::vector<Live> live;
   int64_t by_role[5] = {0, 0, 0, 0, 0};
-  for (const auto& [value, begin] : first) {
-    auto it = last.find(value);
-    int finish = it == last.end() ? begin : it->second;
-    if (!value->type().is_tensor() || begin > memory->peak_node || finish < memory->peak_node) continue;
-    int64_t bytes = value->type().tensor().SizeInBytes().value_or(0);
-    live.push_back({value, bytes});
-    if (value->is_graph_input()) by_role[static_cast<int>(value->role())] += bytes;
+  for (const StorageLifetime& storage : liveness->storages) {
+    if (storage.born > memory->peak_node || storage.dies < memory->peak_node) continue;
+    live.push_back({storage.value, storage.bytes, storage.born, storage.dies});
+    if (storage.value->is_graph_input()) by_role[static_cast<int>(storage.value->role())] += storage.bytes;
   }
   std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) { return a.bytes > b.bytes; });
   int64_t total = 0;
@@ -137,7 +118,7 @@ int Report() {
                                     : absl::StrFormat("%s @%s", v->producer()->op(),
                                                       v->producer()->annotations().module_path)
                                           .c_str(),
-                first[v], last.count(v) ? last[v] : first[v]);
+                live[i].born, live[i].dies);
   }
   return 0;
 }

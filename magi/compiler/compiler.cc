@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/verifier.h"
-#include "magi/passes/auto_recompute.h"
+#include "magi/passes/auto_recompute_registration.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
 #include "magi/search/strategy_search.h"

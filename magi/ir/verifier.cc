@@ -63,6 +63,7 @@ class GraphVerifier {
     for (const Value* input : graph_.inputs()) {
       defined_.insert(input);
       if (input->type().is_future()) Error(nullptr, absl::StrCat("input %", input->name(), " is a future"));
+      VerifySize(nullptr, absl::StrCat("input %", input->name()), *input);
     }
     for (const Node* node : graph_.nodes()) {
       VerifyNode(*node);
@@ -93,8 +94,18 @@ class GraphVerifier {
     errors_.push_back(absl::StrCat(where, ": ", message));
   }
 
+  // Element and byte counts must fit int64 (a wrapped count would make every size
+  // computed from it wrong, silently).
+  void VerifySize(const Node* node, absl::string_view what, const Value& value) {
+    absl::StatusOr<int64_t> bytes = value.type().tensor().CheckedSizeInBytes();
+    if (!bytes.ok() && bytes.status().code() == absl::StatusCode::kOutOfRange) {
+      Error(node, absl::StrCat(what, ": ", bytes.status().message()));
+    }
+  }
+
   void VerifyNode(const Node& node) {
     if (!IsValidOpName(node.op())) Error(&node, "invalid op name (expected namespace::name, e.g. aten::mm)");
+    for (const Value* result : node.results()) VerifySize(&node, absl::StrCat("result %", result->name()), *result);
     for (const Argument& arg : node.args()) {
       if (!arg.name.empty() && !IsValidArgumentName(arg.name)) {
         Error(&node, absl::StrCat("invalid argument name '", arg.name, "'"));

@@ -1,6 +1,6 @@
 #include "magi/passes/elide_copies.h"
 
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/registry/registry.h"
 
 namespace magi {

@@ -3,7 +3,7 @@
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/collectives.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/passes/pass_test_util.h"
 #include "magi/registry/registry.h"
 

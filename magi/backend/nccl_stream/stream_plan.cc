@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
 
@@ -27,22 +28,6 @@ bool HasDynamicDim(const TensorType& type) {
 }
 
 }  // namespace
-
-bool SynchronizesWithHost(absl::string_view op) {
-  // Ops whose kernels read device values on the host (a data-dependent output size or a
-  // scalar result), which stream capture rejects.
-  static constexpr absl::string_view kOps[] = {
-      "aten::item",           "aten::_local_scalar_dense", "aten::nonzero",       "aten::masked_select",
-      "aten::unique",         "aten::_unique",             "aten::_unique2",      "aten::unique_consecutive",
-      "aten::unique_dim",     "aten::repeat_interleave",   "aten::argwhere",      "aten::nonzero_numpy",
-      "aten::_assert_async",  "aten::equal",               "aten::is_nonzero",    "aten::allclose",
-  };
-  absl::string_view base = op.substr(0, op.find('.'));
-  for (absl::string_view known : kOps) {
-    if (base == known) return true;
-  }
-  return false;
-}
 
 absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& graph,
                                            const StreamPlanOptions& options) {
@@ -181,7 +166,9 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
   }
   for (int i = 0; i < n; ++i) {
     const Node& node = *nodes[i];
-    if (SynchronizesWithHost(node.op())) {
+    // Data-dependent ops read device values on the host (a scalar, or an output size),
+    // which stream capture rejects.
+    if (GetOpTraits(node.op()).data_dependent) {
       plan.capture_blockers.push_back({i, absl::StrCat(node.DebugName(), ": synchronizes with the host")});
       continue;
     }

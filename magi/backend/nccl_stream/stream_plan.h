@@ -94,9 +94,6 @@ struct StreamPlan {
 absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& graph,
                                            const StreamPlanOptions& options = {});
 
-// Ops that make the host wait for the device (so no CUDA graph can hold them).
-bool SynchronizesWithHost(absl::string_view op);
-
 }  // namespace magi
 
 #endif  // MAGI_BACKEND_NCCL_STREAM_STREAM_PLAN_H_

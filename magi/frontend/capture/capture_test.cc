@@ -17,7 +17,7 @@
 #include "magi/ir/verifier.h"
 #include "magi/models/llama.h"
 #include "magi/models/mlp.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/backend/torch_executable.h"
 
 namespace magi {

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/cost/cost_model.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
