@@ -78,12 +78,16 @@ check "the backend interface never depends on LibTorch" \
   "//magi/backend:backend" "filter($DEVICE_LIBS, \$d)"
 check "backends never depend on frontends" \
   "//magi/backend/..." "\$d intersect //magi/frontend/..."
-check "backends reach runtimes only through the Communicator interface" \
-  "//magi/backend/..." "\$d intersect (//magi/runtime/... except //magi/runtime:communicator)"
-check "runtimes never depend on backends or frontends" \
-  "//magi/runtime/..." "\$d intersect (//magi/backend/... + //magi/frontend/...)"
-check "models never depend on frontends (capture internals included)" \
-  "//magi/models/..." "\$d intersect //magi/frontend/..."
+check "backends reach runtimes only through the NCCL communicator (nccl_stream drives NCCL itself)" \
+  "//magi/backend/..." "\$d intersect (//magi/runtime/... except //magi/runtime/nccl:nccl_communicator)"
+check "runtimes depend on the backend layer only for the Communicator interface, never on frontends" \
+  "//magi/runtime/..." "\$d intersect ((//magi/backend/... except //magi/backend:communicator) + //magi/frontend/...)"
+check "models never depend on frontends except the module-path annotations" \
+  "//magi/models/..." "\$d intersect (//magi/frontend/... except //magi/frontend:module_scope)"
+check "the compile driver never depends on LibTorch, Gloo, CUDA or NCCL" \
+  "$(libs //magi/compiler/...)" "filter($DEVICE_LIBS, \$d)"
+check "the compile driver never depends on frontends, runtimes or backend implementations" \
+  "$(libs //magi/compiler/...)" "\$d intersect (//magi/frontend/... + //magi/runtime/... + //magi/backend/interpreter/... + //magi/backend/nccl_stream/... + //magi/backend/elementwise/... + //magi/backend/common/...)"
 
 echo "check_layering: $checked checks, $((checked - failed)) passed, $failed failed"
 [[ $failed -eq 0 ]]
