@@ -270,6 +270,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {},
                                            absl::GetFlag(FLAGS_backend), optimization);
   if (!trainer.ok()) return Fail(rank, trainer.status().message());
+  (*trainer)->ReleaseModuleParameters();  // the trainer holds this rank's shards; the replica only costs memory
   if (rank == 0 && !(*trainer)->strategy_report().empty())
     std::fprintf(stderr, "%s", (*trainer)->strategy_report().c_str());
   if (rank == 0 && !absl::GetFlag(FLAGS_dump_graph).empty()) {
@@ -341,10 +342,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     }
     if (device.is_cuda()) torch::cuda::synchronize();
 #ifdef MAGI_WITH_CUDA
-    // Peaks of the timed steps only (capture and compilation ran the step eagerly once).
-    if (device.is_cuda() && step == first_step + warmup_steps) {
-      c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-    }
+    // Peaks of the training steps (compilation ran the step eagerly once before); the
+    // warm-up steps count, since a CUDA graph allocates its memory while it is captured.
+    if (device.is_cuda() && step == first_step) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 #endif
     auto step_start = std::chrono::steady_clock::now();
     absl::StatusOr<double> local_loss = (*trainer)->Step(local_batch);
@@ -356,7 +356,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
 #ifdef MAGI_WITH_CUDA
     // On CUDA, the caching allocator's peak (what torch.cuda.max_memory_allocated reports
     // for PyTorch runs), so Magi's and PyTorch's numbers compare.
-    if (device.is_cuda() && step >= first_step + warmup_steps) {
+    if (device.is_cuda()) {
       auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
       allocator_peak_bytes = std::max<int64_t>(allocator_peak_bytes, stats.allocated_bytes[0].peak);
     }

@@ -140,7 +140,6 @@ class NcclStreamExecutable : public TorchExecutable {
     Event(2 * step_.nodes.size() + 1);  // every event exists before any capture begins
     auto start = std::chrono::steady_clock::now();
     stats_ = RunStats();
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device_);
     absl::StatusOr<std::vector<at::Tensor>> outputs;
     const bool tracing = !trace_path_.empty() || profile_nodes_;
     if (graph_ != nullptr && !tracing) {
@@ -157,7 +156,9 @@ class NcclStreamExecutable : public TorchExecutable {
     if (tracing) MAGI_RETURN_IF_ERROR(CollectTimeline());
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto device_stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_);
-    stats_.peak_live_bytes = device_stats.allocated_bytes[0].peak;  // index 0: all pools (1.13 and 2.x)
+    // The caching allocator's peak since its stats were last reset (by the caller: a reset
+    // is process-wide); index 0 is the aggregate of all pools in 1.13 and 2.x.
+    stats_.peak_live_bytes = device_stats.allocated_bytes[0].peak;
     stats_.nodes_run = static_cast<int64_t>(step_.nodes.size());
     return outputs;
   }

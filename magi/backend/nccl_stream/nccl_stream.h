@@ -23,6 +23,9 @@
 // Donation: with donate=true, Run overwrites the parameter-shard and moment inputs of
 // magi::adamw with their new values and returns those same tensors. In graph mode, the
 // outputs are the captured graph's buffers, overwritten by the next Run.
+// RunStats::peak_live_bytes is the CUDA caching allocator's peak of allocated bytes (what
+// torch.cuda.max_memory_allocated reports), counted since the caller last reset the
+// allocator's peak statistics; a CUDA graph's memory is allocated while it is captured.
 // Where it cannot run: tensors not on CUDA in collectives, communicators that are not
 // NCCL: those fail with a Status naming the node.
 #ifndef MAGI_BACKEND_NCCL_STREAM_NCCL_STREAM_H_

@@ -100,6 +100,15 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
   return loss;
 }
 
+void FsdpTrainer::ReleaseModuleParameters() {
+  at::NoGradGuard no_grad;
+  for (const auto& item : root_->named_parameters()) {
+    at::Tensor param = item.value();
+    param.set_data(at::empty({0}, param.options()));
+    if (param.grad().defined()) param.mutable_grad() = at::Tensor();
+  }
+}
+
 absl::Status FsdpTrainer::SaveCheckpoint(const std::string& path) const {
   return SaveShardArchive(path, state_, step_);
 }
