@@ -69,8 +69,8 @@ def main():
     data_dir = os.path.join(args.out_dir, "data")
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
     results = []
-    common = ["--model=1b", "--dtype=bf16", "--device=cuda", "--world_size=1", f"--steps={args.steps}",
-              f"--warmup_steps={args.warmup}", f"--lr={args.lr}", "--device_profile=h200"]
+    common = ["--model=1b", "--dtype=bf16", "--device=cuda", "--world_size=1", "--checkpoint=false",
+              f"--steps={args.steps}", f"--warmup_steps={args.warmup}", f"--lr={args.lr}", "--device_profile=h200"]
     dumped = False
     wanted = set(args.only.split(","))
     picked = [int(i) for i in args.magi_runs.split(",") if i] or list(range(len(MAGI_RUNS)))

@@ -37,6 +37,9 @@ absl::Status SaveShardArchive(const std::string& path, const std::map<std::strin
   } catch (const c10::Error& error) {
     std::remove(temp.c_str());
     return absl::InternalError(absl::StrCat("cannot write checkpoint ", path, ": ", error.what_without_backtrace()));
+  } catch (const std::exception& error) {  // LibTorch's writer throws iostream errors too (a full disk)
+    std::remove(temp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write checkpoint ", path, ": ", error.what()));
   }
   if (std::rename(temp.c_str(), path.c_str()) != 0) {
     std::remove(temp.c_str());
@@ -53,6 +56,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadShardArchive(const std::st
     archive.load_from(path);
   } catch (const c10::Error& error) {
     return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what_without_backtrace()));
+  } catch (const std::exception& error) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what()));
   }
   std::map<std::string, at::Tensor> loaded;
   for (const auto& [name, current] : like) {
