@@ -1,4 +1,4 @@
-#include "magi/frontend/capture/functional_variants.h"
+#include "magi/frontend/common/functional_variants.h"
 
 #include <mutex>
 #include <string>

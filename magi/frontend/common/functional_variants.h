@@ -6,8 +6,8 @@
 //   aten::_foreach_add_.Scalar-> aten::_foreach_add.Scalar
 // Two schemas match when their non-out arguments have the same names and types
 // (alias annotations ignored). Results are cached; lookups are thread-safe.
-#ifndef MAGI_FRONTEND_CAPTURE_FUNCTIONAL_VARIANTS_H_
-#define MAGI_FRONTEND_CAPTURE_FUNCTIONAL_VARIANTS_H_
+#ifndef MAGI_FRONTEND_COMMON_FUNCTIONAL_VARIANTS_H_
+#define MAGI_FRONTEND_COMMON_FUNCTIONAL_VARIANTS_H_
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -26,4 +26,4 @@ c10::optional<c10::OperatorHandle> FindFunctionalVariant(const c10::OperatorHand
 
 }  // namespace magi
 
-#endif  // MAGI_FRONTEND_CAPTURE_FUNCTIONAL_VARIANTS_H_
+#endif  // MAGI_FRONTEND_COMMON_FUNCTIONAL_VARIANTS_H_
