@@ -24,6 +24,15 @@ bool IsOutArgument(const c10::FunctionSchema& schema, size_t i);
 // The functional variant of `op`, or nullopt if `op` mutates nothing or has none.
 c10::optional<c10::OperatorHandle> FindFunctionalVariant(const c10::OperatorHandle& op);
 
+// For each return of `schema`, the index of the argument it is a view of (alias
+// annotation without '!', e.g. `select(Tensor(a) self, ...) -> Tensor(a)` or
+// `split(Tensor(a -> *) self, ...) -> Tensor(a)[]`), or -1.
+std::vector<int> ViewSources(const c10::FunctionSchema& schema);
+
+// True for ops whose schema says "alias" but that return a view only sometimes
+// (reshape, contiguous, to, ...): whether the result shares memory depends on the input.
+bool MayOrMayNotAlias(const c10::FunctionSchema& schema);
+
 }  // namespace magi
 
 #endif  // MAGI_FRONTEND_COMMON_FUNCTIONAL_VARIANTS_H_
