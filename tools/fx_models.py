@@ -154,3 +154,142 @@ def fsdp_collectives(mode="forward"):
     model = _ShardedLinear(dist.group.WORLD, world)
     x = torch.randn(4, 16)
     return ModelSpec(model, (x,), process_groups={dist.group.WORLD.group_name: world})
+
+
+# Minimal programs that write in place through views, update buffers through aliases, make
+# constants inside forward, or run RNNs: each once silently wrong or refused (issue 15).
+
+class _ViewWrite(nn.Module):
+    """y[0].add_(1): the write reaches y through a view."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        y[0].add_(1.0)
+        return y
+
+
+class _BufferSliceWrite(nn.Module):
+    """self.count[:2].add_(1): a buffer updated through a slice."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x):
+        self.count[:2].add_(1)
+        return self.lin(x) + self.count
+
+
+class _Constant(nn.Module):
+    """A tensor made inside forward (a get_attr constant in the traced graph)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+
+class _Rnn(nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.rnn = cell(4, 6, num_layers=2, batch_first=True)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+def _small_spec(model, mode, x, classes):
+    torch.manual_seed(1)
+    if mode == "joint":
+        model.train()
+        target = torch.randint(0, classes, (x.shape[0],))
+        return ModelSpec(model, (x,), lambda out, t: F.cross_entropy(out, t), (target,))
+    model.eval()
+    return ModelSpec(model, (x,))
+
+
+def view_write(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_ViewWrite(), mode, torch.randn(3, 4), 4)
+
+
+def buffer_slice_write(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_BufferSliceWrite(), mode, torch.randn(3, 4), 4)
+
+
+def instance_norm_stats(mode="forward"):
+    """InstanceNorm2d with running statistics in training writes copy_(alias(running_mean), ...)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, track_running_stats=True), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 5))
+    spec = _small_spec(model, mode, torch.randn(2, 3, 8, 8), 5)
+    if mode == "forward":
+        model.train()  # the running statistics update in forward too
+    return spec
+
+
+def constant(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_Constant(), mode, torch.randn(3, 4), 4)
+
+
+def lstm(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_Rnn(nn.LSTM), mode, torch.randn(2, 5, 4), 3)
+
+
+def gru(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_Rnn(nn.GRU), mode, torch.randn(2, 5, 4), 3)
+
+
+def convnext(mode="forward"):
+    """torchvision's ConvNeXt, two small stages (LayerNorm2d, stochastic depth off in eval)."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    torch.manual_seed(0)
+    model = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
+                     num_classes=10)
+    return _classifier_spec(model, mode, (2, 3, 32, 32), 10)
+
+
+def swin(mode="forward"):
+    """torchvision's Swin Transformer (shifted windows: its attention mask is built with
+    writes to slices), two small stages."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    torch.manual_seed(0)
+    model = SwinTransformer(patch_size=[2, 2], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4],
+                            stochastic_depth_prob=0.0, num_classes=10)
+    return _classifier_spec(model, mode, (2, 3, 32, 32), 10)
+
+
+def embedding_bag(mode="forward"):
+    """EmbeddingBag (mean): its backward writes through select(offset2bag)."""
+    torch.manual_seed(0)
+
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = nn.EmbeddingBag(20, 6, mode="mean")
+            self.head = nn.Linear(6, 3)
+
+        def forward(self, tokens, offsets):
+            return self.head(self.bag(tokens, offsets))
+
+    tokens = torch.randint(0, 20, (10,))
+    offsets = torch.tensor([0, 3, 7])
+    model = Bag()
+    if mode == "joint":
+        target = torch.randint(0, 3, (3,))
+        return ModelSpec(model, (tokens, offsets), lambda out, t: F.cross_entropy(out, t), (target,))
+    model.eval()
+    return ModelSpec(model, (tokens, offsets))

@@ -217,12 +217,13 @@ absl::StatusOr<Value*> AliasTracker::Inverse(const Alias& alias, Value* base, Va
     if (start < 0) start += sizes.at(dim);
     return slice_back(dim, start, start + length);
   }
-  if (op == "aten::split.Tensor" || op == "aten::split_with_sizes") {
+  if (Is(op, {"aten::split.Tensor", "aten::split_with_sizes", "aten::unsafe_split.Tensor",
+              "aten::unsafe_split_with_sizes"})) {
     MAGI_ASSIGN_OR_RETURN(int64_t dim, IntArg(view, 2, 0));
     dim = Normalize(dim, rank);
     if (dim < 0 || dim >= rank) return refuse("its dim is out of range");
     int64_t start = 0, length = 0;
-    if (op == "aten::split.Tensor") {
+    if (op == "aten::split.Tensor" || op == "aten::unsafe_split.Tensor") {
       MAGI_ASSIGN_OR_RETURN(int64_t split_size, IntArg(view, 1));
       start = split_size * alias.result_index;
       length = split_size;

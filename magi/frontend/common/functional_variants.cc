@@ -100,6 +100,13 @@ bool IsWrite(const c10::AliasInfo* info) {
 }  // namespace
 
 std::vector<int> ViewSources(const c10::FunctionSchema& schema) {
+  // Views whose schemas carry no alias annotation ("unsafe": autograd does not track them
+  // as views), but whose results share the input's memory all the same.
+  static const auto* unannotated = new std::vector<std::string>{
+      "aten::_unsafe_view", "aten::unsafe_split", "aten::unsafe_split_with_sizes", "aten::unsafe_chunk"};
+  for (const std::string& name : *unannotated) {
+    if (schema.name() == name) return std::vector<int>(schema.returns().size(), 0);
+  }
   std::vector<int> sources;
   for (const c10::Argument& ret : schema.returns()) {
     int source = -1;

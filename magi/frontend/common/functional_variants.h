@@ -26,7 +26,8 @@ c10::optional<c10::OperatorHandle> FindFunctionalVariant(const c10::OperatorHand
 
 // For each return of `schema`, the index of the argument it is a view of (alias
 // annotation without '!', e.g. `select(Tensor(a) self, ...) -> Tensor(a)` or
-// `split(Tensor(a -> *) self, ...) -> Tensor(a)[]`), or -1.
+// `split(Tensor(a -> *) self, ...) -> Tensor(a)[]`; also the unannotated "unsafe" views
+// such as _unsafe_view and unsafe_split, whose results share memory all the same), or -1.
 std::vector<int> ViewSources(const c10::FunctionSchema& schema);
 
 // True for ops whose schema says "alias" but that return a view only sometimes

@@ -395,6 +395,21 @@ class Importer {
     for (const auto& [index, copy] : running_stats) {
       MAGI_RETURN_IF_ERROR(WriteTo(node.args(index), copy));
     }
+    if (!mutated.empty() && !ViewSources(*node_schema).empty() && ViewSources(*node_schema)[0] >= 0) {
+      // An in-place view op (as_strided_, transpose_, squeeze_, ...) changes which part of
+      // its storage the tensor shows, not the data: from here on the tensor is that view.
+      const FxArg* target = GivenArgument(node, schema, mutated[0]);
+      if (mutated.size() != 1 || target == nullptr || target->kind_case() != FxArg::kNode) {
+        return absl::UnimplementedError("an in-place view op on something other than one tensor");
+      }
+      int alias = aliases_->AddView(values_.at(target->node()).at(0), created, 0);
+      fx_names_of_root_[aliases_->RootOf(alias)].push_back(node.name());
+      values_[target->node()] = {alias};
+      metas_[target->node()] = metas;
+      values_[node.name()] = {alias};
+      metas_[node.name()] = metas;
+      return absl::OkStatus();
+    }
     if (!mutated.empty()) {
       // The functional variant returns what the in-place op wrote; the node's own results
       // are the written tensors (aliases of its arguments).
@@ -672,14 +687,33 @@ absl::StatusOr<FxImport> ImportFxFile(const std::string& json_path) {
   for (const fx::FxTensorRecord& record : proto.tensors()) {
     MAGI_ASSIGN_OR_RETURN(DType dtype, TorchDType(record.dtype()));
     std::vector<int64_t> shape(record.shape().begin(), record.shape().end());
-    at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(compat::ToScalarType(dtype)));
-    if (record.offset() < 0 || record.nbytes() != static_cast<int64_t>(tensor.nbytes()) ||
+    std::vector<int64_t> stride(record.stride().begin(), record.stride().end());
+    at::TensorOptions options = at::TensorOptions().dtype(compat::ToScalarType(dtype));
+    // With strides, the bytes are the storage the tensor views (a non-contiguous input).
+    at::Tensor storage = stride.empty() ? at::empty(shape, options) : at::empty({record.storage_numel()}, options);
+    if (record.offset() < 0 || record.nbytes() != static_cast<int64_t>(storage.nbytes()) ||
         record.offset() + record.nbytes() > static_cast<int64_t>(bytes.size())) {
       return absl::InvalidArgumentError(
           absl::StrCat(tensors_path, ": tensor '", record.name(), "' (", record.nbytes(), " bytes at ", record.offset(),
                        ") does not fit its shape or the file (", bytes.size(), " bytes)"));
     }
-    if (record.nbytes() > 0) std::memcpy(tensor.data_ptr(), bytes.data() + record.offset(), record.nbytes());
+    if (record.nbytes() > 0) std::memcpy(storage.data_ptr(), bytes.data() + record.offset(), record.nbytes());
+    at::Tensor tensor = storage;
+    if (!stride.empty()) {
+      int64_t last = record.storage_offset();
+      bool empty = false;
+      for (size_t d = 0; d < shape.size() && d < stride.size(); ++d) {
+        empty |= shape[d] == 0;
+        last += (shape[d] - 1) * stride[d];
+      }
+      if (stride.size() != shape.size() || record.storage_offset() < 0 ||
+          (!empty && last >= record.storage_numel())) {
+        return absl::InvalidArgumentError(absl::StrCat(tensors_path, ": tensor '", record.name(),
+                                                       "': its strides and offset reach past its ",
+                                                       record.storage_numel(), " stored elements"));
+      }
+      tensor = storage.as_strided(shape, stride, record.storage_offset());
+    }
     imported.tensors[record.name()] = tensor;
   }
   return imported;
