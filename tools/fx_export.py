@@ -171,6 +171,70 @@ def _written_placeholders(gm, metas, placeholders):
     return written
 
 
+_UNINITIALIZED_OPS = ("aten::empty", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
+                      "aten::empty_strided")
+
+
+class UninitializedOutput(ExportError):
+    pass
+
+
+class _Poison(torch.fx.Interpreter):
+    """Runs the graph with every uninitialized allocation (empty, new_empty, ...) filled with
+    one of two values: results that differ between the fills read memory never written."""
+
+    def __init__(self, gm, second):
+        super().__init__(gm)
+        self.second = second
+
+    def call_function(self, target, args, kwargs):
+        result = super().call_function(target, args, kwargs)
+        schema = getattr(target, "_schema", None)
+        if schema is not None and schema.name in _UNINITIALIZED_OPS and isinstance(result, torch.Tensor):
+            with torch.no_grad():
+                if result.dtype == torch.bool:
+                    result.fill_(self.second)
+                else:
+                    result.fill_(77 if self.second else 0)
+        return result
+
+
+class RandomOutput(ExportError):
+    pass
+
+
+def _differing(output_names, first, second):
+    def same(a, b):
+        if not isinstance(a, torch.Tensor):
+            return True
+        a, b = a.detach(), b.detach()
+        if a.is_complex():
+            a, b = torch.view_as_real(a.resolve_conj()), torch.view_as_real(b.resolve_conj())
+        return a.shape == b.shape and torch.equal(torch.nan_to_num(a) if a.is_floating_point() else a,
+                                                  torch.nan_to_num(b) if b.is_floating_point() else b)
+    return [name for name, a, b in zip(output_names, _as_tuple(first), _as_tuple(second)) if not same(a, b)]
+
+
+def _check_comparable(gm, make_args, output_names):
+    """PyTorch's results can be compared with Magi's only if they depend on the inputs alone:
+    not on the random generator (RandomOutput) nor on memory the program never writes
+    (UninitializedOutput: empty/new_empty read before being filled)."""
+    def run(seed, interpreter):
+        torch.manual_seed(seed)
+        return interpreter.run(*make_args())
+    bad = _differing(output_names, run(0, torch.fx.Interpreter(gm)), run(1, torch.fx.Interpreter(gm)))
+    if bad:
+        raise RandomOutput("output(s) %s depend on the random generator (the graph draws random numbers; "
+                           "export with dropout and other randomness off)" % ", ".join(bad))
+    if not any(getattr(n.target, "_schema", None) is not None and n.target._schema.name in _UNINITIALIZED_OPS
+               for n in gm.graph.nodes if n.op == "call_function"):
+        return
+    bad = _differing(output_names, run(0, _Poison(gm, False)), run(0, _Poison(gm, True)))
+    if bad:
+        raise UninitializedOutput("output(s) %s depend on memory the traced program never initializes (from "
+                                  "empty/new_empty): PyTorch's own values there are arbitrary" % ", ".join(bad))
+
+
 class _Blob:
     """The tensors file: raw bytes of tensors, one after another."""
 
@@ -182,13 +246,15 @@ class _Blob:
         strides and offset, so a non-contiguous input is rebuilt as it was traced."""
         tensor = tensor.detach().to("cpu")
         record = {"name": name, "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape)}
-        if keep_layout and (not tensor.is_contiguous() or tensor.storage_offset() != 0):
+        if keep_layout and (tensor.stride() != torch.empty(tensor.shape).stride() or tensor.storage_offset() != 0):
             extent = _extent(tensor)
             flat = torch.as_strided(tensor, (extent,), (1,), 0).contiguous() if extent else tensor.new_empty(0)
             record.update({"stride": list(tensor.stride()), "storage_offset": tensor.storage_offset(),
                            "storage_numel": extent})
             tensor = flat
-        tensor = tensor.contiguous()
+        # A fresh row-major copy: contiguous() keeps odd strides of size-1 dimensions, which
+        # view(uint8) refuses; complex and conjugated tensors are stored resolved.
+        tensor = torch.empty(tensor.shape, dtype=tensor.dtype).copy_(tensor.resolve_conj().resolve_neg())
         data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
         record.update({"offset": self.size, "nbytes": len(data)})
         self.records.append(record)
@@ -333,6 +399,8 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
         # Trace (which runs the ops) and propagate metadata on copies: the graph may write
         # to its inputs, and PyTorch's own run below must start from the original values.
         gm = make_fx(forward)(*[_clone_layout(t) for t in originals])
+        _check_comparable(gm, lambda: [_clone_layout(t) for t in originals],
+                          ["output.%d" % k for k in range(len(gm.graph.nodes))])
         prop = _MetaProp(gm)
         prop.run(*[_clone_layout(t) for t in originals])
         metas = prop.metas
@@ -375,6 +443,7 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
         written = _written_placeholders(gm, metas, placeholders)
         output_names = _drop_none_outputs(gm, ["loss"] + [n + ".grad" for n in params], allow_none_grads,
                                           "parameter(s)")
+        _check_comparable(gm, copies, output_names)
         # PyTorch's own step on the original state: loss, gradients, updated buffers and inputs.
         model.zero_grad(set_to_none=True)
         loss = spec.loss_fn(model(*inputs), *targets)

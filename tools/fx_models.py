@@ -293,3 +293,21 @@ def embedding_bag(mode="forward"):
         return ModelSpec(model, (tokens, offsets), lambda out, t: F.cross_entropy(out, t), (target,))
     model.eval()
     return ModelSpec(model, (tokens, offsets))
+
+
+def __getattr__(name):
+    """tv_<name>: torchvision.models.<name>(num_classes=10) on 2 images of 64x64 (any
+    torchvision classifier, e.g. --spec tools.fx_models:tv_convnext_tiny)."""
+    if not name.startswith("tv_"):
+        raise AttributeError(name)
+
+    def spec(mode="forward"):
+        import torchvision
+        torch.manual_seed(0)
+        kwargs = {"num_classes": 10}
+        if name[3:] in ("googlenet", "inception_v3"):
+            kwargs.update(aux_logits=False, init_weights=True)
+        model = getattr(torchvision.models, name[3:])(**kwargs)
+        return _classifier_spec(model, mode, (2, 3, 64, 64), 10)
+
+    return spec

@@ -95,6 +95,28 @@ void AliasTracker::MarkUncertain(int alias, std::string reason) {
   if (storage.uncertain.empty()) storage.uncertain = std::move(reason);
 }
 
+bool AliasTracker::LayoutIsFaithful(int alias) const { return storages_[aliases_.at(alias).storage].faithful; }
+
+bool AliasTracker::StartsStorage(int alias) const { return storages_[aliases_.at(alias).storage].starts_storage; }
+
+absl::StatusOr<Value*> AliasTracker::StorageBase(int alias) {
+  int root = RootOf(alias);
+  MAGI_ASSIGN_OR_RETURN(Value * value, Read(root));
+  const Storage& storage = storages_[aliases_[root].storage];
+  if (storage.faithful) return value;
+  if (!storage.starts_storage) {
+    return absl::UnimplementedError(
+        absl::StrCat("it addresses the memory of %", value->name(),
+                     " directly, whose layout after an in-place write Magi cannot reproduce (it does not start its "
+                     "storage contiguously)"));
+  }
+  Type type = Type::Tensor({value->type().tensor().dtype, value->type().tensor().sizes, {},
+                            value->type().tensor().device});
+  return Emit("aten::contiguous", {NodeArg(value), NodeArg(Attribute(int64_t{0}), "memory_format")}, type,
+              value->name())
+      ->result(0);
+}
+
 int AliasTracker::RootOf(int alias) const {
   while (aliases_.at(alias).parent >= 0) alias = aliases_[alias].parent;
   return alias;
@@ -114,7 +136,9 @@ absl::StatusOr<Value*> AliasTracker::Read(int id) {
     alias.version = storage.version;
     return alias.value;
   }
-  MAGI_ASSIGN_OR_RETURN(Value * parent, Read(alias.parent));
+  // as_strided addresses memory, not the parent's elements: it needs the traced layout.
+  const bool addresses_memory = alias.view->op() == "aten::as_strided" && aliases_[alias.parent].parent < 0;
+  MAGI_ASSIGN_OR_RETURN(Value * parent, addresses_memory ? StorageBase(alias.parent) : Read(alias.parent));
   // Replay the view op on the parent's current value.
   Alias& current = aliases_[id];
   const Node* view = current.view;
@@ -140,8 +164,12 @@ absl::Status AliasTracker::Write(int id, Value* value) {
   const Alias alias = aliases_[id];
   if (alias.parent < 0) {
     storage.value = value;
+    storage.faithful = false;
   } else {
-    MAGI_ASSIGN_OR_RETURN(Value * parent_value, Read(alias.parent));
+    const bool addresses_memory = alias.view->op() == "aten::as_strided";
+    MAGI_ASSIGN_OR_RETURN(Value * parent_value, addresses_memory && aliases_[alias.parent].parent < 0
+                                                    ? StorageBase(alias.parent)
+                                                    : Read(alias.parent));
     MAGI_ASSIGN_OR_RETURN(Value * new_parent, Inverse(alias, parent_value, value));
     MAGI_RETURN_IF_ERROR(Write(alias.parent, new_parent));
   }

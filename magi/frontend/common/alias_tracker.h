@@ -45,7 +45,7 @@ class AliasTracker {
     // that may or may not return a view); writes to it are refused with this reason.
     std::string uncertain;
   };
-
+  
   explicit AliasTracker(Graph* graph) : graph_(graph) {}
   AliasTracker(const AliasTracker&) = delete;
   AliasTracker& operator=(const AliasTracker&) = delete;
@@ -68,6 +68,14 @@ class AliasTracker {
 
   // The storage root alias of `alias`; two aliases share memory iff their roots match.
   int RootOf(int alias) const;
+  // True while the root's value is the traced program's own tensor (a graph input or the
+  // result of one of its ops), so its memory layout at run time is the traced one.
+  bool LayoutIsFaithful(int alias) const;
+  bool StartsStorage(int alias) const;
+  // A value of `alias`'s root with the traced layout, for ops that address memory directly
+  // (as_strided): the root itself while faithful, else a contiguous copy when the root
+  // starts its storage; an error otherwise.
+  absl::StatusOr<Value*> StorageBase(int alias);
   // Graph inputs whose storage was written, in input order, with the root's final value.
   std::vector<std::pair<Value*, Value*>> WrittenInputs() const;
 
@@ -79,6 +87,7 @@ class AliasTracker {
     std::string uncertain;
     Value* input = nullptr;  // the graph input owning this storage, if any
     bool written = false;
+    bool faithful = true;  // see LayoutIsFaithful
   };
   struct Alias {
     int storage = 0;

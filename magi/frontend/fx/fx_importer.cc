@@ -353,10 +353,30 @@ class Importer {
       if (!functional) return absl::UnimplementedError("it writes to its inputs and has no functional variant");
       node_schema = &functional->schema();
     }
+    // as_strided addresses its input's storage, not its elements: it reads the storage's
+    // root in the traced layout (and becomes a view of the root).
+    int strided_base = -1;
+    Value* strided_input = nullptr;
+    if ((schema.name() == "aten::as_strided" || schema.name() == "aten::as_strided_") && node.args_size() > 0 &&
+        node.args(0).kind_case() == FxArg::kNode && values_.contains(node.args(0).node()) &&
+        values_.at(node.args(0).node()).size() == 1 && values_.at(node.args(0).node())[0] >= 0) {
+      int alias = values_.at(node.args(0).node())[0];
+      if (aliases_->StartsStorage(alias)) {
+        strided_base = aliases_->RootOf(alias);
+        MAGI_ASSIGN_OR_RETURN(strided_input, aliases_->StorageBase(alias));
+      } else if (!aliases_->LayoutIsFaithful(alias)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "as_strided of '", node.args(0).node(),
+            "', whose storage was written in place and does not start contiguously: its layout cannot be reproduced"));
+      }
+    }
     MAGI_ASSIGN_OR_RETURN(
         std::vector<NodeArg> args,
         ConvertCallArguments(schema, functional ? node_schema : nullptr,
                              [&](size_t i) -> absl::StatusOr<std::optional<AtenArg>> {
+                               if (i == 0 && strided_input != nullptr) {
+                                 return std::optional<AtenArg>(AtenArg::Tensor(strided_input));
+                               }
                                for (const auto& [index, copy] : running_stats) {
                                  if (static_cast<size_t>(index) == i) return std::optional<AtenArg>(AtenArg::Tensor(copy));
                                }
@@ -402,7 +422,7 @@ class Importer {
       if (mutated.size() != 1 || target == nullptr || target->kind_case() != FxArg::kNode) {
         return absl::UnimplementedError("an in-place view op on something other than one tensor");
       }
-      int alias = aliases_->AddView(values_.at(target->node()).at(0), created, 0);
+      int alias = aliases_->AddView(strided_base >= 0 ? strided_base : values_.at(target->node()).at(0), created, 0);
       fx_names_of_root_[aliases_->RootOf(alias)].push_back(node.name());
       values_[target->node()] = {alias};
       metas_[target->node()] = metas;
@@ -440,6 +460,7 @@ class Importer {
       if (source >= 0) {
         const FxArg* arg = GivenArgument(node, schema, source);
         if (arg != nullptr && arg->kind_case() == FxArg::kNode) base = values_.at(arg->node()).at(0);
+        if (strided_base >= 0) base = strided_base;
       }
       Value* value = created->result(index);
       if (base < 0) {
@@ -690,7 +711,8 @@ absl::StatusOr<FxImport> ImportFxFile(const std::string& json_path) {
     std::vector<int64_t> stride(record.stride().begin(), record.stride().end());
     at::TensorOptions options = at::TensorOptions().dtype(compat::ToScalarType(dtype));
     // With strides, the bytes are the storage the tensor views (a non-contiguous input).
-    at::Tensor storage = stride.empty() ? at::empty(shape, options) : at::empty({record.storage_numel()}, options);
+    const bool has_layout = !stride.empty() || record.storage_offset() != 0 || record.storage_numel() != 0;
+    at::Tensor storage = has_layout ? at::empty({record.storage_numel()}, options) : at::empty(shape, options);
     if (record.offset() < 0 || record.nbytes() != static_cast<int64_t>(storage.nbytes()) ||
         record.offset() + record.nbytes() > static_cast<int64_t>(bytes.size())) {
       return absl::InvalidArgumentError(
@@ -699,7 +721,7 @@ absl::StatusOr<FxImport> ImportFxFile(const std::string& json_path) {
     }
     if (record.nbytes() > 0) std::memcpy(storage.data_ptr(), bytes.data() + record.offset(), record.nbytes());
     at::Tensor tensor = storage;
-    if (!stride.empty()) {
+    if (has_layout) {
       int64_t last = record.storage_offset();
       bool empty = false;
       for (size_t d = 0; d < shape.size() && d < stride.size(); ++d) {
