@@ -51,7 +51,16 @@ def _target_name(target):
     return schema.name + ("." + schema.overload_name if schema.overload_name else "")
 
 
+class _Ref:
+    """A reference to an exported node by its exported name."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 def _encode(value, rename, where):
+    if isinstance(value, _Ref):
+        return {"node": value.name}
     if value is None:
         return {"none": True}
     if isinstance(value, bool):
@@ -215,6 +224,16 @@ def _differing(output_names, first, second):
     return [name for name, a, b in zip(output_names, _as_tuple(first), _as_tuple(second)) if not same(a, b)]
 
 
+_RANDOM_WITHOUT_GENERATOR_ARGUMENT = ("aten::rand_like", "aten::randn_like", "aten::randint_like",
+                                      "aten::native_dropout", "aten::dropout", "aten::feature_dropout",
+                                      "aten::alpha_dropout", "aten::feature_alpha_dropout")
+
+
+def _draws_random(schema):
+    return schema.name in _RANDOM_WITHOUT_GENERATOR_ARGUMENT or \
+        any("Generator" in str(a.type) for a in schema.arguments)
+
+
 def _check_comparable(gm, make_args, output_names):
     """PyTorch's results can be compared with Magi's only if they depend on the inputs alone:
     not on the random generator (RandomOutput) nor on memory the program never writes
@@ -222,6 +241,11 @@ def _check_comparable(gm, make_args, output_names):
     def run(seed, interpreter):
         torch.manual_seed(seed)
         return interpreter.run(*make_args())
+    random_ops = sorted({_target_name(n.target) for n in gm.graph.nodes if n.op == "call_function" and
+                         getattr(n.target, "_schema", None) is not None and _draws_random(n.target._schema)})
+    if random_ops:
+        raise RandomOutput("the graph draws random numbers (%s); export with dropout, stochastic depth and other "
+                           "randomness off" % ", ".join(random_ops))
     bad = _differing(output_names, run(0, torch.fx.Interpreter(gm)), run(1, torch.fx.Interpreter(gm)))
     if bad:
         raise RandomOutput("output(s) %s depend on the random generator (the graph draws random numbers; "
@@ -300,8 +324,32 @@ def _graph_json(gm, placeholders, output_names, metas, blob):
             nodes.append({"name": name, "op": "placeholder", "role": "constant", "meta": metas.get(node.name, [])})
         elif node.op == "call_function":
             rename[node.name] = node.name
-            entry = {"name": node.name, "op": "call_function", "target": _target_name(node.target),
-                     "args": [_encode(a, rename, where) for a in node.args],
+            args = list(node.args)
+            target = node.target
+            schema = getattr(target, "_schema", None)
+            if schema is not None and any(isinstance(a, complex) for a in args) and "Scalar" in schema.overload_name:
+                # mul.Scalar(x, 1j): the Tensor overload takes the number as a 0-dim constant below.
+                packet = getattr(torch.ops.aten, schema.name.split("::")[-1], None)
+                tensor_overload = getattr(packet, schema.overload_name.replace("Scalar", "Tensor"), None)
+                if tensor_overload is not None and \
+                        [a.name for a in tensor_overload._schema.arguments] == [a.name for a in schema.arguments]:
+                    target, schema = tensor_overload, tensor_overload._schema
+            for i, arg in enumerate(args):
+                # A Python complex number where the schema wants a Tensor (x * 1j): eager wraps
+                # it as a 0-dim tensor; it becomes a constant input of the result's complex dtype.
+                if isinstance(arg, complex) and schema is not None and i < len(schema.arguments) and \
+                        str(schema.arguments[i].type) == "Tensor":
+                    out = metas.get(node.name, [{}])
+                    dtype = torch.complex128 if out and out[0].get("dtype") == "complex128" else torch.complex64
+                    name = "constant.%s.%d" % (node.name, i)
+                    value = torch.tensor(arg, dtype=dtype)
+                    blob.add(name, value)
+                    nodes.append({"name": name, "op": "placeholder", "role": "constant",
+                                  "meta": [{"dtype": str(dtype).replace("torch.", ""), "shape": [], "stride": []}]})
+                    rename[name] = name
+                    args[i] = _Ref(name)
+            entry = {"name": node.name, "op": "call_function", "target": _target_name(target),
+                     "args": [_encode(a, rename, where) for a in args],
                      "meta": metas.get(node.name, [])}
             if node.kwargs:
                 entry["kwargs"] = {k: _encode(v, rename, where) for k, v in node.kwargs.items()}
