@@ -273,26 +273,28 @@ def swin(mode="forward"):
 
 
 def embedding_bag(mode="forward"):
-    """EmbeddingBag (mean): its backward writes through select(offset2bag)."""
+    """EmbeddingBag (sum, per-sample weights): its backward rebuilds offset2bag with
+    index_add_ and a sub_ through select(offset2bag) (issue 15: that write was lost)."""
     torch.manual_seed(0)
 
     class Bag(nn.Module):
         def __init__(self):
             super().__init__()
-            self.bag = nn.EmbeddingBag(20, 6, mode="mean")
+            self.bag = nn.EmbeddingBag(20, 6, mode="sum")
             self.head = nn.Linear(6, 3)
 
-        def forward(self, tokens, offsets):
-            return self.head(self.bag(tokens, offsets))
+        def forward(self, tokens, offsets, weights):
+            return self.head(self.bag(tokens, offsets, per_sample_weights=weights))
 
     tokens = torch.randint(0, 20, (10,))
     offsets = torch.tensor([0, 3, 7])
+    weights = torch.randn(10)
     model = Bag()
     if mode == "joint":
         target = torch.randint(0, 3, (3,))
-        return ModelSpec(model, (tokens, offsets), lambda out, t: F.cross_entropy(out, t), (target,))
+        return ModelSpec(model, (tokens, offsets, weights), lambda out, t: F.cross_entropy(out, t), (target,))
     model.eval()
-    return ModelSpec(model, (tokens, offsets))
+    return ModelSpec(model, (tokens, offsets, weights))
 
 
 def __getattr__(name):
