@@ -21,11 +21,16 @@
 #include <thread>
 
 #include <torch/cuda.h>
+#ifdef MAGI_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "examples/tensor_file.h"
 #include "magi/base/file.h"
 #include "magi/cost/calibration.h"
 #include "magi/frontend/fsdp/fsdp.h"
@@ -33,21 +38,32 @@
 #include "magi/models/llama.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
-#include "magi/runtime/gloo/gloo_communicator.h"
-#ifdef MAGI_WITH_NCCL
-#include "magi/runtime/nccl/nccl_communicator.h"
-#endif
+#include "magi/backend/communicator.h"
 
 ABSL_FLAG(int, world_size, 2, "Number of processes (ranks) when launching locally");
-ABSL_FLAG(std::string, model, "tiny", "Model size: tiny (2 layers x 64, the default) or small (4 x 256)");
+ABSL_FLAG(std::string, model, "tiny",
+          "Model size: tiny (2 layers x 64, the default), small (4 x 256), or 1b (953M: 16 layers x 2048, vocab "
+          "32000, the GPU benchmark's shape; trained on seeded random tokens)");
+ABSL_FLAG(std::string, dtype, "f32",
+          "Compute dtype: f32, or bf16 (bf16 parameters gathered and computed, fp32 master shards, AdamW and "
+          "gradient reduction: FSDP2's MixedPrecisionPolicy(bfloat16, float32))");
 ABSL_FLAG(int, steps, 200, "Optimizer steps");
-ABSL_FLAG(int, batch_size, 8, "Sequences per rank per step");
-ABSL_FLAG(int, seq_len, 64, "Bytes per sequence");
+ABSL_FLAG(int, batch_size, 0, "Sequences per rank per step (0: 8, or 4 for --model=1b)");
+ABSL_FLAG(int, seq_len, 0, "Tokens per sequence (0: 64, or 2048 for --model=1b)");
+ABSL_FLAG(int, warmup_steps, 1, "Steps left out of the timing (compilation, allocator warm-up, CUDA graph capture)");
+ABSL_FLAG(std::string, trace, "", "Write a Chrome/Perfetto timeline of the last step here (backends that can)");
+ABSL_FLAG(std::string, dump_dir, "",
+          "Write the initial full weights (weights.{json,bin}) and the global batches of every step "
+          "(batches.{json,bin}) here as magi-tensors-v1 files, for PyTorch runs on the same init and data");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
 ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo collectives) or cuda (NCCL; needs a --config=cuda build)");
 ABSL_FLAG(bool, check_eager, false,
           "Also train an eager LibTorch copy (torch::optim::AdamW, global batch) and report the loss difference");
 ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi registry`)");
+ABSL_FLAG(std::string, communicator, "",
+          "Collective library: gloo or nccl (default: gloo on cpu, nccl on cuda; nccl needs a --config=cuda build)");
+ABSL_FLAG(std::string, partition_backends, "",
+          "Comma-separated backends that take the parts of the step they accept (see docs/backends.md)");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled Shakespeare sonnets)");
 ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summary and checkpoint go");
 ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
@@ -126,54 +142,83 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   }
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
-#ifndef MAGI_WITH_NCCL
-  if (device_flag == "cuda") return Fail(rank, "--device=cuda needs a build with --config=cuda (NCCL)");
-#endif
   const torch::Device device =
       device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
-  std::string data_path = absl::GetFlag(FLAGS_data).empty() ? DefaultDataPath(argv0) : absl::GetFlag(FLAGS_data);
-  absl::StatusOr<std::string> text = magi::ReadFile(data_path);
-  if (!text.ok()) return Fail(rank, text.status().message());
-  const int seq = absl::GetFlag(FLAGS_seq_len), local = absl::GetFlag(FLAGS_batch_size);
-  if (static_cast<int64_t>(text->size()) < seq + 2) return Fail(rank, absl::StrCat(data_path, " is too short"));
-  at::Tensor corpus =
-      torch::from_blob(text->data(), {static_cast<int64_t>(text->size())}, torch::kUInt8).to(torch::kLong);
-  at::Tensor corpus_on_device = corpus.to(device);
-
+  const std::string model_flag = absl::GetFlag(FLAGS_model);
+  const bool random_tokens = model_flag == "1b";
+  const int seq = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : (random_tokens ? 2048 : 64);
+  const int local = absl::GetFlag(FLAGS_batch_size) > 0 ? absl::GetFlag(FLAGS_batch_size) : (random_tokens ? 4 : 8);
   magi::models::LlamaConfig config = magi::models::LlamaConfig::Tiny();
-  if (absl::GetFlag(FLAGS_model) == "small") {
+  if (model_flag == "small") {
     config = magi::models::LlamaConfig::Small();
-  } else if (absl::GetFlag(FLAGS_model) != "tiny") {
-    return Fail(rank, absl::StrCat("unknown --model=", absl::GetFlag(FLAGS_model), " (tiny or small)"));
+  } else if (model_flag == "1b") {
+    config = magi::models::LlamaConfig::Llama1B();
+  } else if (model_flag != "tiny") {
+    return Fail(rank, absl::StrCat("unknown --model=", model_flag, " (tiny, small or 1b)"));
   }
-  config.vocab_size = 256;
+  if (!random_tokens) config.vocab_size = 256;  // bytes of the text
   config.max_seq_len = std::max<int64_t>(config.max_seq_len, seq);
+  const std::string dtype_flag = absl::GetFlag(FLAGS_dtype);
+  if (dtype_flag != "f32" && dtype_flag != "bf16") return Fail(rank, "--dtype must be f32 or bf16");
+  const bool bf16 = dtype_flag == "bf16";
+
+  // The training text (tiny, small): byte windows of it are the batches.
+  at::Tensor corpus, corpus_on_device;
+  if (!random_tokens) {
+    std::string data_path = absl::GetFlag(FLAGS_data).empty() ? DefaultDataPath(argv0) : absl::GetFlag(FLAGS_data);
+    absl::StatusOr<std::string> text = magi::ReadFile(data_path);
+    if (!text.ok()) return Fail(rank, text.status().message());
+    if (static_cast<int64_t>(text->size()) < seq + 2) return Fail(rank, absl::StrCat(data_path, " is too short"));
+    corpus = torch::from_blob(text->data(), {static_cast<int64_t>(text->size())}, torch::kUInt8).to(torch::kLong);
+    corpus_on_device = corpus.to(device);
+  }
 
   auto store = magi::ConnectStore(env, std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
   if (!store.ok()) return Fail(rank, store.status().message());
   auto timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
-  absl::StatusOr<std::shared_ptr<magi::Communicator>> communicator;
-#ifdef MAGI_WITH_NCCL
-  if (device.is_cuda()) {
-    communicator = magi::CreateNcclCommunicator(*store, rank, env.world_size, "dp", env.local_rank, timeout);
-  } else
-#endif
-  {
-    communicator = magi::CreateGlooCommunicator(*store, rank, env.world_size, "dp", timeout);
+  std::string communicator_name = absl::GetFlag(FLAGS_communicator);
+  if (communicator_name.empty()) {
+    absl::StatusOr<std::string> by_device = magi::DefaultCommunicatorFor(device_flag);
+    if (!by_device.ok()) return Fail(rank, by_device.status().message());
+    communicator_name = *by_device;
   }
-  if (!communicator.ok()) return Fail(rank, communicator.status().message());
+  magi::CommunicatorOptions communicator_options;
+  communicator_options.store = *store;
+  communicator_options.rank = rank;
+  communicator_options.size = env.world_size;
+  communicator_options.group_name = "dp";
+  communicator_options.device_index = env.local_rank;
+  communicator_options.timeout = timeout;
+  absl::StatusOr<std::shared_ptr<magi::Communicator>> communicator =
+      magi::CreateCommunicator(communicator_name, communicator_options);
+  if (!communicator.ok()) {
+    return Fail(rank, absl::StrCat("--communicator=", communicator_name, ": ", communicator.status().message(),
+                                   communicator_name == "nccl" ? " (NCCL needs a build with --config=cuda)" : ""));
+  }
   auto mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
   if (!mesh.ok()) return Fail(rank, mesh.status().message());
 
   torch::manual_seed(absl::GetFlag(FLAGS_seed));
-  magi::models::Llama model(config, torch::TensorOptions().device(device));
-  for (auto& layer : model->layers) magi::FullyShard(*layer, *mesh);
-  magi::FullyShard(*model, *mesh);
+  magi::models::Llama model(config, torch::TensorOptions().device(device).dtype(bf16 ? torch::kBFloat16
+                                                                                      : torch::kFloat));
+  magi::FullyShardOptions shard_options;
+  if (bf16) {
+    shard_options.mixed_precision.param_dtype = magi::DType::kBFloat16;
+    shard_options.mixed_precision.reduce_dtype = magi::DType::kFloat32;
+  }
+  for (auto& layer : model->layers) magi::FullyShard(*layer, *mesh, shard_options);
+  magi::FullyShard(*model, *mesh, shard_options);
 
-  // Batch of step s: global random windows of the text (the same on every rank); rows
-  // [first, first + count) of it.
+  // Batch of step s: global random windows of the text, or random tokens (--model=1b),
+  // the same on every rank; rows [first, first + count) of it.
   auto rows = [&](int step, int first, int count) {
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(absl::GetFlag(FLAGS_seed) * 1000003 + step);
+    if (random_tokens) {
+      at::Tensor tokens = torch::randint(0, config.vocab_size, {env.world_size * local, seq + 1}, generator,
+                                         torch::kLong);
+      at::Tensor rows_of = tokens.narrow(0, first, count).to(device);
+      return std::vector<at::Tensor>{rows_of.narrow(1, 0, seq).contiguous(), rows_of.narrow(1, 1, seq).contiguous()};
+    }
     at::Tensor starts = torch::randint(0, corpus.size(0) - seq - 1, {env.world_size * local}, generator, torch::kLong);
     std::vector<at::Tensor> inputs, targets;
     for (int i = first; i < first + count; ++i) {
@@ -184,9 +229,29 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     return std::vector<at::Tensor>{torch::stack(inputs), torch::stack(targets)};
   };
   auto batch = [&](int step) { return rows(step, rank * local, local); };
+  // The loss in fp32 (bf16 logits are cast first, as PyTorch mixed-precision recipes do).
   magi::LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
-    return magi::models::LanguageModelLoss(model->forward(in[0]), in[1]);
+    return magi::models::LanguageModelLoss(model->forward(in[0]).to(torch::kFloat), in[1]);
   };
+  if (rank == 0 && !absl::GetFlag(FLAGS_dump_dir).empty()) {
+    std::string dir = absl::GetFlag(FLAGS_dump_dir);
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) return Fail(rank, absl::StrCat("cannot create ", dir, ": ", error.message()));
+    std::vector<std::pair<std::string, at::Tensor>> weights, batches;
+    for (const auto& item : model->named_parameters()) weights.emplace_back(item.key(), item.value().to(torch::kFloat));
+    for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
+      std::vector<at::Tensor> global = rows(step, 0, env.world_size * local);
+      batches.emplace_back(absl::StrCat("step.", step, ".tokens"), global[0]);
+      batches.emplace_back(absl::StrCat("step.", step, ".targets"), global[1]);
+    }
+    for (absl::Status written : {magi::WriteTensorFile(dir + "/weights", weights),
+                                 magi::WriteTensorFile(dir + "/batches", batches)}) {
+      if (!written.ok()) return Fail(rank, written.message());
+    }
+    std::fprintf(stderr, "magi: wrote the initial weights and %d batches to %s\n", absl::GetFlag(FLAGS_steps),
+                 dir.c_str());
+  }
   magi::AdamWOptions adamw;
   adamw.lr = absl::GetFlag(FLAGS_lr);
   auto compile_start = std::chrono::steady_clock::now();
@@ -196,6 +261,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   optimization.device_profile = absl::GetFlag(FLAGS_device_profile).empty() ? (device_flag == "cuda" ? "h200" : "cpu")
                                                                             : absl::GetFlag(FLAGS_device_profile);
   optimization.calibration_csv = absl::GetFlag(FLAGS_calibration);
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_partition_backends), ',', absl::SkipEmpty())) {
+    optimization.partition_backends.emplace_back(name);
+  }
   if (rank == 0 && optimization.memory_budget_bytes > 0) {
     std::fprintf(stderr, "magi: searching a strategy for %.3f GB per rank...\n", absl::GetFlag(FLAGS_budget_gb));
   }
@@ -260,18 +328,42 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   auto start = std::chrono::steady_clock::now();
   double initial_loss = 0, final_loss = 0;
   bool tty = isatty(2);
-  double step_seconds_sum = 0;  // step wall time (device synchronized), steps after the first (warm-up)
+  double step_seconds_sum = 0;  // step wall time (device synchronized), after the warm-up steps
+  double host_seconds_sum = 0;  // host time issuing those steps
   int timed_steps = 0;
+  int64_t allocator_peak_bytes = -1;  // CUDA builds on a GPU only
+  const int warmup_steps = std::max(0, absl::GetFlag(FLAGS_warmup_steps));
   for (int step = first_step; step < steps; ++step) {
+    std::vector<at::Tensor> local_batch = batch(step);
+    if (step + 1 == steps && !absl::GetFlag(FLAGS_trace).empty() && rank == 0) {
+      absl::Status traced = (*trainer)->TraceNextStep(absl::GetFlag(FLAGS_trace));
+      if (!traced.ok()) return Fail(rank, traced.message());
+    }
+    if (device.is_cuda()) torch::cuda::synchronize();
+#ifdef MAGI_WITH_CUDA
+    // Peaks of the timed steps only (capture and compilation ran the step eagerly once).
+    if (device.is_cuda() && step == first_step + warmup_steps) {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    }
+#endif
     auto step_start = std::chrono::steady_clock::now();
-    absl::StatusOr<double> local_loss = (*trainer)->Step(batch(step));
+    absl::StatusOr<double> local_loss = (*trainer)->Step(local_batch);
     if (!local_loss.ok()) return Fail(rank, local_loss.status().message());
     if (device.is_cuda()) torch::cuda::synchronize();  // kernels are asynchronous: time their completion
     double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     const magi::RunStats& run = (*trainer)->last_run_stats();
     peak_bytes = std::max(peak_bytes, run.peak_live_bytes);
-    if (step > first_step) {
+#ifdef MAGI_WITH_CUDA
+    // On CUDA, the caching allocator's peak (what torch.cuda.max_memory_allocated reports
+    // for PyTorch runs), so Magi's and PyTorch's numbers compare.
+    if (device.is_cuda() && step >= first_step + warmup_steps) {
+      auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+      allocator_peak_bytes = std::max<int64_t>(allocator_peak_bytes, stats.allocated_bytes[0].peak);
+    }
+#endif
+    if (step >= first_step + warmup_steps) {
       step_seconds_sum += step_seconds;
+      host_seconds_sum += run.host_seconds;
       ++timed_steps;
       if (calibrate) {
         absl::Status added = calibration.AddRun((*trainer)->graph(), run.node_seconds);
@@ -327,15 +419,21 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   absl::Status saved = (*trainer)->SaveCheckpoint(absl::StrCat(checkpoint_dir, "/rank", rank, ".pt"));
   if (!saved.ok()) return Fail(rank, saved.message());
   if (rank == 0) {
+    std::string losses_json;
+    for (const auto& [step, loss] : curve) absl::StrAppendFormat(&losses_json, "%s%.8f", losses_json.empty() ? "" : ", ", loss);
     std::string csv = "step,loss\n";
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);
     std::string summary = absl::StrFormat(
         "{\"initial_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, \"world_size\": %d, \"tokens_per_s\": %.1f, "
         "\"peak_memory_bytes\": %d, \"predicted_peak_memory_bytes\": %d, \"step_seconds\": %.6f, "
-        "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\"}\n",
+        "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\", \"backend\": \"%s\", "
+        "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
+        "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
-        optimization.memory_budget_bytes, (*trainer)->applied_pipeline());
+        optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
+        dtype_flag, static_cast<int64_t>(env.world_size) * local * seq, timed_steps,
+        timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);

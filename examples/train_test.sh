@@ -23,7 +23,7 @@ grep -q "<path d=\"M" "$out/loss.svg"
 if examples/train --model=huge --world_size=1 --out_dir="$out/bad" 2> "$out/err.txt"; then
   echo "a bad --model should fail"; exit 1
 fi
-grep -q "unknown --model=huge (tiny or small)" "$out/err.txt"
+grep -q "unknown --model=huge (tiny, small or 1b)" "$out/err.txt"
 # A run resumed from its checkpoint continues bitwise: 3 + 3 steps == 6 steps.
 examples/train --steps=6 --world_size=2 --out_dir="$out/straight"
 examples/train --steps=3 --world_size=2 --out_dir="$out/resumed"

@@ -1,16 +1,34 @@
 // The interface every execution backend implements (interpreter, NCCL multi-stream
-// runtime, later Inductor-compatible and fused-kernel backends).
+// runtime, Inductor-compatible and fused-kernel backends).
 //
 // A backend says which nodes of a graph it can run (GetCapability) and compiles a
 // graph it is given into an Executable. Deciding what goes where belongs to the
-// framework, which depends on no backend library. Backends register with the registry
-// under their name ("interpreter"); this header has no LibTorch dependency, the
-// LibTorch-facing run interface is magi/runtime/torch_executable.h.
+// compiler (magi/compiler), which depends on no backend library: it asks each
+// partition backend for its capability, outlines the runs of nodes it accepts into
+// graphs of their own (called from the step through `magi::call` nodes), compiles
+// those with that backend, and hands the executables to the step's primary backend in
+// the CompileContext. Backends register with the registry under their name
+// ("interpreter"). This header has no LibTorch dependency; the LibTorch-facing run
+// interface is magi/backend/torch_executable.h.
+//
+//   class MyBackend : public Backend {
+//     absl::string_view name() const override { return "mine"; }
+//     Capability GetCapability(const Module&, const Graph& g) const override;   // what it declines, and why
+//     absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module&, const Graph&,
+//                                                         const CompileContext&) const override;
+//   };
+//   MAGI_REGISTER(Backend, "mine", [](const ComponentOptions&) -> absl::StatusOr<std::unique_ptr<Backend>> {
+//     return std::make_unique<MyBackend>();
+//   });
+//
+// docs/backends.md walks through a complete example backend.
 #ifndef MAGI_BACKEND_BACKEND_H_
 #define MAGI_BACKEND_BACKEND_H_
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +42,12 @@ struct Capability {
   // Nodes the backend cannot run, each with the reason. Empty: the whole graph.
   std::vector<std::pair<const Node*, std::string>> unsupported;
   bool supports_all() const { return unsupported.empty(); }
+  bool Supports(const Node* node) const {
+    for (const auto& [declined, reason] : unsupported) {
+      if (declined == node) return false;
+    }
+    return true;
+  }
 };
 
 // A compiled graph. Concrete types add the run interface (see TorchExecutable).
@@ -33,16 +57,30 @@ class Executable {
   virtual absl::string_view backend_name() const = 0;
 };
 
+// What the compiler hands a backend besides the graph.
+struct CompileContext {
+  // The compiled partitions that `magi::call` nodes of the graph call, by callee graph
+  // name. Identical partitions share one executable. Empty when nothing was outlined.
+  std::map<std::string, std::shared_ptr<Executable>> callees;
+};
+
 class Backend {
  public:
   static constexpr absl::string_view kRegistryKind = "backend";
 
   virtual ~Backend() = default;
   virtual absl::string_view name() const = 0;
+  // The nodes of `graph` this backend declines, with reasons. A primary backend (one
+  // that runs whole steps) must accept collectives, waits and `magi::call`; a
+  // partition backend is only ever given compute nodes.
   virtual Capability GetCapability(const Module& module, const Graph& graph) const = 0;
   // Compiles `graph` (a graph of `module`). Fails, naming the node, if the backend
   // cannot run some node.
-  virtual absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph,
+                                                              const CompileContext& context) const = 0;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph) const {
+    return Compile(module, graph, CompileContext());
+  }
 };
 
 }  // namespace magi

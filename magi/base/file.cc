@@ -48,35 +48,68 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return contents;
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path) {
   std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "cannot create", temp);
-  const char* data = contents.data();
-  size_t left = contents.size();
+  return AtomicFileWriter(path, temp, fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)), temp_(std::move(other.temp_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
+
+AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
+
+void AtomicFileWriter::Abandon() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(temp_.c_str());
+  fd_ = -1;
+}
+
+absl::Status AtomicFileWriter::Append(absl::string_view data) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("the writer of ", path_, " is closed"));
+  const char* next = data.data();
+  size_t left = data.size();
   while (left > 0) {
-    ssize_t n = ::write(fd, data, left);
+    ssize_t n = ::write(fd_, next, left);
     if (n < 0) {
       if (errno == EINTR) continue;
       int error = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return ErrnoStatus(error, "cannot write", temp);
+      Abandon();
+      return ErrnoStatus(error, "cannot write", temp_);
     }
-    data += n;
+    next += n;
     left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("the writer of ", path_, " is closed"));
+  if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
     int error = errno;
-    ::unlink(temp.c_str());
-    return ErrnoStatus(error, "cannot flush", temp);
+    fd_ = -1;
+    ::unlink(temp_.c_str());
+    return ErrnoStatus(error, "cannot flush", temp_);
   }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
+  fd_ = -1;
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     int error = errno;
-    ::unlink(temp.c_str());
-    return ErrnoStatus(error, "cannot rename onto", path);
+    ::unlink(temp_.c_str());
+    return ErrnoStatus(error, "cannot rename onto", path_);
   }
   return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Open(path);
+  if (!writer.ok()) return writer.status();
+  absl::Status appended = writer->Append(contents);
+  if (!appended.ok()) return appended;
+  return writer->Commit();
 }
 
 }  // namespace magi

@@ -20,6 +20,35 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Replaces `path` with `contents` atomically (temp file + fsync + rename).
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 
+// The streaming form, for files too large to hold in memory at once:
+//
+//   absl::StatusOr<AtomicFileWriter> out = AtomicFileWriter::Open(path);
+//   MAGI_RETURN_IF_ERROR(out->Append(chunk));  // as often as needed
+//   MAGI_RETURN_IF_ERROR(out->Commit());       // fsync + rename: `path` appears whole
+//
+// A writer destroyed before Commit (an error, an early return) removes its temporary
+// file and leaves `path` as it was.
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path);
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  absl::Status Append(absl::string_view data);
+  absl::Status Commit();
+
+ private:
+  AtomicFileWriter(std::string path, std::string temp, int fd)
+      : path_(std::move(path)), temp_(std::move(temp)), fd_(fd) {}
+  void Abandon();
+
+  std::string path_;
+  std::string temp_;
+  int fd_ = -1;
+};
+
 }  // namespace magi
 
 #endif  // MAGI_BASE_FILE_H_

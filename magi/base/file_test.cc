@@ -41,5 +41,30 @@ TEST(FileTest, WriteIntoMissingFolderFailsCleanly) {
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
 }
 
+TEST(FileTest, StreamingWriterAppearsWholeOrNotAtAll) {
+  std::string path = TempDir() + "/streamed.bin";
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  {
+    absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Open(path);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE(writer->Append("part one, ").ok());
+    // Abandoned without Commit: the old file stays, and no temporary is left.
+  }
+  EXPECT_EQ(*ReadFile(path), "old");
+  DIR* dir = opendir(TempDir().c_str());
+  ASSERT_NE(dir, nullptr);
+  while (dirent* entry = readdir(dir)) EXPECT_EQ(std::string(entry->d_name).find(".tmp."), std::string::npos);
+  closedir(dir);
+
+  absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Open(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE(writer->Append("part one, ").ok());
+  ASSERT_TRUE(writer->Append("part two").ok());
+  EXPECT_EQ(*ReadFile(path), "old");  // nothing visible before Commit
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_EQ(*ReadFile(path), "part one, part two");
+  EXPECT_EQ(writer->Append("more").code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace magi

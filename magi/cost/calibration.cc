@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "magi/base/file.h"
+#include "magi/base/numbers.h"
 #include "magi/ir/collectives.h"
 
 namespace magi {
@@ -87,7 +88,7 @@ absl::StatusOr<CalibrationTable> CalibrationTable::FromCsv(absl::string_view tex
     std::vector<absl::string_view> fields = absl::StrSplit(line, absl::MaxSplits(',', 2));
     double seconds = 0;
     int64_t count = 0;
-    if (fields.size() != 3 || !absl::SimpleAtod(fields[0], &seconds) || !absl::SimpleAtoi(fields[1], &count) ||
+    if (fields.size() != 3 || !ParseFiniteDouble(fields[0], &seconds) || !absl::SimpleAtoi(fields[1], &count) ||
         seconds < 0 || count < 1 || fields[2].empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ":", line_number, ": expected 'mean_seconds,count,key', got '", line, "'"));

@@ -2,28 +2,23 @@
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/op_traits.h"
 
 namespace magi {
 namespace {
 
-// "aten::addmm.out" -> "addmm".
-absl::string_view BaseName(absl::string_view op) {
-  size_t colons = op.rfind("::");
-  if (colons != absl::string_view::npos) op = op.substr(colons + 2);
-  size_t dot = op.find('.');
-  return dot == absl::string_view::npos ? op : op.substr(0, dot);
-}
-
+// Counts in double: costs cannot fail, and a product of sizes need not fit in int64
+// (exact below 2^53 elements; 0 for dynamic sizes).
 double Elements(const Value* value) {
-  std::optional<int64_t> n = value->type().tensor().NumElements();
-  return n ? static_cast<double>(*n) : 0.0;
+  const TensorType& type = value->type().tensor();
+  if (type.HasDynamicDims()) return 0.0;
+  double n = 1;
+  for (int64_t size : type.sizes) n *= static_cast<double>(size);
+  return n;
 }
 
 double Bytes(const Value* value) {
-  std::optional<int64_t> n = value->type().tensor().SizeInBytes();
-  return n ? static_cast<double>(*n) : 0.0;
+  return Elements(value) * static_cast<double>(DTypeSize(value->type().tensor().dtype));
 }
 
 int64_t GroupSize(const Node& node) {
@@ -43,57 +38,51 @@ const Value* FirstMatrix(const Node& node) {
 }
 
 // FLOPs of matrix-unit ops: 2 * (output elements) * (contraction length), with the
-// contraction read off the first matrix operand; backward ops produce two gradients
-// (each a matmul of the same size as the forward), attention does QK^T and PV.
-double MatmulFlops(const Node& node) {
-  absl::string_view base = BaseName(node.op());
+// contraction read off the matrix operand; backward ops produce two gradients (each a
+// matmul of the same size as the forward), attention does QK^T and PV.
+double MatmulFlops(const Node& node, const OpTraits& traits) {
   if (node.num_results() == 0) return 0;
-  if (absl::StrContains(base, "attention") || absl::StrContains(base, "flash") ||
-      absl::StrContains(base, "efficient")) {
-    if (node.num_operands() < 2) return 0;
-    const TensorType& q = node.operand(0)->type().tensor();
-    const TensorType& k = node.operand(1)->type().tensor();
-    if (q.rank() < 2 || k.rank() < 2) return 0;
-    double batch = 1;
-    for (int64_t i = 0; i + 2 < q.rank(); ++i) batch *= static_cast<double>(q.sizes[i]);
-    double s = static_cast<double>(q.sizes[q.rank() - 2]), d = static_cast<double>(q.sizes.back());
-    double t = static_cast<double>(k.sizes[k.rank() - 2]);
-    double forward = 4 * batch * s * t * d;
-    return absl::StrContains(base, "backward") ? 2.5 * forward : forward;
-  }
-  if (absl::StrContains(base, "convolution") || base == "conv2d" || base == "conv1d" || base == "_convolution") {
-    if (node.num_operands() < 2) return 0;
-    const TensorType& weight = node.operand(1)->type().tensor();
-    double per_output = 1;  // Cin/groups * kernel elements
-    for (int64_t i = 1; i < weight.rank(); ++i) per_output *= static_cast<double>(weight.sizes[i]);
-    if (absl::StrContains(base, "backward")) {
-      // grad_output is operand 0: input and weight gradients, each as large as forward.
-      return 2 * 2 * Elements(node.operand(0)) * per_output;
+  switch (traits.matmul) {
+    case MatmulKind::kNone:
+      return 0;
+    case MatmulKind::kAttention: {
+      if (node.num_operands() < 2) return 0;
+      const TensorType& q = node.operand(0)->type().tensor();
+      const TensorType& k = node.operand(1)->type().tensor();
+      if (q.rank() < 2 || k.rank() < 2) return 0;
+      double batch = 1;
+      for (int64_t i = 0; i + 2 < q.rank(); ++i) batch *= static_cast<double>(q.sizes[i]);
+      double s = static_cast<double>(q.sizes[q.rank() - 2]), d = static_cast<double>(q.sizes.back());
+      double t = static_cast<double>(k.sizes[k.rank() - 2]);
+      double forward = 4 * batch * s * t * d;
+      return traits.backward ? 2.5 * forward : forward;
     }
-    return 2 * Elements(node.result(0)) * per_output;
+    case MatmulKind::kConvolution: {
+      if (node.num_operands() < 2) return 0;
+      const TensorType& weight = node.operand(1)->type().tensor();
+      double per_output = 1;  // Cin/groups * kernel elements
+      for (int64_t i = 1; i < weight.rank(); ++i) per_output *= static_cast<double>(weight.sizes[i]);
+      if (traits.backward) {
+        // grad_output is operand 0: input and weight gradients, each as large as forward.
+        return 2 * 2 * Elements(node.operand(0)) * per_output;
+      }
+      return 2 * Elements(node.result(0)) * per_output;
+    }
+    case MatmulKind::kMatmul: {
+      // addmm(bias, mat1, mat2) and friends name their matrix operand.
+      const Value* matrix = traits.matrix_operand < 0 ? FirstMatrix(node)
+                            : traits.matrix_operand < node.num_operands() ? node.operand(traits.matrix_operand)
+                                                                          : nullptr;
+      if (matrix == nullptr || matrix->type().tensor().rank() == 0) return 0;
+      double contraction = static_cast<double>(matrix->type().tensor().sizes.back());
+      double flops = 2 * Elements(node.result(0)) * contraction;
+      return traits.backward ? 2 * flops : flops;
+    }
   }
-  // addmm(bias, mat1, mat2) and friends contract mat1's last dim.
-  bool has_bias = base == "addmm" || base == "baddbmm" || base == "addbmm";
-  const Value* matrix = has_bias ? (node.num_operands() > 1 ? node.operand(1) : nullptr) : FirstMatrix(node);
-  if (matrix == nullptr) return 0;
-  double contraction = static_cast<double>(matrix->type().tensor().sizes.back());
-  double flops = 2 * Elements(node.result(0)) * contraction;
-  if (absl::StrContains(base, "backward")) flops *= 2;
-  return flops;
+  return 0;
 }
 
 }  // namespace
-
-bool IsMatmulLike(absl::string_view op) {
-  absl::string_view base = BaseName(op);
-  for (absl::string_view name :
-       {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "conv1d", "conv2d", "conv3d", "convolution",
-        "_convolution", "convolution_backward", "linear_backward", "matmul_backward"}) {
-    if (base == name) return true;
-  }
-  return absl::StrContains(base, "scaled_dot_product") || absl::StrContains(base, "flash_attention") ||
-         absl::StrContains(base, "efficient_attention");
-}
 
 NodeCost CostModel::Analyze(const Node& node) {
   NodeCost cost;
@@ -103,15 +92,16 @@ NodeCost CostModel::Analyze(const Node& node) {
     }
     return cost;
   }
-  if (IsViewOp(node.op())) return cost;
+  OpTraits traits = GetOpTraits(node.op());
+  if (traits.view) return cost;
   for (const Value* operand : node.operands()) cost.bytes += Bytes(operand);
   double result_elements = 0;
   for (const Value* result : node.results()) {
     cost.bytes += Bytes(result);
     result_elements += Elements(result);
   }
-  if (IsMatmulLike(node.op())) {
-    cost.flops = MatmulFlops(node);
+  if (traits.matmul_like()) {
+    cost.flops = MatmulFlops(node, traits);
   } else {
     // Elementwise and reductions: about one operation per element touched.
     double operand_elements = 0;
@@ -154,12 +144,13 @@ NodeCost CostModel::Cost(const Node& node) const {
     cost.seconds = CollectiveSeconds(*kind, full, p);
     return cost;
   }
-  if (IsViewOp(node.op())) {
+  OpTraits traits = GetOpTraits(node.op());
+  if (traits.view) {
     cost.seconds = profile_.op_overhead_s * 0.25;  // metadata only
     return cost;
   }
   DType dtype = node.num_results() > 0 ? node.result(0)->type().tensor().dtype : DType::kFloat32;
-  double rate = IsMatmulLike(node.op()) ? profile_.MatmulFlops(dtype) : profile_.vector_flops;
+  double rate = traits.matmul_like() ? profile_.MatmulFlops(dtype) : profile_.vector_flops;
   cost.seconds = profile_.op_overhead_s + std::max(cost.flops / rate, cost.bytes / profile_.memory_bandwidth);
   return cost;
 }

@@ -2,10 +2,10 @@
 //
 //   seconds = op_overhead + max(flops / rate, bytes / memory_bandwidth)
 //
-// where rate is the profile's matmul rate for the dtype (mm, bmm, addmm, matmul,
-// linear, baddbmm, attention, convolution and their backward ops) or its vector rate
-// (everything else); bytes are the operands read plus the results written. View ops
-// move no data. Collectives use alpha-beta formulas on the link the group spans (ring
+// where rate is the profile's matmul rate for the dtype (ops whose OpTraits are
+// matmul-like: mm, bmm, addmm, matmul, linear, baddbmm, attention, convolution and their
+// backward ops) or its vector rate (everything else); bytes are the operands read plus
+// the results written. View ops move no data. Collectives use alpha-beta formulas on the link the group spans (ring
 // algorithms, as NCCL and Gloo use at these sizes):
 //
 //   all-gather, reduce-scatter:  (p-1) * alpha + (p-1)/p * N / bandwidth
@@ -19,6 +19,7 @@
 
 #include <optional>
 
+#include "magi/analysis/node_cost.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/device_profile.h"
 #include "magi/ir/collectives.h"
@@ -33,8 +34,10 @@ struct NodeCost {
   bool calibrated = false;  // seconds came from the calibration table
 };
 
-class CostModel {
+// Implements the passes' NodeCostOracle (magi/analysis/node_cost.h) with Cost().seconds.
+class CostModel : public NodeCostOracle {
  public:
+  // `calibration` may be null; it is not owned and must outlive the model and its copies.
   explicit CostModel(DeviceProfile profile, const CalibrationTable* calibration = nullptr)
       : profile_(std::move(profile)), calibration_(calibration) {}
 
@@ -48,6 +51,7 @@ class CostModel {
   // Compute cost of an op node; for a collective start, the time of the whole
   // collective; a wait costs nothing by itself (it only synchronizes).
   NodeCost Cost(const Node& node) const;
+  double NodeSeconds(const Node& node) const override { return Cost(node).seconds; }
 
   // Time of a collective moving a `bytes`-byte full buffer among `group_size` ranks.
   double CollectiveSeconds(CollectiveKind kind, double bytes, int64_t group_size) const;
@@ -60,10 +64,6 @@ class CostModel {
   const CalibrationTable* calibration_;
   int64_t world_size_override_ = 0;
 };
-
-// Ops that run on matrix units: mm, addmm, bmm, matmul, linear, baddbmm, convolution,
-// attention, and their backward.
-bool IsMatmulLike(absl::string_view op);
 
 }  // namespace magi
 

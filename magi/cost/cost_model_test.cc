@@ -1,5 +1,6 @@
 #include "magi/cost/cost_model.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
@@ -49,6 +50,11 @@ TEST(DeviceProfileTest, ErrorsNameTheLine) {
   auto bad_number = ParseDeviceProfile("name: x\nvector_flops: fast\n", "x.profile");
   ASSERT_FALSE(bad_number.ok());
   EXPECT_NE(bad_number.status().message().find("x.profile:2"), std::string::npos) << bad_number.status();
+  for (const char* number : {"nan", "inf", "-inf", "1e999"}) {
+    auto not_finite = ParseDeviceProfile(absl::StrCat("name: x\nmemory_bandwidth: ", number, "\n"), "x.profile");
+    EXPECT_EQ(not_finite.status().message(),
+              absl::StrCat("x.profile:2: 'memory_bandwidth' needs a non-negative, finite number, not '", number, "'"));
+  }
   auto unknown = ParseDeviceProfile("name: x\nwarp_speed: 9\n", "x.profile");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown key 'warp_speed'"), std::string::npos);
@@ -93,6 +99,30 @@ TEST(CostModelTest, RooflineOfMatmulsElementwiseAndViews) {
   NodeCost view = model.Cost(*g.FindValue("t")->producer());
   EXPECT_EQ(view.bytes, 0);
   EXPECT_LT(view.seconds, 1e-6);
+}
+
+// Every convolution is counted as one (conv3d used to fall through to the matmul rule,
+// which contracted the input's last spatial dimension).
+TEST(CostModelTest, ConvolutionsCountWeightElementsPerOutput) {
+  auto profile = ParseDeviceProfile(kProfile);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  CostModel model(*profile);
+  auto module = Parse(R"(module @m {
+  graph @g {
+    input %x: f32[2,3,8,8,8]
+    input %w: f32[4,3,3,3,3]
+    %y = aten::conv3d(%x, %w, none, [1, 1, 1], [1, 1, 1], [1, 1, 1], 1) : f32[2,4,8,8,8]
+    %z = aten::convolution(%x, %w, none, [1, 1, 1], [1, 1, 1], [1, 1, 1], false, [0, 0, 0], 1) : f32[2,4,8,8,8]
+    output y = %y
+    output z = %z
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const Graph& g = *module->FindGraph("g");
+  const double expected = 2.0 * (2 * 4 * 8 * 8 * 8) * (3 * 3 * 3 * 3);
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("y")->producer()).flops, expected);
+  EXPECT_DOUBLE_EQ(model.Cost(*g.FindValue("z")->producer()).flops, expected);
 }
 
 TEST(CostModelTest, CollectivesUseAlphaBetaOnTheLinkTheGroupSpans) {
@@ -165,6 +195,10 @@ TEST(CalibrationTest, MeasuredTimesReplaceTheFormulaAndRoundTrip) {
   auto bad = CalibrationTable::FromCsv("1e-6,1,aten::exp(f32[8,8]) -> f32[8,8]\nfast,1,x\n", "t.csv");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("t.csv:2"), std::string::npos) << bad.status();
+  for (const char* seconds : {"nan", "inf"}) {
+    auto not_finite = CalibrationTable::FromCsv(absl::StrCat(seconds, ",1,aten::exp(f32[8,8]) -> f32[8,8]\n"), "t.csv");
+    EXPECT_EQ(not_finite.status().code(), absl::StatusCode::kInvalidArgument) << seconds;
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "magi/base/file.h"
+#include "magi/base/numbers.h"
 #include "magi/cost/builtin_profiles.h"
 
 namespace magi {
@@ -41,8 +42,8 @@ absl::StatusOr<DeviceProfile> ParseDeviceProfile(absl::string_view text, absl::s
       continue;
     }
     double number = 0;
-    if (!absl::SimpleAtod(value, &number) || number < 0) {
-      return error(absl::StrCat("'", key, "' needs a non-negative number, not '", value, "'"));
+    if (!ParseFiniteDouble(value, &number) || number < 0) {
+      return error(absl::StrCat("'", key, "' needs a non-negative, finite number, not '", value, "'"));
     }
     if (absl::StartsWith(key, "matmul_flops.")) {
       std::optional<DType> dtype = ParseDType(key.substr(std::string("matmul_flops.").size()));

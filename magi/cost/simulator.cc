@@ -6,7 +6,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
+#include "magi/analysis/op_traits.h"
 
 namespace magi {
 
@@ -71,7 +72,7 @@ absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& m
       finish_of_start[&node] = end;
       int stream = node.annotations().stream > 0 ? node.annotations().stream : DefaultStream(*kind);
       result.events.push_back(
-          {absl::StrFormat("%s [%d tensors, %.2f MB]", node.op().substr(6), node.num_results(), cost.bytes / 1e6),
+          {absl::StrFormat("%s [%d tensors, %.2f MB]", SplitOpName(node.op()).name, node.num_results(), cost.bytes / 1e6),
            stream, i, begin, end});
       result.communication_seconds += cost.seconds;
       ++result.num_collectives;

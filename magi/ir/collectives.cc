@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "magi/base/check.h"
+#include "magi/base/checked_math.h"
 
 namespace magi {
 
@@ -44,9 +45,15 @@ absl::StatusOr<TensorType> CollectiveResultType(CollectiveKind kind, const Tenso
   int64_t& dim0 = result.sizes[0];
   if (dim0 == kDynamicDim) return result;
   switch (kind) {
-    case CollectiveKind::kAllGather:
-      dim0 *= group_size;
+    case CollectiveKind::kAllGather: {
+      std::optional<int64_t> gathered = CheckedMul(dim0, group_size);
+      if (!gathered) {
+        return absl::InvalidArgumentError(absl::StrCat("gathering ", input.ToString(), " over ", group_size,
+                                                       " ranks overflows int64 in dim 0"));
+      }
+      dim0 = *gathered;
       break;
+    }
     case CollectiveKind::kReduceScatter:
       if (dim0 % group_size != 0) {
         return absl::InvalidArgumentError(

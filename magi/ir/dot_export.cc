@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "magi/base/checked_math.h"
 #include "magi/ir/collectives.h"
 
 namespace magi {
@@ -49,7 +50,9 @@ std::string ExportDot(const Graph& graph) {
     std::string style;
     if (IsCollectiveStart(node->op())) {
       int64_t bytes = 0;
-      for (const Value* result : node->results()) bytes += result->type().tensor().SizeInBytes().value_or(0);
+      for (const Value* result : node->results()) {
+        bytes = SaturatingAdd(bytes, result->type().tensor().SizeInBytes().value_or(0));
+      }
       const Attribute* group = node->FindArg("group");
       if (group != nullptr && group->kind() == AttrKind::kString) absl::StrAppend(&label, "\ngroup ", group->as_string());
       absl::StrAppend(&label, "\n", FormatBytes(bytes));

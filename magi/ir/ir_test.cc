@@ -1,4 +1,6 @@
 // Building and editing graphs through the C++ API: ownership, use lists, replacement.
+#include <limits>
+
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/graph.h"
@@ -30,6 +32,26 @@ TEST(TypesTest, NamesAndSizes) {
   EXPECT_FALSE(ParseDType("float").has_value());
   EXPECT_EQ(Device::Parse("cuda:3")->index, 3);
   EXPECT_EQ(Device::Parse("cuda:x").status().message(), "unknown device 'cuda:x' (expected cpu, meta, cuda or cuda:N)");
+}
+
+// f32[2^62] is 2^64 bytes: it used to wrap to 0 bytes.
+TEST(TypesTest, SizesThatOverflowInt64AreNotWrapped) {
+  TensorType huge{DType::kFloat32, {int64_t{1} << 62}};
+  EXPECT_EQ(huge.NumElements(), int64_t{1} << 62);
+  EXPECT_EQ(huge.SizeInBytes(), std::nullopt);
+  EXPECT_EQ(huge.CheckedSizeInBytes().status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(huge.CheckedSizeInBytes().status().message(),
+            "f32[4611686018427387904] is 18446744073709551616 bytes, more than int64 can hold (at most "
+            "9223372036854775807)");
+  TensorType square{DType::kFloat32, {3037000500, 3037000500}};  // 9.22e18 elements > INT64_MAX
+  EXPECT_EQ(square.NumElements(), std::nullopt);
+  EXPECT_EQ(square.CheckedSizeInBytes().status().message(),
+            "f32[3037000500,3037000500] has more elements than int64 can count (at most 9223372036854775807)");
+  EXPECT_EQ(ContiguousStrides({2, 3037000500, 3037000500}),
+            (std::vector<int64_t>{std::numeric_limits<int64_t>::max(), 3037000500, 1}));
+  EXPECT_EQ((TensorType{DType::kInt64, {kDynamicDim}}).CheckedSizeInBytes().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((TensorType{DType::kFloat64, {1 << 20, 1 << 20}}).CheckedSizeInBytes().value(), int64_t{8} << 40);
 }
 
 TEST(NamesTest, OpAndArgumentNames) {

@@ -2,9 +2,11 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "magi/base/utf8.h"
 
 namespace magi::ir_text {
 namespace {
@@ -110,18 +112,29 @@ std::string Lexer::LexBareName() {
   return name;
 }
 
-bool Lexer::LexQuoted(std::string* out, std::string* error) {
+bool Lexer::LexQuoted(std::string* out, std::string* error, SourceLocation* error_location) {
   Advance();  // opening quote
+  // Where each byte of `out` came from (a raw byte or the escape that made it), to point
+  // at the first byte that is not UTF-8.
+  std::vector<SourceLocation> origins;
   while (true) {
     if (pos_ >= input_.size() || Peek() == '\n') {
       *error = "unterminated string";
       return false;
     }
+    SourceLocation origin{line_, column_};
     char c = Peek();
     Advance();
-    if (c == '"') return true;
+    if (c == '"') {
+      size_t valid = ValidUtf8Prefix(*out);
+      if (valid == out->size()) return true;
+      *error = absl::StrFormat("quoted text is not valid UTF-8 (byte 0x%02x)", static_cast<unsigned char>((*out)[valid]));
+      *error_location = origins[valid];
+      return false;
+    }
     if (c != '\\') {
       *out += c;
+      origins.push_back(origin);
       continue;
     }
     char escape = Peek();
@@ -153,6 +166,7 @@ bool Lexer::LexQuoted(std::string* out, std::string* error) {
         *error = absl::StrCat("unknown escape '\\", std::string(1, escape), "'");
         return false;
     }
+    origins.resize(out->size(), origin);  // the escape made the byte just added
   }
 }
 
@@ -238,7 +252,8 @@ Token Lexer::Next() {
       return single(TokenKind::kColon);
     case '"': {
       std::string error;
-      if (!LexQuoted(&token.text, &error)) return MakeError(token.location, error);
+      SourceLocation where = token.location;
+      if (!LexQuoted(&token.text, &error, &where)) return MakeError(where, error);
       token.kind = TokenKind::kString;
       return token;
     }
@@ -246,9 +261,10 @@ Token Lexer::Next() {
     case '@': {
       Advance();
       token.kind = c == '%' ? TokenKind::kValueName : TokenKind::kSymbolName;
-      if (Peek() == '"') {  // quoted names may be anything, even empty
+      if (Peek() == '"') {  // quoted names may be any UTF-8 text, even empty
         std::string error;
-        if (!LexQuoted(&token.text, &error)) return MakeError(token.location, error);
+        SourceLocation where = token.location;
+        if (!LexQuoted(&token.text, &error, &where)) return MakeError(where, error);
         return token;
       }
       token.text = LexBareName();

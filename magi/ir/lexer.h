@@ -2,7 +2,8 @@
 //
 // Tokens: identifiers and op names ([A-Za-z_][A-Za-z0-9_.]* joined by "::"),
 // %value and @symbol names (bare or quoted), integers, floats, strings with C-style
-// escapes, and punctuation. Comments run from "//" to the end of the line. Every
+// escapes, and punctuation. Quoted names and strings must be valid UTF-8 once unescaped
+// (protobuf requires it of every string). Comments run from "//" to the end of the line. Every
 // token records its line and column (1-based) for error messages. The lexer never
 // fails: bad characters become kError tokens that the parser reports.
 #ifndef MAGI_IR_LEXER_H_
@@ -61,7 +62,10 @@ class Lexer {
   void SkipSpaceAndComments();
   Token MakeError(SourceLocation location, std::string reason);
   Token LexNumber(SourceLocation location);
-  bool LexQuoted(std::string* out, std::string* error);
+  // Lexes "..." at the current position into `out`, unescaped. On failure returns false
+  // with the reason; `error_location` is set where the problem is (invalid UTF-8: the
+  // byte or escape that starts the bad sequence), else left alone.
+  bool LexQuoted(std::string* out, std::string* error, SourceLocation* error_location);
   std::string LexBareName();
 
   absl::string_view input_;

@@ -77,8 +77,9 @@ class Parser {
   absl::Status ParseInput(Graph& graph);
   absl::Status ParseOutput(Graph& graph);
   absl::Status ParseNode(Graph& graph);
-  absl::StatusOr<TensorType> ParseTensorType();
-  absl::StatusOr<Type> ParseType();
+  // `value` names the value being typed ("%x"), for errors.
+  absl::StatusOr<TensorType> ParseTensorType(absl::string_view value);
+  absl::StatusOr<Type> ParseType(absl::string_view value);
   absl::StatusOr<std::vector<int64_t>> ParseDims(bool allow_dynamic);
   absl::StatusOr<ParsedArg> ParseArgValue(Graph& graph);
   absl::StatusOr<ParsedArg> ParseList(Graph& graph);
@@ -185,7 +186,7 @@ absl::Status Parser::ParseInput(Graph& graph) {
     return ErrorAt(name.location, absl::StrCat("value %", name.text, " is defined twice"));
   }
   MAGI_RETURN_IF_ERROR(Expect(TokenKind::kColon).status());
-  MAGI_ASSIGN_OR_RETURN(Type type, ParseType());
+  MAGI_ASSIGN_OR_RETURN(Type type, ParseType(absl::StrCat("input %", name.text)));
   InputRole role = InputRole::kData;
   if (At(TokenKind::kLBrace)) {
     Take();
@@ -282,7 +283,9 @@ absl::Status Parser::ParseNode(Graph& graph) {
   if (!result_names.empty()) {
     MAGI_RETURN_IF_ERROR(Expect(TokenKind::kColon, "':' and the result types").status());
     while (true) {
-      MAGI_ASSIGN_OR_RETURN(Type type, ParseType());
+      std::string value =
+          types.size() < result_names.size() ? absl::StrCat("%", result_names[types.size()].text) : "a result";
+      MAGI_ASSIGN_OR_RETURN(Type type, ParseType(value));
       types.push_back(std::move(type));
       if (!At(TokenKind::kComma)) break;
       Take();
@@ -459,13 +462,18 @@ absl::StatusOr<std::vector<int64_t>> Parser::ParseDims(bool allow_dynamic) {
   return dims;
 }
 
-absl::StatusOr<TensorType> Parser::ParseTensorType() {
+absl::StatusOr<TensorType> Parser::ParseTensorType(absl::string_view value) {
   MAGI_ASSIGN_OR_RETURN(Token dtype_token, Expect(TokenKind::kIdentifier, "a type such as f32[8,16]"));
   std::optional<DType> dtype = ParseDType(dtype_token.text);
   if (!dtype) return ErrorAt(dtype_token.location, absl::StrCat("unknown dtype '", dtype_token.text, "'"));
   TensorType type;
   type.dtype = *dtype;
   MAGI_ASSIGN_OR_RETURN(type.sizes, ParseDims(/*allow_dynamic=*/true));
+  // Every size the IR holds has an element and byte count that fits int64.
+  if (absl::StatusOr<int64_t> bytes = type.CheckedSizeInBytes();
+      !bytes.ok() && bytes.status().code() == absl::StatusCode::kOutOfRange) {
+    return ErrorAt(dtype_token.location, absl::StrCat(value, ": ", bytes.status().message()));
+  }
   if (AtKeyword("strides")) {
     SourceLocation loc = Take().location;
     MAGI_ASSIGN_OR_RETURN(type.strides, ParseDims(/*allow_dynamic=*/false));
@@ -488,15 +496,15 @@ absl::StatusOr<TensorType> Parser::ParseTensorType() {
   return type;
 }
 
-absl::StatusOr<Type> Parser::ParseType() {
+absl::StatusOr<Type> Parser::ParseType(absl::string_view value) {
   if (AtKeyword("future")) {
     Take();
     MAGI_RETURN_IF_ERROR(Expect(TokenKind::kLAngle).status());
-    MAGI_ASSIGN_OR_RETURN(TensorType tensor, ParseTensorType());
+    MAGI_ASSIGN_OR_RETURN(TensorType tensor, ParseTensorType(value));
     MAGI_RETURN_IF_ERROR(Expect(TokenKind::kRAngle).status());
     return Type::Future(std::move(tensor));
   }
-  MAGI_ASSIGN_OR_RETURN(TensorType tensor, ParseTensorType());
+  MAGI_ASSIGN_OR_RETURN(TensorType tensor, ParseTensorType(value));
   return Type::Tensor(std::move(tensor));
 }
 

@@ -49,6 +49,26 @@ INSTANTIATE_TEST_SUITE_P(
                   "bad.mir:2:14: a list mixes values (%x / none) with constants"},
         ErrorCase{"int_overflow", "module @m { graph @g { input %x: f32[99999999999999999999] } }",
                   "bad.mir:1:38: integer 99999999999999999999 is out of the int64 range"},
+        ErrorCase{"bytes_overflow", "module @m { graph @g {\n  input %x: f32[4611686018427387904] } }",
+                  "bad.mir:2:13: input %x: f32[4611686018427387904] is 18446744073709551616 bytes, more than int64 "
+                  "can hold (at most 9223372036854775807)"},
+        ErrorCase{"elements_overflow",
+                  "module @m { graph @g { input %a: f32[4]\n  %c = aten::mm(%a, %a) : f32[3037000500,3037000500] } }",
+                  "bad.mir:2:27: %c: f32[3037000500,3037000500] has more elements than int64 can count (at most "
+                  "9223372036854775807)"},
+        ErrorCase{"future_overflow",
+                  "module @m { graph @g { input %a: f32[4]\n  %f, %g = magi::x(%a) : f32[2], future<f64[2,2305843009213693952]> } }",
+                  "bad.mir:2:41: %g: f64[2,2305843009213693952] is 36893488147419103232 bytes, more than int64 can "
+                  "hold (at most 9223372036854775807)"},
+        ErrorCase{"utf8_raw_in_name", "module @m { graph @g { input %\"a\xff\": f32[2] } }",
+                  "bad.mir:1:33: quoted text is not valid UTF-8 (byte 0xff)"},
+        ErrorCase{"utf8_escape_in_string",
+                  "module @m { graph @g { input %x: f32[2]\n%a = aten::f(%x, \"ok\\xc3\") : f32[2] } }",
+                  "bad.mir:2:21: quoted text is not valid UTF-8 (byte 0xc3)"},
+        ErrorCase{"utf8_overlong_symbol", "module @\"\xc0\xaf\" { }", "bad.mir:1:10: quoted text is not valid UTF-8 (byte 0xc0)"},
+        ErrorCase{"utf8_surrogate_in_module_path",
+                  "module @m { graph @g { input %x: f32[2]\n%a = aten::relu(%x) : f32[2] {module = \"l.\xed\xa0\x80\"} } }",
+                  "bad.mir:2:43: quoted text is not valid UTF-8 (byte 0xed)"},
         ErrorCase{"negative_dim", "module @m { graph @g { input %x: f32[-2] } }", "bad.mir:1:38: negative value -2"},
         ErrorCase{"stride_count", "module @m { graph @g { input %x: f32[2,3]strides[1] } }",
                   "bad.mir:1:42: 1 strides for 2 dimensions"},
@@ -77,6 +97,15 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"bad_dtype_attr", "module @m { graph @g { input %x: f32[2]\n%a = aten::to(%x, dtype(f8)) : f32[2] } }",
                   "bad.mir:2:25: unknown dtype 'f8'"}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
+
+// Valid UTF-8, raw or escaped, is accepted; the printer escapes it and the text
+// parses back to the same name.
+TEST(ParserErrorTest, ValidUtf8IsAccepted) {
+  auto module = ParseModule("module @m { graph @g { input %\"caf\xc3\xa9\": f32[2]\n input %\"\\xe2\\x82\\xac\": f32[2] } }");
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_NE((*module)->FindGraph("g")->FindValue("caf\xc3\xa9"), nullptr);
+  EXPECT_NE((*module)->FindGraph("g")->FindValue("\xe2\x82\xac"), nullptr);
+}
 
 TEST(ParserErrorTest, FileNameDefaultsToText) {
   auto module = ParseModule("modul");

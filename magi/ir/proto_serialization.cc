@@ -1,8 +1,11 @@
 #include "magi/ir/proto_serialization.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "magi/base/status_macros.h"
+#include "magi/base/utf8.h"
 
 namespace magi {
 namespace {
@@ -113,6 +116,10 @@ class Loader {
     if (!type.strides.empty() && type.strides.size() != type.sizes.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": ", type.strides.size(), " strides for ", type.sizes.size(), " dimensions"));
+    }
+    if (absl::StatusOr<int64_t> bytes = type.CheckedSizeInBytes();
+        !bytes.ok() && bytes.status().code() == absl::StatusCode::kOutOfRange) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", bytes.status().message()));
     }
     if (!proto.device().empty()) {
       absl::StatusOr<Device> device = Device::Parse(proto.device());
@@ -328,7 +335,50 @@ absl::StatusOr<std::unique_ptr<Module>> ModuleFromProto(const proto::ModuleProto
   return Loader().Load(proto);
 }
 
-std::string ModuleToBinary(const Module& module) { return ModuleToProto(module).SerializeAsString(); }
+namespace {
+
+// Every string field of `message` (recursively) must be UTF-8; the error names the first
+// that is not by its field path, e.g. "graphs[0].nodes[3].results[0].name".
+absl::Status CheckStringsAreUtf8(const google::protobuf::Message& message, const std::string& path) {
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    std::string field_path = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    auto check_string = [&](const std::string& text, const std::string& where) -> absl::Status {
+      size_t valid = ValidUtf8Prefix(text);
+      if (valid == text.size()) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(where, " = \"", absl::CHexEscape(text),
+                                                     "\" is not valid UTF-8 (at byte ", valid,
+                                                     "); protobuf cannot carry it"));
+    };
+    bool is_string = field->type() == google::protobuf::FieldDescriptor::TYPE_STRING;
+    bool is_message = field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE;
+    if (!is_string && !is_message) continue;
+    if (field->is_repeated()) {
+      for (int k = 0; k < reflection->FieldSize(message, field); ++k) {
+        std::string element = absl::StrCat(field_path, "[", k, "]");
+        MAGI_RETURN_IF_ERROR(is_string ? check_string(reflection->GetRepeatedString(message, field, k), element)
+                                       : CheckStringsAreUtf8(reflection->GetRepeatedMessage(message, field, k), element));
+      }
+    } else if (is_string) {
+      MAGI_RETURN_IF_ERROR(check_string(reflection->GetString(message, field), field_path));
+    } else if (reflection->HasField(message, field)) {
+      MAGI_RETURN_IF_ERROR(CheckStringsAreUtf8(reflection->GetMessage(message, field), field_path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ModuleToBinary(const Module& module) {
+  proto::ModuleProto proto = ModuleToProto(module);
+  MAGI_RETURN_IF_ERROR(CheckStringsAreUtf8(proto, ""));
+  std::string bytes;
+  if (!proto.SerializeToString(&bytes)) return absl::InternalError("protobuf serialization failed");
+  return bytes;
+}
 
 absl::StatusOr<std::unique_ptr<Module>> ModuleFromBinary(absl::string_view bytes) {
   proto::ModuleProto proto;
@@ -340,11 +390,13 @@ absl::StatusOr<std::unique_ptr<Module>> ModuleFromBinary(absl::string_view bytes
 }
 
 absl::StatusOr<std::string> ModuleToJson(const Module& module) {
+  proto::ModuleProto proto = ModuleToProto(module);
+  MAGI_RETURN_IF_ERROR(CheckStringsAreUtf8(proto, ""));
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.preserve_proto_field_names = true;
-  auto status = google::protobuf::util::MessageToJsonString(ModuleToProto(module), &json, options);
+  auto status = google::protobuf::util::MessageToJsonString(proto, &json, options);
   if (!status.ok()) return absl::InternalError(absl::StrCat("JSON encoding failed: ", status.ToString()));
   return json;
 }

@@ -26,7 +26,10 @@ inline constexpr int kIrVersion = 1;
 proto::ModuleProto ModuleToProto(const Module& module);
 absl::StatusOr<std::unique_ptr<Module>> ModuleFromProto(const proto::ModuleProto& proto);
 
-std::string ModuleToBinary(const Module& module);
+// Writing fails (InvalidArgument naming the field and the text) if a name or string is
+// not valid UTF-8: protobuf would write it, but no reader, `magi verify` included, would
+// accept the file. The text parser never produces such a module; code may.
+absl::StatusOr<std::string> ModuleToBinary(const Module& module);
 absl::StatusOr<std::unique_ptr<Module>> ModuleFromBinary(absl::string_view bytes);
 
 absl::StatusOr<std::string> ModuleToJson(const Module& module);

@@ -1,11 +1,15 @@
 #include "magi/ir/types.h"
 
 #include <array>
+#include <limits>
+#include <sstream>
 #include <utility>
 
+#include "absl/numeric/int128.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "magi/base/checked_math.h"
 
 namespace magi {
 namespace {
@@ -84,10 +88,12 @@ bool TensorType::HasDynamicDims() const {
 }
 
 std::optional<int64_t> TensorType::NumElements() const {
+  if (HasDynamicDims()) return std::nullopt;
   int64_t n = 1;
   for (int64_t size : sizes) {
-    if (size == kDynamicDim) return std::nullopt;
-    n *= size;
+    std::optional<int64_t> product = CheckedMul(n, size);
+    if (!product) return std::nullopt;
+    n = *product;
   }
   return n;
 }
@@ -95,7 +101,25 @@ std::optional<int64_t> TensorType::NumElements() const {
 std::optional<int64_t> TensorType::SizeInBytes() const {
   std::optional<int64_t> n = NumElements();
   if (!n) return std::nullopt;
-  return *n * DTypeSize(dtype);
+  return CheckedMul(*n, DTypeSize(dtype));
+}
+
+absl::StatusOr<int64_t> TensorType::CheckedSizeInBytes() const {
+  if (HasDynamicDims()) return absl::FailedPreconditionError(absl::StrCat(ToString(), " has a dynamic size"));
+  std::optional<int64_t> elements = NumElements();
+  if (!elements) {
+    return absl::OutOfRangeError(absl::StrCat(ToString(), " has more elements than int64 can count (at most ",
+                                              std::numeric_limits<int64_t>::max(), ")"));
+  }
+  std::optional<int64_t> bytes = SizeInBytes();
+  if (!bytes) {
+    absl::uint128 exact = absl::uint128(static_cast<uint64_t>(*elements)) * static_cast<uint64_t>(DTypeSize(dtype));
+    std::ostringstream exact_text;  // absl::StrCat takes no uint128 in this Abseil
+    exact_text << exact;
+    return absl::OutOfRangeError(absl::StrCat(ToString(), " is ", exact_text.str(), " bytes, more than int64 can hold (at most ",
+                                              std::numeric_limits<int64_t>::max(), ")"));
+  }
+  return *bytes;
 }
 
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
@@ -103,7 +127,7 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
   int64_t stride = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = stride;
-    stride *= sizes[i] > 0 ? sizes[i] : 1;
+    stride = CheckedMul(stride, sizes[i] > 0 ? sizes[i] : 1).value_or(std::numeric_limits<int64_t>::max());
   }
   return strides;
 }

@@ -72,10 +72,16 @@ struct TensorType {
 
   int64_t rank() const { return static_cast<int64_t>(sizes.size()); }
   bool HasDynamicDims() const;
-  // Number of elements; nullopt when a dimension is dynamic.
+  // Number of elements; nullopt when a dimension is dynamic or the count does not fit
+  // in int64 (the verifier rejects such types, so on verified IR nullopt means dynamic).
   std::optional<int64_t> NumElements() const;
-  // Bytes of a contiguous tensor of this type; nullopt when a dimension is dynamic.
+  // Bytes of a contiguous tensor of this type; nullopt when a dimension is dynamic or
+  // the byte count does not fit in int64 (as for NumElements).
   std::optional<int64_t> SizeInBytes() const;
+  // SizeInBytes with the reason when there is none: FailedPrecondition for a dynamic
+  // dimension, OutOfRange when the element or byte count overflows int64 (the message
+  // names the type and the exact count).
+  absl::StatusOr<int64_t> CheckedSizeInBytes() const;
   // True when strides are empty or equal to the row-major strides of `sizes`.
   bool IsContiguous() const;
   // Text form: dtype[sizes], then "strides[...]" when set, then "@device" unless cpu.
@@ -85,7 +91,8 @@ struct TensorType {
   bool operator!=(const TensorType& other) const { return !(*this == other); }
 };
 
-// Row-major strides of `sizes`.
+// Row-major strides of `sizes` (a stride that would overflow int64 is clamped to
+// INT64_MAX: such a type has no valid size anyway).
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 
 enum class TypeKind : uint8_t { kTensor, kFuture };

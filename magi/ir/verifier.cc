@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
 namespace {
@@ -62,6 +63,7 @@ class GraphVerifier {
     for (const Value* input : graph_.inputs()) {
       defined_.insert(input);
       if (input->type().is_future()) Error(nullptr, absl::StrCat("input %", input->name(), " is a future"));
+      VerifySize(nullptr, absl::StrCat("input %", input->name()), *input);
     }
     for (const Node* node : graph_.nodes()) {
       VerifyNode(*node);
@@ -92,8 +94,18 @@ class GraphVerifier {
     errors_.push_back(absl::StrCat(where, ": ", message));
   }
 
+  // Element and byte counts must fit int64 (a wrapped count would make every size
+  // computed from it wrong, silently).
+  void VerifySize(const Node* node, absl::string_view what, const Value& value) {
+    absl::StatusOr<int64_t> bytes = value.type().tensor().CheckedSizeInBytes();
+    if (!bytes.ok() && bytes.status().code() == absl::StatusCode::kOutOfRange) {
+      Error(node, absl::StrCat(what, ": ", bytes.status().message()));
+    }
+  }
+
   void VerifyNode(const Node& node) {
     if (!IsValidOpName(node.op())) Error(&node, "invalid op name (expected namespace::name, e.g. aten::mm)");
+    for (const Value* result : node.results()) VerifySize(&node, absl::StrCat("result %", result->name()), *result);
     for (const Argument& arg : node.args()) {
       if (!arg.name.empty() && !IsValidArgumentName(arg.name)) {
         Error(&node, absl::StrCat("invalid argument name '", arg.name, "'"));
@@ -138,6 +150,10 @@ class GraphVerifier {
         VerifyCollectiveStart(node, *kind);
       } else if (node.op() == kWaitOp) {
         VerifyWait(node);
+      } else if (node.op() == kCallOp) {
+        VerifyCall(node);
+      } else if (node.op() == kAdamWOp) {
+        VerifyAdamW(node);
       } else {
         Error(&node, "unknown op in the magi:: namespace");
       }
@@ -180,6 +196,81 @@ class GraphVerifier {
                                                                mismatch(out.sizes[0], a.sizes[0])))) {
         Error(&node, absl::StrCat("shapes do not chain: ", a.ToString(), " x ", b.ToString(), " -> ",
                                   out.ToString()));
+      }
+    }
+  }
+
+  void VerifyCall(const Node& node) {
+    std::string callee_name = CalleeName(node);
+    if (callee_name.empty()) {
+      Error(&node, "needs a string argument callee = \"<graph>\"");
+      return;
+    }
+    const Graph* callee = module_ == nullptr ? nullptr : module_->FindGraph(callee_name);
+    if (callee == nullptr) {
+      Error(&node, absl::StrCat("calls graph @", callee_name, ", which the module does not have"));
+      return;
+    }
+    if (callee == &graph_) {
+      Error(&node, "calls its own graph");
+      return;
+    }
+    if (node.num_operands() != static_cast<int>(callee->inputs().size())) {
+      Error(&node, absl::StrCat("passes ", node.num_operands(), " tensors; @", callee_name, " takes ",
+                                callee->inputs().size()));
+      return;
+    }
+    for (int i = 0; i < node.num_operands(); ++i) {
+      if (!(node.operand(i)->type() == callee->inputs()[i]->type())) {
+        Error(&node, absl::StrCat("operand ", i, " is ", node.operand(i)->type().ToString(), "; @", callee_name,
+                                  " takes ", callee->inputs()[i]->type().ToString()));
+      }
+    }
+    if (node.num_results() != static_cast<int>(callee->outputs().size())) {
+      Error(&node, absl::StrCat("has ", node.num_results(), " results; @", callee_name, " returns ",
+                                callee->outputs().size()));
+      return;
+    }
+    for (int i = 0; i < node.num_results(); ++i) {
+      const Value* output = callee->outputs()[i].value;
+      if (output != nullptr && !(node.result(i)->type() == output->type())) {
+        Error(&node, absl::StrCat("result ", i, " is ", node.result(i)->type().ToString(), "; @", callee_name,
+                                  " returns ", output->type().ToString()));
+      }
+    }
+  }
+
+  void VerifyAdamW(const Node& node) {
+    if (node.num_operands() != 7 || node.num_results() != 3) {
+      Error(&node, absl::StrCat("takes 7 tensors (param, grad, exp_avg, exp_avg_sq, decay, step_size, bc2_sqrt) and "
+                                "returns 3; got ",
+                                node.num_operands(), " and ", node.num_results()));
+      return;
+    }
+    for (const Value* operand : node.operands()) {
+      if (!operand->type().is_tensor()) {
+        Error(&node, absl::StrCat("%", operand->name(), " is not a tensor"));
+        return;
+      }
+    }
+    const TensorType& param = node.operand(kAdamWParam)->type().tensor();
+    for (int i : {kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq}) {
+      const TensorType& other = node.operand(i)->type().tensor();
+      if (other.dtype != param.dtype || other.sizes != param.sizes) {
+        Error(&node, absl::StrCat("operand ", i, " is ", other.ToString(), "; the parameter is ", param.ToString()));
+      }
+    }
+    for (int i : {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
+      if (!node.operand(i)->type().tensor().sizes.empty()) {
+        Error(&node, absl::StrCat("operand ", i, " must be a 0-dim tensor, got ",
+                                  node.operand(i)->type().tensor().ToString()));
+      }
+    }
+    for (const Value* result : node.results()) {
+      const TensorType& type = result->type().tensor();
+      if (type.dtype != param.dtype || type.sizes != param.sizes) {
+        Error(&node, absl::StrCat("result %", result->name(), " is ", type.ToString(), "; the parameter is ",
+                                  param.ToString()));
       }
     }
   }

@@ -3,6 +3,7 @@
 // What it checks:
 //  - SSA: every operand is a graph input or a result of an earlier node (program
 //    order is a valid schedule); outputs are values of the graph; names are unique.
+//  - Sizes: every value's element and byte counts fit in int64.
 //  - Argument lists: every operand is referenced by exactly one argument.
 //  - Known ops: arity and result count of common ATen ops, shapes of matrix
 //    products, and that the magi:: namespace holds only Magi's ops.

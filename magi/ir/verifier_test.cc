@@ -35,6 +35,23 @@ TEST(VerifierTest, MatmulShapesMustChain) {
             "f32[4,3]");
 }
 
+// Types built in code (the parser already refuses such text): a byte count that
+// overflows int64 is an error naming the value and the node's line.
+TEST(VerifierTest, SizesMustFitInt64) {
+  Module module("m");
+  Graph& g = *module.AddGraph("g");
+  Value* x = g.AddInput("x", Type::Tensor({DType::kFloat32, {int64_t{1} << 62}}));
+  Node* node = g.AddNode("aten::neg", {NodeArg(x)}, {Type::Tensor({DType::kFloat32, {3037000500, 3037000500}})});
+  node->set_location({7, 5});
+  absl::Status status = VerifyModule(module);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "graph @g: input %x: f32[4611686018427387904] is 18446744073709551616 bytes, more than int64 can hold (at "
+            "most 9223372036854775807)\n"
+            "graph @g: aten::neg defining %0 at line 7:5: result %0: f32[3037000500,3037000500] has more elements "
+            "than int64 can count (at most 9223372036854775807)");
+}
+
 TEST(VerifierTest, KnownOpArity) {
   EXPECT_EQ(VerifyText(R"(module @m { graph @g {
     input %a: f32[4,8]

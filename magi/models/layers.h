@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "magi/frontend/capture/module_scope.h"
+#include "magi/frontend/module_scope.h"
 
 namespace magi::models {
 

@@ -18,6 +18,17 @@ LlamaConfig LlamaConfig::Small() {
   return c;
 }
 
+LlamaConfig LlamaConfig::Llama1B() {
+  LlamaConfig c;
+  c.vocab_size = 32000;
+  c.dim = 2048;
+  c.n_layers = 16;
+  c.n_heads = 16;
+  c.ffn_hidden = 5632;
+  c.max_seq_len = 2048;
+  return c;
+}
+
 LlamaConfig LlamaConfig::Llama3_8B() {
   LlamaConfig c;
   c.vocab_size = 128256;

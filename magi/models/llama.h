@@ -32,6 +32,7 @@ struct LlamaConfig {
 
   static LlamaConfig Tiny();       // 2 layers, dim 64: unit tests
   static LlamaConfig Small();      // 4 layers, dim 256: the CPU training example
+  static LlamaConfig Llama1B();    // 16 layers, dim 2048, 16 heads, ffn 5632, vocab 32000 (953M): the GPU benchmark
   static LlamaConfig Llama3_8B();  // 32 layers, dim 4096, ffn 14336, vocab 128256 (without GQA)
 };
 

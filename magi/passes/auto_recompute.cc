@@ -4,14 +4,13 @@
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "magi/ir/graph_utils.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
 #include "magi/passes/schedule_util.h"
-#include "magi/registry/registry.h"
 
 namespace magi {
 namespace {
@@ -24,7 +23,7 @@ bool IsOutput(const Graph& graph, const Value* value) {
 }
 
 // Forward nodes whose results backward reads and that may be recomputed, best first.
-std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const CostModel& model) {
+std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const NodeCostOracle& model) {
   absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
   struct Ranked {
     Node* node;
@@ -57,7 +56,7 @@ std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const CostMo
     };
     for (const Value* result : node->results()) late_through_views(result);
     if (!eligible || !used_late || bytes == 0) continue;
-    double seconds = model.Cost(*node).seconds;
+    double seconds = model.NodeSeconds(*node);
     ranked.push_back({node, bytes / std::max(seconds, 1e-12), position});
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
@@ -154,7 +153,7 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
         "auto-recompute: graph @%s peaks at %d bytes, over the budget of %d, and has no backward to trade against",
         graph.name(), before->peak_bytes, budget_bytes_));
   }
-  std::vector<Node*> candidates = RankCandidates(graph, boundary, model_);
+  std::vector<Node*> candidates = RankCandidates(graph, boundary, *model_);
   report_.candidates = static_cast<int>(candidates.size());
   absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
   std::vector<int> candidate_positions;
@@ -191,7 +190,7 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   if (!after.ok()) return after.status();
   report_.peak_after = after->peak_bytes;
   report_.recomputed = static_cast<int>(copies.size());
-  for (const Node* copy : copies) report_.recompute_seconds += model_.Cost(*copy).seconds;
+  for (const Node* copy : copies) report_.recompute_seconds += model_->NodeSeconds(*copy);
   if (after->peak_bytes > budget_bytes_) {
     return absl::InternalError(absl::StrFormat("auto-recompute: the chosen rewrite peaks at %d bytes, over %d",
                                                after->peak_bytes, budget_bytes_));
@@ -208,25 +207,5 @@ absl::StatusOr<bool> AutoRecompute::RunImpl(Module& module) {
   }
   return changed;
 }
-
-MAGI_REGISTER(Pass, "auto-recompute", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  double budget_bytes = -1;
-  std::string profile_name = "cpu";
-  for (const auto& [key, value] : options) {
-    double number = 0;
-    if ((key == "budget_mb" || key == "budget_gb") && absl::SimpleAtod(value, &number) && number > 0) {
-      budget_bytes = number * (key == "budget_mb" ? 1e6 : 1e9);
-    } else if (key == "profile") {
-      profile_name = value;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "auto-recompute takes budget_mb=N or budget_gb=X (positive) and profile=NAME, not ", key, "=", value));
-    }
-  }
-  if (budget_bytes < 0) return absl::InvalidArgumentError("auto-recompute needs budget_mb=N or budget_gb=X");
-  absl::StatusOr<DeviceProfile> profile = LoadDeviceProfile(profile_name);
-  if (!profile.ok()) return profile.status();
-  return std::make_unique<AutoRecompute>(static_cast<int64_t>(budget_bytes), CostModel(*std::move(profile)));
-});
 
 }  // namespace magi

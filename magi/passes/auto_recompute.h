@@ -9,20 +9,25 @@
 //
 // Choice: candidates (pure, deterministic forward nodes with a backward use; never
 // collectives, random or in-place ops; views follow their base) are ranked by bytes
-// freed per second of recompute (the cost model's time), and the shortest prefix of
+// freed per second of recompute (the NodeCostOracle's time: magi/cost's CostModel in
+// practice), and the shortest prefix of
 // that ranking whose rewritten graph the memory planner puts under the budget is taken
 // (binary search, each probe a real rewrite of a copy + plan). The result is
 // deterministic. FailedPrecondition if recomputing every candidate still does not fit,
 // naming the smallest peak reachable.
 //
-// Registered as "auto-recompute{budget_mb=N}" or "{budget_gb=X}", with
-// "profile=cpu|h200|<path>" for the ranking (default cpu).
+// Registered (by the :auto_recompute_registration target, which links the cost model)
+// as "auto-recompute{budget_mb=N}" or "{budget_gb=X}", with "profile=cpu|h200|<path>"
+// for the ranking (default cpu).
 #ifndef MAGI_PASSES_AUTO_RECOMPUTE_H_
 #define MAGI_PASSES_AUTO_RECOMPUTE_H_
 
 #include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
-#include "magi/cost/cost_model.h"
+#include "magi/analysis/node_cost.h"
 #include "magi/passes/pass.h"
 
 namespace magi {
@@ -38,7 +43,14 @@ struct RecomputeReport {
 
 class AutoRecompute : public Pass {
  public:
-  AutoRecompute(int64_t budget_bytes, CostModel model) : budget_bytes_(budget_bytes), model_(std::move(model)) {}
+  // `model` ranks the candidates; never null.
+  AutoRecompute(int64_t budget_bytes, std::unique_ptr<const NodeCostOracle> model)
+      : budget_bytes_(budget_bytes), model_(std::move(model)) {}
+  // Takes a copy of any NodeCostOracle value: AutoRecompute(budget, CostModel(profile)).
+  template <typename Model, typename = std::enable_if_t<std::is_base_of<NodeCostOracle, std::decay_t<Model>>::value>>
+  AutoRecompute(int64_t budget_bytes, Model&& model)
+      : AutoRecompute(budget_bytes, std::make_unique<const std::decay_t<Model>>(std::forward<Model>(model))) {}
+
   absl::string_view name() const override { return "auto-recompute"; }
   const RecomputeReport& report() const { return report_; }
 
@@ -49,7 +61,7 @@ class AutoRecompute : public Pass {
   absl::StatusOr<bool> RunOnGraph(Module& module, Graph& graph);
 
   int64_t budget_bytes_;
-  CostModel model_;
+  std::unique_ptr<const NodeCostOracle> model_;
   RecomputeReport report_;
 };
 

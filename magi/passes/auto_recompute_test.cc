@@ -1,11 +1,12 @@
 #include "magi/passes/auto_recompute.h"
 
 #include "gtest/gtest.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/cost/cost_model.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
-#include "magi/passes/memory_plan.h"
 #include "magi/passes/pass_test_util.h"
 #include "magi/passes/pipeline.h"
 
@@ -50,6 +51,26 @@ TEST(AutoRecomputeTest, RecomputesTheCheapestActivationsUntilTheStepFits) {
   }
   EXPECT_EQ(copies, pass.report().recomputed);
   EXPECT_GE(marked, 1);
+}
+
+// The pass only needs the per-node cost interface: with every node equally expensive
+// the ranking is by bytes alone, and the step still fits.
+class UniformCost : public NodeCostOracle {
+ public:
+  double NodeSeconds(const Node&) const override { return 1e-6; }
+};
+
+TEST(AutoRecomputeTest, RanksWithAnyNodeCostOracle) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  testing::RunPipeline(*module, "reshard-after-forward{mode=reshard}");
+  const int64_t budget = 1750000;
+  AutoRecompute pass(budget, UniformCost());
+  absl::StatusOr<bool> changed = pass.Run(*module);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  EXPECT_LE(Peak(*module->graphs()[0]), budget);
+  EXPECT_NEAR(pass.report().recompute_seconds, 1e-6 * pass.report().recomputed, 1e-12);
 }
 
 TEST(AutoRecomputeTest, ALowerBudgetRecomputesMore) {
@@ -132,8 +153,10 @@ TEST(AutoRecomputeTest, RewriteCopiesTheForwardChainBeforeItsBackwardUse) {
 }
 
 TEST(AutoRecomputeTest, OptionsAreChecked) {
-  for (const char* spec : {"auto-recompute", "auto-recompute{budget_gb=-1}", "auto-recompute{budget_mb=1,profile=tpu}",
-                           "auto-recompute{memory=1}"}) {
+  for (const char* spec :
+       {"auto-recompute", "auto-recompute{budget_gb=-1}", "auto-recompute{budget_mb=1,profile=tpu}",
+        "auto-recompute{memory=1}", "auto-recompute{budget_mb=nan}", "auto-recompute{budget_gb=inf}",
+        "auto-recompute{budget_mb=-inf}", "auto-recompute{budget_gb=1e300}", "auto-recompute{budget_mb=0}"}) {
     absl::StatusOr<PassPipeline> pipeline = ParsePassPipeline(spec);
     ASSERT_TRUE(pipeline.ok()) << spec;
     PassManager manager;

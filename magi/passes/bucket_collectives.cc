@@ -7,6 +7,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "magi/base/checked_math.h"
+#include "magi/base/numbers.h"
 #include "magi/passes/schedule_util.h"
 #include "magi/registry/registry.h"
 
@@ -85,7 +87,7 @@ int64_t BucketCollectives::BucketBytes(const Node& start) {
   bool gather = start.op() == kAllGatherStartOp;
   for (const Value* value :
        gather ? start.results() : std::vector<Value*>(start.operands().begin(), start.operands().end())) {
-    bytes += ValueBytes(*value);
+    bytes = SaturatingAdd(bytes, ValueBytes(*value));  // past int64 fits no bucket anyway
   }
   return bytes;
 }
@@ -108,7 +110,7 @@ absl::StatusOr<bool> BucketCollectives::RunImpl(Module& module) {
         continue;
       }
       Node* previous = it->second;
-      if (static_cast<double>(BucketBytes(*previous) + BucketBytes(*node)) <= max_bytes_) {
+      if (static_cast<double>(SaturatingAdd(BucketBytes(*previous), BucketBytes(*node))) <= max_bytes_) {
         int64_t bucket = previous->annotations().bucket >= 0 ? previous->annotations().bucket : next_bucket++;
         if (Node* fused = Merge(*graph, previous, node, bucket, erased)) {
           it->second = fused;
@@ -127,9 +129,9 @@ MAGI_REGISTER(Pass, "bucket-collectives", [](const ComponentOptions& options) ->
   std::optional<CollectiveKind> only;
   for (const auto& [key, value] : options) {
     if (key == "max_mb") {
-      if (!absl::SimpleAtod(value, &max_mb) || max_mb < 0) {
+      if (!ParseFiniteDouble(value, &max_mb) || max_mb < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("bucket-collectives: max_mb must be a non-negative number, not '", value, "'"));
+            absl::StrCat("bucket-collectives: max_mb must be a non-negative, finite number, not '", value, "'"));
       }
     } else if (key == "kinds") {
       if (value == "all_gather") {

@@ -4,7 +4,7 @@
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/passes/pass_test_util.h"
 #include "magi/passes/pipeline.h"
 

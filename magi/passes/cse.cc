@@ -3,10 +3,8 @@
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "magi/ir/collectives.h"
-#include "magi/passes/dce.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/registry/registry.h"
 
 namespace magi {
@@ -35,23 +33,13 @@ std::string Signature(const Node& node) {
 
 }  // namespace
 
-bool CommonSubexpressionElimination::IsRandom(absl::string_view op) {
-  for (absl::string_view word : {"bernoulli", "dropout", "rand", "normal", "multinomial", "uniform", "exponential",
-                                 "cauchy", "geometric", "log_normal", "poisson", "rrelu"}) {
-    if (absl::StrContains(op, word)) return true;
-  }
-  return false;
-}
-
 absl::StatusOr<bool> CommonSubexpressionElimination::RunImpl(Module& module) {
   bool changed = false;
   for (Graph* graph : module.graphs()) {
     absl::flat_hash_map<std::string, Node*> seen;
     for (Node* node : graph->nodes()) {
-      if (node->num_results() == 0 || IsCommunication(node->op()) || IsRandom(node->op()) ||
-          DeadCodeElimination::HasSideEffects(node->op())) {
-        continue;
-      }
+      // Never merge effects, random draws or communication (each pair is its own).
+      if (node->num_results() == 0 || !GetOpTraits(node->op()).movable()) continue;
       auto [it, inserted] = seen.emplace(Signature(*node), node);
       if (inserted) continue;
       Node* kept = it->second;

@@ -3,8 +3,8 @@
 // Two nodes are the same computation when they have the same op, the same argument list
 // (the same constants and the very same operand values) and the same result types; the
 // later one's results are replaced by the earlier one's and it is erased. Registered as
-// "cse". It does NOT merge: ops with side effects (in-place / out=, see
-// DeadCodeElimination::HasSideEffects), random ops (their repeats draw new numbers:
+// "cse". It does NOT merge (magi/analysis/op_traits.h says which ops these are): ops
+// with side effects (in-place / out=), random ops (their repeats draw new numbers:
 // bernoulli, dropout, rand*, normal, multinomial, randperm, uniform, exponential...),
 // collectives (each start/wait pair is a communication of its own), or nodes with no
 // results. Annotations of the kept node win.
@@ -18,7 +18,6 @@ namespace magi {
 class CommonSubexpressionElimination : public Pass {
  public:
   absl::string_view name() const override { return "cse"; }
-  static bool IsRandom(absl::string_view op);
 
  protected:
   absl::StatusOr<bool> RunImpl(Module& module) override;

@@ -5,10 +5,9 @@
 // wait is dead, goes at once). Registered as "dce".
 //
 // It does NOT remove: graph inputs (they are the graph's signature); nodes that may
-// have side effects, i.e. ATen in-place ops (name ends in '_' before the overload,
-// as in aten::add_.Tensor), out= variants (overload "out"), and batch norm, which
-// updates running statistics inside the kernel (aten::copy_, aten::_foreach_*_ are
-// covered by the in-place rule).
+// have side effects (OpTraits::side_effects in magi/analysis/op_traits.h): ATen
+// in-place ops (aten::add_.Tensor, aten::copy_, aten::_foreach_add_), out= variants
+// (overload "out"), and batch norm, which updates running statistics inside the kernel.
 // Collectives are removed only as a whole start/wait pair, never half, because every
 // rank runs the same graph and so drops the same pair.
 #ifndef MAGI_PASSES_DCE_H_
@@ -21,9 +20,6 @@ namespace magi {
 class DeadCodeElimination : public Pass {
  public:
   absl::string_view name() const override { return "dce"; }
-
-  // True if `op` may write to memory that is visible after it (so it is never dead).
-  static bool HasSideEffects(absl::string_view op);
 
  protected:
   absl::StatusOr<bool> RunImpl(Module& module) override;

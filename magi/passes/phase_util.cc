@@ -14,15 +14,26 @@ int BackwardBoundary(const Graph& graph) {
   return -1;
 }
 
+const Value* GatheredShard(const Value* operand) {
+  const Node* producer = operand->producer();
+  if (producer != nullptr && producer->op() == "aten::_to_copy" && producer->num_operands() == 1) {
+    return producer->operand(0);
+  }
+  return operand;
+}
+
 absl::flat_hash_map<Value*, Value*> BackwardRegathers(const Graph& graph) {
-  // shard input -> gathered value, separately for forward and backward gathers.
-  absl::flat_hash_map<const Value*, Value*> forward_of_shard, backward_of_shard;
+  // (shard, gathered dtype) -> gathered value, separately for forward and backward gathers.
+  using Key = std::pair<const Value*, DType>;
+  absl::flat_hash_map<Key, Value*> forward_of_shard, backward_of_shard;
   for (const Node* node : graph.nodes()) {
     if (node->op() != kWaitOp) continue;
     const Node* start = StartOfWait(*node);
     if (start == nullptr || start->op() != kAllGatherStartOp || start->num_operands() != node->num_results()) continue;
     auto& table = start->annotations().phase == Phase::kBackward ? backward_of_shard : forward_of_shard;
-    for (int i = 0; i < node->num_results(); ++i) table.emplace(start->operand(i), node->result(i));
+    for (int i = 0; i < node->num_results(); ++i) {
+      table.emplace(Key(GatheredShard(start->operand(i)), start->operand(i)->type().tensor().dtype), node->result(i));
+    }
   }
   absl::flat_hash_map<Value*, Value*> regathers;
   for (const auto& [shard, forward] : forward_of_shard) {

@@ -12,8 +12,14 @@ namespace magi {
 // prefetched into forward), or -1 if there is none.
 int BackwardBoundary(const Graph& graph);
 
-// For every all-gather result whose gathered shard is also gathered again by a
-// backward all-gather: the backward result. Keyed by forward result.
+// The shard an all-gather operand carries: with mixed precision each gather reads its own
+// cast of the shard (`aten::_to_copy`), so two gathers of one parameter have different
+// operands; this sees through such a cast to the value cast (the shard input).
+const Value* GatheredShard(const Value* operand);
+
+// For every all-gather result whose gathered shard (GatheredShard, in the same dtype) is
+// also gathered again by a backward all-gather: the backward result. Keyed by forward
+// result.
 absl::flat_hash_map<Value*, Value*> BackwardRegathers(const Graph& graph);
 
 }  // namespace magi

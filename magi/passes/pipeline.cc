@@ -94,7 +94,7 @@ std::string PrintPassPipeline(const PassPipeline& pipeline) {
   });
 }
 
-absl::Status PassManager::AddPipeline(const PassPipeline& pipeline) {
+absl::Status PassManager::AddPipeline(const PassPipeline& pipeline, const PassFactory& factory) {
   for (const PassSpec& spec : pipeline) {
     if (spec.name == "fixed-point") {
       int max_iterations = 10;
@@ -107,12 +107,20 @@ absl::Status PassManager::AddPipeline(const PassPipeline& pipeline) {
       if (spec.nested.empty())
         return absl::InvalidArgumentError("fixed-point needs an inner pipeline: fixed-point(a,b)");
       auto inner = std::make_unique<PassManager>(verify_each_);
-      MAGI_RETURN_IF_ERROR(inner->AddPipeline(spec.nested));
+      MAGI_RETURN_IF_ERROR(inner->AddPipeline(spec.nested, factory));
       AddPass(std::make_unique<FixedPointPass>(std::move(inner), max_iterations));
       continue;
     }
     if (!spec.nested.empty())
       return absl::InvalidArgumentError(absl::StrCat("pass '", spec.name, "' takes no inner pipeline"));
+    if (factory) {
+      absl::StatusOr<std::unique_ptr<Pass>> built = factory(spec);
+      if (!built.ok()) return built.status();
+      if (*built != nullptr) {
+        AddPass(*std::move(built));
+        continue;
+      }
+    }
     absl::StatusOr<std::unique_ptr<Pass>> pass = Registry<Pass>::Global().Create(spec.name, spec.options);
     if (!pass.ok()) return pass.status();
     AddPass(*std::move(pass));

@@ -53,8 +53,14 @@ class PassManager {
   void AddPass(Args&&... args) {
     AddPass(std::make_unique<T>(std::forward<Args>(args)...));
   }
-  // Creates the passes of `pipeline` from the registry (NotFound lists the registered names).
-  absl::Status AddPipeline(const PassPipeline& pipeline);
+  // Builds a pass for `spec` instead of the registry, or returns null to leave it to
+  // the registry. Compilers use it to bind passes to their own objects (the compile
+  // driver's auto-recompute uses its CostModel, calibration table included).
+  using PassFactory = std::function<absl::StatusOr<std::unique_ptr<Pass>>(const PassSpec& spec)>;
+
+  // Creates the passes of `pipeline` from `factory` (when given and it builds one) or the
+  // registry (NotFound lists the registered names); nested pipelines use the same.
+  absl::Status AddPipeline(const PassPipeline& pipeline, const PassFactory& factory = nullptr);
 
   // Runs every pass in order; the first failure (a pass's, or the verifier's naming the
   // pass that broke the module) stops the run. True if any pass changed the module.
@@ -78,7 +84,9 @@ class PassManager {
 absl::StatusOr<bool> RunPassPipeline(absl::string_view spec, Module& module, bool verify_each = true);
 
 // Repeats an inner pipeline until it changes nothing or `max_iterations` runs happened.
-// Registered as "fixed-point" for textual pipelines.
+// Textual pipelines spell it `fixed-point{max_iterations=N}(a,b)`; PassManager::AddPipeline
+// builds it itself (it takes an inner pipeline, which registry factories cannot), so it
+// is not in the registry.
 class FixedPointPass : public Pass {
  public:
   FixedPointPass(std::unique_ptr<PassManager> inner, int max_iterations)

@@ -8,7 +8,8 @@
 #include "absl/strings/str_split.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
 #include "magi/passes/schedule_util.h"
 #include "magi/registry/registry.h"
@@ -16,16 +17,40 @@
 namespace magi {
 namespace {
 
-// The wait of a backward all-gather of exactly `start`'s shards, or null.
+// The wait of a backward all-gather of exactly `start`'s shards (in the same dtypes, each
+// possibly through a cast of its own: GatheredShard), or null.
 Node* ExistingRegather(const Graph& graph, const Node& start) {
   for (Node* node : graph.nodes()) {
     if (node->op() != kAllGatherStartOp || node->annotations().phase != Phase::kBackward) continue;
     if (node->num_operands() != start.num_operands()) continue;
     bool same = true;
-    for (int i = 0; i < start.num_operands(); ++i) same &= node->operand(i) == start.operand(i);
+    for (int i = 0; i < start.num_operands(); ++i) {
+      same &= GatheredShard(node->operand(i)) == GatheredShard(start.operand(i)) &&
+              node->operand(i)->type().tensor().dtype == start.operand(i)->type().tensor().dtype;
+    }
     if (same) return WaitOfStart(*node);
   }
   return nullptr;
+}
+
+// The operands a new backward gather of `start`'s shards reads: the shards themselves, or
+// fresh casts of them inserted before `before`, so that the forward casts can die after
+// forward (gathering the forward casts again would keep them alive into backward).
+std::vector<Value*> RegatherOperands(Graph& graph, const Node& start, Node* before) {
+  std::vector<Value*> operands;
+  for (Value* operand : start.operands()) {
+    const Value* shard = GatheredShard(operand);
+    if (shard == operand) {
+      operands.push_back(operand);
+      continue;
+    }
+    absl::flat_hash_map<const Value*, Value*> map;
+    map[shard] = const_cast<Value*>(shard);
+    Node* cast = CopyNode(*operand->producer(), graph, map, before);
+    cast->mutable_annotations().phase = Phase::kBackward;
+    operands.push_back(cast->result(0));
+  }
+  return operands;
 }
 
 }  // namespace
@@ -102,7 +127,7 @@ bool ReshardAfterForward::Reshard(Graph& graph) const {
       const ProcessGroup* group =
           graph.module() == nullptr ? nullptr : graph.module()->FindProcessGroup(StringArg(*start, "group"));
       if (group == nullptr) continue;
-      std::vector<Value*> shards(start->operands().begin(), start->operands().end());
+      std::vector<Value*> shards = RegatherOperands(graph, *start, first_late_user);
       absl::StatusOr<Node*> regather =
           AddCollectiveStart(graph, CollectiveKind::kAllGather, shards, *group, "sum", first_late_user);
       if (!regather.ok()) continue;

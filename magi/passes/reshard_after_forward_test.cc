@@ -3,7 +3,7 @@
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/collectives.h"
-#include "magi/passes/memory_plan.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/passes/pass_test_util.h"
 #include "magi/registry/registry.h"
 
@@ -87,6 +87,53 @@ TEST(ReshardAfterForwardTest, ForwardViewsOfGatheredParametersAreCopied) {
     %wt.2 = aten::t(%1) : f32[4,4]strides[1,4] {phase = bwd}
     %g = aten::mm(%y, %1) : f32[2,4] {phase = bwd}
     %h = aten::mm(%g, %wt.2) : f32[2,4] {phase = bwd}
+    output h = %h
+  }
+}
+)");
+}
+
+// Mixed precision: each gather reads its own bf16 cast of the fp32 shard. The backward
+// gather of the same shard (through its own cast) is the regather to move up; the
+// forward cast must not be gathered again in backward (that kept every forward cast, a
+// bf16 copy of the whole model at world 1, alive from forward to backward).
+TEST(ReshardAfterForwardTest, MixedPrecisionRegathersThroughTheirOwnCasts) {
+  std::string out = testing::RunPassOnText("reshard-after-forward", R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %x: bf16[2,4]
+    input %w.shard: f32[2,4] {role = param}
+    %c = aten::_to_copy(%w.shard, dtype = dtype(bf16)) : bf16[2,4] {phase = fwd}
+    %f = magi::all_gather_start([%c], group = "dp") : future<bf16[4,4]> {phase = fwd}
+    %w = magi::wait(%f) : bf16[4,4] {phase = fwd}
+    %wt = aten::t(%w) : bf16[4,4]strides[1,4] {phase = fwd}
+    %y = aten::mm(%x, %wt) : bf16[2,4] {phase = fwd}
+    %g = aten::mm(%y, %wt) : bf16[2,4] {phase = bwd}
+    %c2 = aten::_to_copy(%w.shard, dtype = dtype(bf16)) : bf16[2,4] {phase = bwd}
+    %f2 = magi::all_gather_start([%c2], group = "dp") : future<bf16[4,4]> {phase = bwd}
+    %w2 = magi::wait(%f2) : bf16[4,4] {phase = bwd}
+    %h = aten::mm(%g, %w2) : bf16[2,4] {phase = bwd}
+    output h = %h
+  }
+}
+)",
+                                           /*expect_changed=*/true);
+  EXPECT_EQ(out, R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %x: bf16[2,4]
+    input %w.shard: f32[2,4] {role = param}
+    %c = aten::_to_copy(%w.shard, dtype = dtype(bf16)) : bf16[2,4] {phase = fwd}
+    %f = magi::all_gather_start([%c], group = "dp") : future<bf16[4,4]> {phase = fwd}
+    %w = magi::wait(%f) : bf16[4,4] {phase = fwd}
+    %wt = aten::t(%w) : bf16[4,4]strides[1,4] {phase = fwd}
+    %y = aten::mm(%x, %wt) : bf16[2,4] {phase = fwd}
+    %c2 = aten::_to_copy(%w.shard, dtype = dtype(bf16)) : bf16[2,4] {phase = bwd}
+    %f2 = magi::all_gather_start([%c2], group = "dp") : future<bf16[4,4]> {phase = bwd}
+    %w2 = magi::wait(%f2) : bf16[4,4] {phase = bwd}
+    %wt.0 = aten::t(%w2) : bf16[4,4]strides[1,4] {phase = bwd}
+    %g = aten::mm(%y, %wt.0) : bf16[2,4] {phase = bwd}
+    %h = aten::mm(%g, %w2) : bf16[2,4] {phase = bwd}
     output h = %h
   }
 }

@@ -6,6 +6,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "magi/ir/collectives.h"
+#include "magi/base/checked_math.h"
+#include "magi/base/numbers.h"
 #include "magi/passes/bucket_collectives.h"
 #include "magi/passes/schedule_util.h"
 #include "magi/registry/registry.h"
@@ -44,7 +46,7 @@ bool PrefetchGathers(Graph& graph, int prefetch, double max_inflight_bytes) {
     int64_t bytes = 0;
     for (size_t j = 0; j < gathers.size(); ++j) {
       if (order.positions.at(gathers[j]) < position && order.positions.at(waits[j]) >= position) {
-        bytes += BucketCollectives::BucketBytes(*gathers[j]);
+        bytes = SaturatingAdd(bytes, BucketCollectives::BucketBytes(*gathers[j]));
       }
     }
     return bytes;
@@ -59,8 +61,9 @@ bool PrefetchGathers(Graph& graph, int prefetch, double max_inflight_bytes) {
       }
       if (target == nullptr || target == start) break;
       if (order.positions.at(target) >= order.positions.at(start)) break;  // already at least this early
-      if (max_inflight_bytes > 0 && static_cast<double>(inflight(order.positions.at(target)) +
-                                                        BucketCollectives::BucketBytes(*start)) > max_inflight_bytes) {
+      if (max_inflight_bytes > 0 &&
+          static_cast<double>(SaturatingAdd(inflight(order.positions.at(target)),
+                                            BucketCollectives::BucketBytes(*start))) > max_inflight_bytes) {
         continue;  // too much in flight there: try a shorter distance
       }
       if (HoistBefore(graph, start, target)) {
@@ -148,9 +151,9 @@ MAGI_REGISTER(Pass, "schedule-overlap", [](const ComponentOptions& options) -> a
             absl::StrCat("schedule-overlap: prefetch must be a non-negative integer, not '", value, "'"));
       }
     } else if (key == "max_inflight_mb") {
-      if (!absl::SimpleAtod(value, &max_inflight_mb) || max_inflight_mb < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("schedule-overlap: max_inflight_mb must be a non-negative number, not '", value, "'"));
+      if (!ParseFiniteDouble(value, &max_inflight_mb) || max_inflight_mb < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schedule-overlap: max_inflight_mb must be a non-negative, finite number, not '", value, "'"));
       }
     } else {
       return absl::InvalidArgumentError(

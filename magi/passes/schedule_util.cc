@@ -4,9 +4,7 @@
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
-#include "magi/ir/collectives.h"
-#include "magi/passes/cse.h"
-#include "magi/passes/dce.h"
+#include "magi/analysis/op_traits.h"
 
 namespace magi {
 
@@ -17,10 +15,7 @@ absl::flat_hash_map<const Node*, int> NodePositions(const Graph& graph) {
   return positions;
 }
 
-bool IsMovable(const Node& node) {
-  return !IsCommunication(node.op()) && !DeadCodeElimination::HasSideEffects(node.op()) &&
-         !CommonSubexpressionElimination::IsRandom(node.op());
-}
+bool IsMovable(const Node& node) { return GetOpTraits(node.op()).movable(); }
 
 bool HoistBefore(Graph& graph, Node* node, Node* before, int max_moved) {
   std::vector<Node*> order = graph.nodes();

@@ -49,6 +49,11 @@ void AddToIndex(absl::string_view kind, NameLister lister);
 
 }  // namespace registry_internal
 
+// Splits a component spec as flags and pipelines write it, "name" or
+// "name{key=value,key=value}" (names and values of [A-Za-z0-9_.+-]), into the name and
+// its options. InvalidArgument with the column on malformed text.
+absl::StatusOr<std::pair<std::string, ComponentOptions>> ParseComponentSpec(absl::string_view spec);
+
 // Every registry kind with its sorted names, e.g. {"pass": ["cse", "dce"], ...}.
 std::map<std::string, std::vector<std::string>> AllRegistries();
 

@@ -60,5 +60,18 @@ TEST(RegistryDeathTest, DuplicateRegistrationIsAProgrammerError) {
                "greeter 'hello' is registered twice");
 }
 
+TEST(RegistryTest, ComponentSpecs) {
+  auto plain = ParseComponentSpec("nccl_stream");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->first, "nccl_stream");
+  EXPECT_TRUE(plain->second.empty());
+  auto with_options = ParseComponentSpec("nccl_stream{cuda_graph=true,warmup=2}");
+  ASSERT_TRUE(with_options.ok()) << with_options.status();
+  EXPECT_EQ(with_options->second, (ComponentOptions{{"cuda_graph", "true"}, {"warmup", "2"}}));
+  for (const char* bad : {"", "{a=1}", "x{a}", "x{a=1", "x{a=1,a=2}", "x y"}) {
+    EXPECT_EQ(ParseComponentSpec(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace magi

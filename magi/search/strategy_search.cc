@@ -173,12 +173,8 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
   }
   plan.chosen = plan.candidates[best];
   plan.pipeline = plan.chosen.pipeline;
+  plan.optimized = std::move(evaluated[best].module);
   return plan;
-}
-
-absl::Status ApplyStrategy(const StrategyPlan& plan, const CostModel& model, Module& module) {
-  (void)model;
-  return RunPassPipeline(plan.pipeline, module).status();
 }
 
 std::string FormatStrategyPlan(const StrategyPlan& plan) {

@@ -14,11 +14,18 @@
 // recompute only adds time, candidates are evaluated in order of their time without
 // it, and the search stops once no remaining candidate can beat the best that fits
 // (branch and bound). The result is deterministic: same module, options and cost model
-// give the same plan (ties go to the earlier candidate of the enumeration). The chosen
-// pipeline is text, so `magi opt --passes=...` reproduces it.
+// give the same plan (ties go to the earlier candidate of the enumeration).
+//
+// The plan carries what was evaluated: `optimized` is the very module the chosen
+// candidate's passes produced and the simulator predicted (auto-recompute built against
+// the caller's CostModel, calibration table included), so compiling it compiles exactly
+// the graph that was predicted. The pipeline text is the report, and the recipe to
+// reproduce the graph with `magi opt --passes=...` (exact for builtin profiles without
+// calibration: the text names the profile, not the table).
 #ifndef MAGI_SEARCH_STRATEGY_SEARCH_H_
 #define MAGI_SEARCH_STRATEGY_SEARCH_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,7 +57,9 @@ struct StrategyCandidate {
 };
 
 struct StrategyPlan {
-  std::string pipeline;  // the chosen candidate's
+  std::string pipeline;  // the chosen candidate's, as text (report and `magi opt` recipe)
+  // The module the chosen candidate produced: what `chosen.prediction` simulated.
+  std::shared_ptr<Module> optimized;
   StrategyCandidate chosen;
   SimulationResult baseline;  // the graph as given
   int64_t budget_bytes = 0;
@@ -62,9 +71,6 @@ struct StrategyPlan {
 // candidate fits the budget, naming the smallest peak reached.
 absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name, const CostModel& model,
                                             const SearchOptions& options = {});
-
-// Runs `plan.pipeline` on `module` (what the search evaluated), verifying after each pass.
-absl::Status ApplyStrategy(const StrategyPlan& plan, const CostModel& model, Module& module);
 
 // A table of every candidate with its prediction, the chosen one marked.
 std::string FormatStrategyPlan(const StrategyPlan& plan);

@@ -5,6 +5,7 @@
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/pass_test_util.h"
+#include "magi/passes/pipeline.h"
 
 namespace magi {
 namespace {
@@ -38,13 +39,15 @@ TEST(StrategySearchTest, PicksTheFastestPlanThatFitsAndBeatsTheGraphAsGiven) {
   }
   std::string table = FormatStrategyPlan(*plan);
   EXPECT_NE(table.find("chosen: " + plan->pipeline), std::string::npos) << table;
-  // Applying the chosen pipeline gives the graph the search predicted.
-  ASSERT_TRUE(ApplyStrategy(*plan, H200(), *module).ok());
-  ASSERT_TRUE(VerifyModule(*module).ok());
-  absl::StatusOr<SimulationResult> applied = Simulate(*module->FindGraph("train_step"), H200());
+  // The plan carries the module it predicted; its text recipe rebuilds the same graph.
+  ASSERT_NE(plan->optimized, nullptr);
+  ASSERT_TRUE(VerifyModule(*plan->optimized).ok());
+  absl::StatusOr<SimulationResult> applied = Simulate(*plan->optimized->FindGraph("train_step"), H200());
   ASSERT_TRUE(applied.ok());
-  EXPECT_DOUBLE_EQ(applied->step_seconds, plan->chosen.prediction.step_seconds);
+  EXPECT_EQ(applied->step_seconds, plan->chosen.prediction.step_seconds);
   EXPECT_EQ(applied->peak_bytes, plan->chosen.prediction.peak_bytes);
+  ASSERT_TRUE(RunPassPipeline(plan->pipeline, *module).ok());
+  EXPECT_EQ(PrintModule(*module), PrintModule(*plan->optimized));
 }
 
 TEST(StrategySearchTest, TightBudgetTradesTimeForMemory) {
@@ -56,10 +59,12 @@ TEST(StrategySearchTest, TightBudgetTradesTimeForMemory) {
   EXPECT_LE(plan->chosen.prediction.peak_bytes, 1750000);
   EXPECT_GT(plan->chosen.recomputed_nodes, 0);
   EXPECT_NE(plan->pipeline.find("auto-recompute{budget_mb=1.750000"), std::string::npos) << plan->pipeline;
-  ASSERT_TRUE(ApplyStrategy(*plan, H200(), *module).ok());
-  absl::StatusOr<SimulationResult> applied = Simulate(*module->FindGraph("train_step"), H200());
+  ASSERT_NE(plan->optimized, nullptr);
+  absl::StatusOr<SimulationResult> applied = Simulate(*plan->optimized->FindGraph("train_step"), H200());
   ASSERT_TRUE(applied.ok());
   EXPECT_EQ(applied->peak_bytes, plan->chosen.prediction.peak_bytes);
+  ASSERT_TRUE(RunPassPipeline(plan->pipeline, *module).ok());
+  EXPECT_EQ(PrintModule(*module), PrintModule(*plan->optimized));
 }
 
 TEST(StrategySearchTest, SameInputSamePlan) {

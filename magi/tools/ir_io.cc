@@ -63,8 +63,10 @@ absl::Status SaveModule(const Module& module, const std::string& path) {
   switch (format) {
     case IrFormat::kText:
       return WriteOutput(path, PrintModule(module));
-    case IrFormat::kBinary:
-      return WriteOutput(path, ModuleToBinary(module));
+    case IrFormat::kBinary: {
+      MAGI_ASSIGN_OR_RETURN(std::string bytes, ModuleToBinary(module));
+      return WriteOutput(path, bytes);
+    }
     case IrFormat::kJson: {
       MAGI_ASSIGN_OR_RETURN(std::string json, ModuleToJson(module));
       return WriteOutput(path, json);

@@ -57,7 +57,7 @@ check "plan prints the chosen pipeline" grep -q '^chosen: reshard-after-forward'
 check "plan recomputes under a tight budget" grep -q 'auto-recompute{budget_mb=1.75' "$TMP/plan.txt"
 check "planned module verifies" test "$($MAGI verify "$TMP/planned.mir")" = "ok"
 expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $MAGI plan $STEP --budget_gb=0.000001
-expect_failure "bad budget" 1 "--budget_gb must be a positive number" -- $MAGI plan $STEP --budget_gb=lots
+expect_failure "bad budget" 1 "--budget_gb must be a positive, finite number" -- $MAGI plan $STEP --budget_gb=lots
 expect_failure "unknown device" 1 "no device profile 'tpu'; built in: cpu, h200" -- $MAGI simulate $STEP --device=tpu
 expect_failure "plan needs a budget" 2 "'plan' needs --budget_gb=..." -- $MAGI plan $STEP
 check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
@@ -76,6 +76,76 @@ expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=n
 expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob
 expect_failure "missing -o" 2 "'convert' needs -o OUT" -- $MAGI convert $SAMPLE
 expect_failure "wrong arity" 2 "'verify' takes 1 file argument(s), got 0" -- $MAGI verify
+
+# Sizes past int64 (issue 14): an error naming the value and the line, never a wrapped size.
+printf 'module @m {\n  graph @g {\n    input %%x: f32[4611686018427387904]\n  }\n}\n' > "$TMP/huge.mir"
+expect_failure "a byte size past int64 names the value and line" 1 \
+  "huge.mir:3:15: input %x: f32[4611686018427387904] is 18446744073709551616 bytes, more than int64 can hold" -- $MAGI verify "$TMP/huge.mir"
+printf 'module @m {\n  graph @g {\n    input %%a: f32[4]\n    %%c = aten::mm(%%a, %%a) : f32[3037000500,3037000500]\n  }\n}\n' > "$TMP/huge_mm.mir"
+expect_failure "an element count past int64 names the value and line" 1 \
+  "huge_mm.mir:4:29: %c: f32[3037000500,3037000500] has more elements than int64 can count" -- $MAGI verify "$TMP/huge_mm.mir"
+printf 'module @m {\n  graph @g {\n    input %%x: f32[1152921504606846976]\n    input %%y: f32[1152921504606846976]\n    output y = %%y\n  }\n}\n' > "$TMP/sum.mir"
+check "tensors that each fit verify" test "$($MAGI verify "$TMP/sum.mir")" = "ok"
+expect_failure "simulate: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI simulate "$TMP/sum.mir"
+expect_failure "plan: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI plan "$TMP/sum.mir" --budget_gb=1000
+
+# Invalid UTF-8 in a quoted name (issue 14): rejected at parse time with line:col, so
+# nothing protobuf cannot carry is ever written.
+printf 'module @m {\n  graph @g {\n    input %%"bad\xffname": f32[2]\n  }\n}\n' > "$TMP/utf8.mir"
+expect_failure "invalid UTF-8 in a quoted name" 1 "utf8.mir:3:16: quoted text is not valid UTF-8 (byte 0xff)" -- $MAGI verify "$TMP/utf8.mir"
+expect_failure "invalid UTF-8 is not converted" 1 "utf8.mir:3:16: quoted text is not valid UTF-8" -- $MAGI convert "$TMP/utf8.mir" -o "$TMP/utf8.pb"
+check "no protobuf file written for invalid UTF-8" test ! -e "$TMP/utf8.pb"
+printf 'module @m {\n  graph @g {\n    input %%"caf\xc3\xa9": f32[2]\n    output y = %%"caf\xc3\xa9"\n  }\n}\n' > "$TMP/utf8_ok.mir"
+$MAGI convert "$TMP/utf8_ok.mir" -o "$TMP/utf8_ok.pb"
+check "valid UTF-8 survives protobuf" test "$($MAGI verify "$TMP/utf8_ok.pb")" = "ok"
+
+# Numbers (issue 14): NaN and infinity are refused by every numeric flag and pass
+# option, as 0 and -1 are where they were.
+for budget in nan NaN inf -inf infinity 1e999 0 -1; do
+  expect_failure "--budget_gb=$budget" 1 "--budget_gb must be a positive, finite number, not '$budget'" -- $MAGI plan $STEP --budget_gb=$budget
+done
+expect_failure "--budget_gb past int64 bytes" 1 "--budget_gb=1e300 is more bytes than int64 can hold" -- $MAGI plan $STEP --budget_gb=1e300
+for world in nan inf 0 -1 2.5; do
+  expect_failure "--world=$world" 1 "--world must be a positive integer, not '$world'" -- $MAGI simulate $STEP --world=$world
+done
+for spec in 'bucket-collectives{max_mb=nan}' 'bucket-collectives{max_mb=inf}' 'bucket-collectives{max_mb=-1}' \
+            'schedule-overlap{max_inflight_mb=nan}' 'schedule-overlap{max_inflight_mb=-inf}' \
+            'schedule-overlap{prefetch=nan}' 'schedule-overlap{prefetch=inf}' 'schedule-overlap{prefetch=-1}' \
+            'auto-recompute{budget_mb=nan}' 'auto-recompute{budget_gb=inf}' 'auto-recompute{budget_mb=0}' \
+            'fixed-point{max_iterations=nan}(dce)' 'fixed-point{max_iterations=inf}(dce)' 'fixed-point{max_iterations=0}(dce)'; do
+  rc=0
+  out=$($MAGI opt $STEP --passes="$spec" -o "$TMP/numbers.mir" 2>&1) || rc=$?
+  if [[ $rc -eq 1 && "$out" == *"must be"* || $rc -eq 1 && "$out" == *"takes"* ]]; then
+    echo "PASS --passes=$spec is refused"
+  else
+    echo "FAIL --passes=$spec: exit $rc, output: $out"
+    failures=$((failures + 1))
+  fi
+done
+printf 'name: bad\nvector_flops: nan\n' > "$TMP/nan.profile"
+expect_failure "a profile with NaN" 1 "'vector_flops' needs a non-negative, finite number, not 'nan'" -- $MAGI simulate $STEP --device="$TMP/nan.profile"
+
+# --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
+COMMANDS=(verify fmt convert dot opt simulate plan registry)
+help_out=$($MAGI --help)
+for cmd in "${COMMANDS[@]}"; do
+  check "magi --help lists $cmd" grep -q "^  magi $cmd" <<<"$help_out"
+  for flag in --help -h; do
+    rc=0
+    out=$($MAGI "$cmd" "$flag" 2>"$TMP/help.err") || rc=$?
+    if [[ $rc -eq 0 && "$(head -n 1 <<<"$out")" == "usage: magi $cmd"* && ! -s "$TMP/help.err" ]]; then
+      echo "PASS $cmd $flag"
+    else
+      echo "FAIL $cmd $flag: exit $rc, stdout: $out, stderr: $(cat "$TMP/help.err")"
+      failures=$((failures + 1))
+    fi
+  done
+done
+check "opt --help explains --passes" grep -q -- '--passes=SPEC' <($MAGI opt --help)
+check "--help wins over other arguments" test "$($MAGI plan $STEP --budget_gb=1 --help | head -n 1)" = "usage: magi plan IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]"
+check "magi help opt is opt's usage" test "$($MAGI help opt)" = "$($MAGI opt --help)"
+check "magi -h lists the commands" test "$($MAGI -h)" = "$help_out"
+expect_failure "unknown command with --help" 2 "unknown command 'frob'" -- $MAGI frob --help
 check "failed write leaves no file" bash -c "! $MAGI convert $SAMPLE -o $TMP/missing-dir/x.pb 2>/dev/null && test ! -e $TMP/missing-dir"
 
 echo "$failures failure(s)"

@@ -15,9 +15,11 @@
 //                                        per rank, with every candidate's prediction; -o writes
 //                                        the optimized module
 //   magi registry                        list every registered pass, backend, ... by kind
+//   magi --help | -h | help [COMMAND]    list the commands, or one command's usage
+//   magi COMMAND --help | -h             one command's usage
 //
-// Exit status: 0 on success, 1 on bad input (with a message naming file and line),
-// 2 on bad usage.
+// Exit status: 0 on success (and for --help), 1 on bad input (with a message naming
+// file and line), 2 on bad usage.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -30,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "magi/base/file.h"
+#include "magi/base/numbers.h"
 #include "magi/base/status_macros.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/cost_model.h"
@@ -46,22 +49,13 @@
 namespace magi {
 namespace {
 
-constexpr char kUsage[] = R"(usage:
-  magi verify IN
-  magi fmt IN [-o OUT]
-  magi convert IN -o OUT
-  magi dot IN [-o OUT] [--graph=NAME]
-  magi opt IN --passes=SPEC [-o OUT] [--stats=true] [--dump_dir=DIR]   (SPEC: dce,cse or fixed-point(cse,dce))
-  magi simulate IN [--device=h200|cpu|FILE.profile] [--world=N] [--trace=OUT.json] [--calibration=CSV] [--graph=NAME]
-  magi plan IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]
-  magi registry
-IR files: .mir (text), .pb (binary protobuf), .json (protobuf JSON); OUT "-" is stdout.
-)";
+constexpr char kFilesNote[] = "IR files: .mir (text), .pb (binary protobuf), .json (protobuf JSON); OUT \"-\" is stdout.\n";
 
 struct CommandLine {
   std::string command;
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;  // "-o" and "--name=value"
+  bool help = false;                         // --help or -h anywhere after the command
 };
 
 absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
@@ -70,7 +64,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   line.command = argv[1];
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "-o") {
+    if (arg == "--help" || arg == "-h") {
+      line.help = true;
+    } else if (arg == "-o") {
       if (i + 1 >= argc) return absl::InvalidArgumentError("-o needs a file name");
       line.flags["o"] = argv[++i];
     } else if (absl::StartsWith(arg, "--")) {
@@ -85,26 +81,89 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   return line;
 }
 
-// The arguments each command takes; checked before anything runs.
+// The arguments each command takes (checked before anything runs) and its usage text.
 struct CommandSpec {
   const char* name;
   size_t positional;
   std::vector<std::string> allowed_flags;
   std::vector<std::string> required_flags;
+  const char* synopsis;  // the arguments, after "magi NAME"
+  const char* help;      // what it does and what each flag means
 };
 
 const std::vector<CommandSpec>& CommandSpecs() {
   static const auto* specs = new std::vector<CommandSpec>{
-      {"verify", 1, {}, {}},
-      {"fmt", 1, {"o"}, {}},
-      {"convert", 1, {"o"}, {"o"}},
-      {"dot", 1, {"o", "graph"}, {}},
-      {"opt", 1, {"o", "passes", "stats", "dump_dir"}, {"passes"}},
-      {"simulate", 1, {"device", "world", "trace", "calibration", "graph"}, {}},
-      {"plan", 1, {"o", "budget_gb", "device", "calibration", "graph"}, {"budget_gb"}},
-      {"registry", 0, {}, {}},
+      {"verify", 1, {}, {}, "IN", "Parses and verifies IN; prints \"ok\" or the problems (file:line:col, node).\n"},
+      {"fmt", 1, {"o"}, {}, "IN [-o OUT]", "Prints IN in canonical text form.\n  -o OUT  where to write (default stdout)\n"},
+      {"convert", 1, {"o"}, {"o"}, "IN -o OUT", "Converts between .mir, .pb and .json, by file extension.\n  -o OUT  the output file\n"},
+      {"dot",
+       1,
+       {"o", "graph"},
+       {},
+       "IN [-o OUT] [--graph=NAME]",
+       "Writes one graph as Graphviz DOT (render with: dot -Tsvg OUT -o g.svg).\n"
+       "  -o OUT         where to write (default stdout)\n"
+       "  --graph=NAME   the graph (default: the module's first)\n"},
+      {"opt",
+       1,
+       {"o", "passes", "stats", "dump_dir"},
+       {"passes"},
+       "IN --passes=SPEC [-o OUT] [--stats=true] [--dump_dir=DIR]",
+       "Runs a pass pipeline, verifying after every pass.\n"
+       "  --passes=SPEC   e.g. dce,cse or fixed-point(cse,dce) or bucket-collectives{max_mb=64}\n"
+       "                  (`magi registry` lists the passes)\n"
+       "  -o OUT          where to write the result (default stdout)\n"
+       "  --stats=true    print each pass's runs, changes and time to stderr\n"
+       "  --dump_dir=DIR  write the module (.mir, .dot) after each pass into DIR\n"},
+      {"simulate",
+       1,
+       {"device", "world", "trace", "calibration", "graph"},
+       {},
+       "IN [--device=h200|cpu|FILE.profile] [--world=N] [--trace=OUT.json] [--calibration=CSV] [--graph=NAME]",
+       "Predicts step time, exposed communication and peak memory of a scheduled graph.\n"
+       "  --device=NAME        device profile: built in (cpu, h200) or a .profile file (default h200)\n"
+       "  --world=N            model every collective as spanning N ranks (positive integer)\n"
+       "  --trace=OUT.json     write the timeline as Chrome trace JSON (opens in Perfetto)\n"
+       "  --calibration=CSV    measured op times that replace the formulas\n"
+       "  --graph=NAME         the graph (default: the module's first)\n"},
+      {"plan",
+       1,
+       {"o", "budget_gb", "device", "calibration", "graph"},
+       {"budget_gb"},
+       "IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]",
+       "Strategy search: the fastest pass pipeline whose predicted peak fits B GB per rank,\n"
+       "with every candidate's prediction.\n"
+       "  --budget_gb=B        the memory budget per rank (a positive, finite number of GB)\n"
+       "  --device=NAME        device profile, as for simulate (default h200)\n"
+       "  --calibration=CSV    measured op times that replace the formulas\n"
+       "  --graph=NAME         the graph (default: the module's first)\n"
+       "  -o OUT               write the optimized module\n"},
+      {"registry", 0, {}, {}, "", "Lists every registered component (passes, backends, ...) by kind.\n"},
   };
   return *specs;
+}
+
+const CommandSpec* FindCommand(const std::string& name) {
+  for (const CommandSpec& spec : CommandSpecs()) {
+    if (name == spec.name) return &spec;
+  }
+  return nullptr;
+}
+
+// "usage:" and one line per command (for `magi --help` and usage errors).
+std::string GeneralUsage() {
+  std::string usage = "usage:\n";
+  for (const CommandSpec& spec : CommandSpecs()) {
+    absl::StrAppend(&usage, "  magi ", spec.name, *spec.synopsis ? " " : "", spec.synopsis, "\n");
+  }
+  absl::StrAppend(&usage, "  magi COMMAND --help   (one command's usage)\n", kFilesNote);
+  return usage;
+}
+
+// One command's usage (for `magi COMMAND --help`).
+std::string CommandUsage(const CommandSpec& spec) {
+  return absl::StrCat("usage: magi ", spec.name, *spec.synopsis ? " " : "", spec.synopsis, "\n\n", spec.help,
+                      spec.positional > 0 ? kFilesNote : "");
 }
 
 // Usage errors: an unknown command, wrong argument count, unknown or missing flags.
@@ -196,19 +255,23 @@ absl::Status RunPlan(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
   MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
   double budget_gb = 0;
-  if (!absl::SimpleAtod(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
+  if (!ParseFiniteDouble(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--budget_gb must be a positive number, not '", line.flags.at("budget_gb"), "'"));
+        absl::StrCat("--budget_gb must be a positive, finite number, not '", line.flags.at("budget_gb"), "'"));
+  }
+  std::optional<int64_t> budget_bytes = BytesFromDouble(budget_gb * 1e9);
+  if (!budget_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget_gb=", line.flags.at("budget_gb"), " is more bytes than int64 can hold"));
   }
   std::unique_ptr<CalibrationTable> calibration;
   MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
   SearchOptions options;
-  options.memory_budget_bytes = static_cast<int64_t>(budget_gb * 1e9);
+  options.memory_budget_bytes = *budget_bytes;
   MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, options));
   std::printf("%s", FormatStrategyPlan(plan).c_str());
   if (!line.flags.count("o")) return absl::OkStatus();
-  MAGI_RETURN_IF_ERROR(ApplyStrategy(plan, model, *module));
-  return SaveModule(*module, line.flags.at("o"));
+  return SaveModule(*plan.optimized, line.flags.at("o"));
 }
 
 absl::Status RunOpt(const CommandLine& line) {
@@ -269,16 +332,32 @@ absl::Status Run(const CommandLine& line) {
 int main(int argc, char** argv) {
   absl::StatusOr<magi::CommandLine> line = magi::ParseCommandLine(argc, argv);
   if (!line.ok()) {
-    std::fprintf(stderr, "magi: %s\n%s", std::string(line.status().message()).c_str(), magi::kUsage);
+    std::fprintf(stderr, "magi: %s\n%s", std::string(line.status().message()).c_str(), magi::GeneralUsage().c_str());
     return 2;
   }
   if (line->command == "help" || line->command == "--help" || line->command == "-h") {
-    std::printf("%s", magi::kUsage);
+    // `magi help opt` is `magi opt --help`.
+    if (line->command == "help" && line->positional.size() == 1 && line->flags.empty()) {
+      if (const magi::CommandSpec* spec = magi::FindCommand(line->positional[0])) {
+        std::printf("%s", magi::CommandUsage(*spec).c_str());
+        return 0;
+      }
+    }
+    std::printf("%s", magi::GeneralUsage().c_str());
+    return 0;
+  }
+  if (line->help) {
+    const magi::CommandSpec* spec = magi::FindCommand(line->command);
+    if (spec == nullptr) {
+      std::fprintf(stderr, "magi: unknown command '%s'\n%s", line->command.c_str(), magi::GeneralUsage().c_str());
+      return 2;
+    }
+    std::printf("%s", magi::CommandUsage(*spec).c_str());
     return 0;
   }
   absl::Status usage = magi::ValidateUsage(*line);
   if (!usage.ok()) {
-    std::fprintf(stderr, "magi: %s\n%s", std::string(usage.message()).c_str(), magi::kUsage);
+    std::fprintf(stderr, "magi: %s\n%s", std::string(usage.message()).c_str(), magi::GeneralUsage().c_str());
     return 2;
   }
   absl::Status status = magi::Run(*line);

@@ -10,7 +10,9 @@
 //
 // Collectives (magi::*_start / wait) run through the Communicator bound to their process
 // group (BindCommunicator): a start enqueues the collective and returns; its wait blocks
-// for the result, so compute between the two overlaps with communication.
+// for the result, so compute between the two overlaps with communication. magi::call
+// runs the callee's compiled partition (from the CompileContext); magi::adamw runs
+// LibTorch's AdamW op by op (AdamWReference in magi/backend/common/step_plan.h).
 #ifndef MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 #define MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 
@@ -22,7 +24,9 @@ class InterpreterBackend : public Backend {
  public:
   absl::string_view name() const override { return "interpreter"; }
   Capability GetCapability(const Module& module, const Graph& graph) const override;
-  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph) const override;
+  using Backend::Compile;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph,
+                                                      const CompileContext& context) const override;
 };
 
 }  // namespace magi

@@ -14,7 +14,7 @@
 #include "magi/backend/interpreter/interpreter.h"
 #include "magi/frontend/capture/capture.h"
 #include "magi/models/llama.h"
-#include "magi/runtime/torch_executable.h"
+#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {

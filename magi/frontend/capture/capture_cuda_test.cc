@@ -8,7 +8,7 @@
 #include "magi/base/gtest_printers.h"
 #include "magi/frontend/capture/capture.h"
 #include "magi/models/llama.h"
-#include "magi/runtime/torch_executable.h"
+#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {

@@ -6,11 +6,12 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
-#include "magi/frontend/capture/module_scope.h"
 #include "magi/frontend/common/aten_arguments.h"
 #include "magi/frontend/common/functional_variants.h"
+#include "magi/frontend/module_scope.h"
 
 namespace magi {
 namespace {
@@ -30,13 +31,6 @@ std::unique_ptr<at::ObserverContext> OnBackwardNodeStart(const at::RecordFunctio
 
 void OnBackwardNodeEnd(const at::RecordFunction&, at::ObserverContext*) {
   if (!BackwardSequenceStack().empty()) BackwardSequenceStack().pop_back();
-}
-
-// Ops whose result is a number read from tensor data: a graph cannot branch on it.
-bool IsDataDependent(const std::string& op) {
-  return op == "aten::_local_scalar_dense" || op == "aten::item" || op == "aten::is_nonzero" ||
-         op == "aten::equal" || op == "aten::allclose" || op == "aten::nonzero" || op == "aten::unique" ||
-         op == "aten::_unique2" || op == "aten::masked_select";
 }
 
 bool IsFull(const at::Tensor& tensor) {
@@ -192,8 +186,7 @@ std::string CaptureSession::ModulePathForCurrentOp() {
 }
 
 Node* CaptureSession::AddRecordedNode(std::string op, std::vector<NodeArg> args, std::vector<Type> types) {
-  std::string prefix = op.substr(op.find("::") + 2);
-  prefix = prefix.substr(0, prefix.find('.')) + "_";
+  std::string prefix = absl::StrCat(SplitOpName(op).name, "_");
   std::vector<std::string> names;
   for (size_t i = 0; i < types.size(); ++i) names.push_back(graph_->FreshName(prefix));
   Node* node = graph_->AddNode(std::move(op), std::move(args), std::move(types), nullptr, std::move(names));
@@ -212,7 +205,7 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
                         absl::StrCat("cannot capture ", name, path.empty() ? "" : absl::StrCat(" in module '", path, "'"),
                                      ": ", message));
   };
-  if (IsDataDependent(name)) {
+  if (GetOpTraits(name).data_dependent) {
     return fail(
         "it reads values out of tensor data (e.g. Tensor::item() or a data-dependent shape); a captured "
         "graph cannot depend on them. Keep such logic outside the captured step");

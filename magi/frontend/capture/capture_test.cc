@@ -11,14 +11,14 @@
 #include "magi/backend/interpreter/interpreter.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/base/gtest_printers.h"
-#include "magi/frontend/capture/module_scope.h"
+#include "magi/frontend/module_scope.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
 #include "magi/models/llama.h"
 #include "magi/models/mlp.h"
-#include "magi/passes/memory_plan.h"
-#include "magi/runtime/torch_executable.h"
+#include "magi/analysis/memory_plan.h"
+#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
-#include "magi/runtime/torch_executable.h"
+#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {

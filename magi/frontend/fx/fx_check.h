@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "magi/frontend/fx/fx_importer.h"
-#include "magi/runtime/communicator.h"
+#include "magi/backend/communicator.h"
 
 namespace magi {
 

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/cost/cost_model.h"
 #include "magi/frontend/fx/fx_check.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/ir/collectives.h"
@@ -15,7 +16,7 @@
 #include "magi/ir/printer.h"
 #include "magi/passes/auto_recompute.h"
 #include "magi/runtime/gloo/gloo_communicator.h"
-#include "magi/runtime/torch_executable.h"
+#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {

@@ -26,7 +26,7 @@ fi
 
 sources=(
   magi/base/check.cc
-  magi/ir/attribute.cc magi/ir/collectives.cc magi/ir/ir.cc magi/ir/types.cc
+  magi/ir/attribute.cc magi/ir/collectives.cc magi/ir/ir.cc magi/ir/magi_ops.cc magi/ir/types.cc
   magi/ir/lexer.cc magi/ir/parser.cc magi/ir/printer.cc magi/ir/verifier.cc
   magi/ir/fuzz/text_parser_fuzzer.cc
 )

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
 #include "magi/passes/reshard_after_forward.h"
 
 namespace magi {
@@ -243,28 +244,16 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
         new_outputs.push_back({name + ".exp_avg_sq", exp_avg_sq});
         continue;
       }
-      // LibTorch's AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
-      // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
-      Builder b(graph, nullptr, g.name, Phase::kOptimizer);
+      // One magi::adamw per parameter (LibTorch's AdamW; see magi/ir/magi_ops.h), appended at
+      // the end: backends run them as one multi-tensor kernel.
       const AdamWHyperparameters& h = plan.adamw;
-      Value* g_shard = grad_shards[i];
-      Value* p1 = b.Add("aten::mul.Tensor", {NodeArg(shards[i]), NodeArg(decay)}, type, name + ".decayed.");
-      Value* m1 = b.Add("aten::mul.Scalar", {NodeArg(exp_avg), NodeArg(Attribute(h.beta1))}, type, name + ".m.");
-      Value* m2 = b.Add("aten::add.Tensor", {NodeArg(m1), NodeArg(g_shard), NodeArg(Attribute(1.0 - h.beta1), "alpha")},
-                        type, name + ".m.");
-      Value* v1 = b.Add("aten::mul.Scalar", {NodeArg(exp_avg_sq), NodeArg(Attribute(h.beta2))}, type, name + ".v.");
-      Value* v2 = b.Add("aten::addcmul",
-                        {NodeArg(v1), NodeArg(g_shard), NodeArg(g_shard), NodeArg(Attribute(1.0 - h.beta2), "value")},
-                        type, name + ".v.");
-      Value* root = b.Add("aten::sqrt", {NodeArg(v2)}, type, name + ".denom.");
-      Value* scaled = b.Add("aten::div.Tensor", {NodeArg(root), NodeArg(bc2_sqrt)}, type, name + ".denom.");
-      Value* denom =
-          b.Add("aten::add.Scalar", {NodeArg(scaled), NodeArg(Attribute(h.eps)), NodeArg(Attribute(int64_t{1}))}, type,
-                name + ".denom.");
-      Value* ratio = b.Add("aten::div.Tensor", {NodeArg(m2), NodeArg(denom)}, type, name + ".update.");
-      Value* update = b.Add("aten::mul.Tensor", {NodeArg(ratio), NodeArg(step_size)}, type, name + ".update.");
-      Value* p2 = b.Add("aten::sub.Tensor", {NodeArg(p1), NodeArg(update), NodeArg(Attribute(int64_t{1}), "alpha")},
-                        type, name + ".next.");
+      MAGI_ASSIGN_OR_RETURN(Node * adamw, AddAdamW(graph, shards[i], grad_shards[i], exp_avg, exp_avg_sq, decay,
+                                                   step_size, bc2_sqrt, {h.beta1, h.beta2, h.eps}, name));
+      adamw->mutable_annotations().module_path = g.name;
+      adamw->mutable_annotations().phase = Phase::kOptimizer;
+      Value* p2 = adamw->result(0);
+      Value* m2 = adamw->result(1);
+      Value* v2 = adamw->result(2);
       new_outputs.push_back({name + ".shard", p2});
       new_outputs.push_back({name + ".exp_avg", m2});
       new_outputs.push_back({name + ".exp_avg_sq", v2});

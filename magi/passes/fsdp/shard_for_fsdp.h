@@ -11,7 +11,8 @@
 //  - per group, after its last gradient is produced: the gradients cast to
 //    `reduce_dtype`, padded to whole shards and reduce-scattered (average) in one
 //    bucket; the result cast back to the shard's dtype;
-//  - with `optimizer`, AdamW on the shards in the same graph (phase opt), with the
+//  - with `optimizer`, AdamW on the shards in the same graph (phase opt: one magi::adamw
+//    per parameter, appended at the end of the graph; see magi/ir/magi_ops.h), with the
 //    per-step scalars as inputs (`adamw.decay` = 1 - lr * weight_decay,
 //    `adamw.step_size` = lr / (1 - beta1^t), `adamw.bc2_sqrt` = sqrt(1 - beta2^t)) and
 //    the moments as inputs `P.exp_avg`, `P.exp_avg_sq`; outputs become `loss`, then per

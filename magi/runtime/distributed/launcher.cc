@@ -1,8 +1,9 @@
 #include "magi/runtime/distributed/launcher.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,6 +56,56 @@ absl::StatusOr<int> PickFreePort() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+// Starts `args[0]` with `args` and `envp` as a child that dies with this thread: the
+// kernel sends it SIGKILL when the launcher dies (PR_SET_PDEATHSIG), so a killed
+// launcher never leaves workers training on their own. posix_spawn cannot set that,
+// hence fork + exec; between them the child makes only async-signal-safe calls. An exec
+// failure comes back through a close-on-exec pipe, so it is reported as before.
+absl::StatusOr<pid_t> SpawnWorker(const std::vector<char*>& args, const std::vector<char*>& envp) {
+  const pid_t launcher = ::getpid();
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int error = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(error)));
+  }
+  if (pid == 0) {
+    ::close(report[0]);
+    int error = 0;
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+      error = errno;
+    } else if (::getppid() != launcher) {
+      // The launcher died before the death signal was armed: we were re-parented already.
+      ::_exit(128 + SIGKILL);
+    } else {
+      ::execve(args[0], args.data(), envp.data());
+      error = errno;
+    }
+    ssize_t unused = ::write(report[1], &error, sizeof(error));
+    (void)unused;
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  int child_error = 0;
+  ssize_t n = 0;
+  do {
+    n = ::read(report[0], &child_error, sizeof(child_error));
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n > 0) {  // exec (or prctl) failed; the child has exited
+    ::waitpid(pid, nullptr, 0);
+    return absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", std::strerror(child_error)));
+  }
+  return pid;
+}
+
+}  // namespace
+
 absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vector<std::string>& argv,
                                                 const std::map<std::string, std::string>& extra_env,
                                                 std::chrono::milliseconds grace) {
@@ -85,14 +136,13 @@ absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vecto
     std::vector<std::string> argv_copy = argv;
     for (std::string& s : argv_copy) args.push_back(s.data());
     args.push_back(nullptr);
-    pid_t pid = 0;
-    int error = ::posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), envp.data());
-    if (error != 0) {
+    absl::StatusOr<pid_t> pid = SpawnWorker(args, envp);
+    if (!pid.ok()) {
       for (pid_t p : pids) ::kill(p, SIGKILL);
       for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-      return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(error)));
+      return pid.status();
     }
-    pids.push_back(pid);
+    pids.push_back(*pid);
   }
 
   LaunchResult result;

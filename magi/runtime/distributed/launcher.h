@@ -4,6 +4,11 @@
 // MASTER_PORT in its environment, plus `extra_env`. If a child fails, the others are
 // terminated (SIGTERM, then SIGKILL after `grace`), so a crashed rank never leaves its
 // peers hanging. Returns the first failing child's exit status (0 when all succeed).
+//
+// Workers die with their launcher: each is started with PR_SET_PDEATHSIG = SIGKILL, so
+// killing the launcher (even with SIGKILL) kills them at once instead of leaving them
+// training as orphans. The signal follows the thread that called LaunchLocalWorkers,
+// which stays in this call until every worker has exited.
 #ifndef MAGI_RUNTIME_DISTRIBUTED_LAUNCHER_H_
 #define MAGI_RUNTIME_DISTRIBUTED_LAUNCHER_H_
 

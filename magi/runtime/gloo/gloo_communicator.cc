@@ -15,7 +15,9 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "magi/registry/registry.h"
 
 namespace magi {
 namespace {
@@ -41,6 +43,40 @@ class StoreAdapter : public gloo::rendezvous::Store {
 };
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+// What Gloo's error says happened. Gloo throws one exception type (IoException) for
+// every transport failure, so its text is all there is: a timeout reads "Timed out
+// waiting ...", a peer that died or exited reads "Connection closed by peer ..." or
+// "Read error ...: Connection reset by peer" (within milliseconds of the death, long
+// before any timeout).
+enum class FailureCause { kTimeout, kPeerLost, kOther };
+
+FailureCause ClassifyGlooError(absl::string_view what) {
+  if (absl::StrContains(what, "Timed out")) return FailureCause::kTimeout;
+  for (absl::string_view lost : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                                 "Read error", "Write error", "Connection refused"}) {
+    if (absl::StrContains(what, lost)) return FailureCause::kPeerLost;
+  }
+  return FailureCause::kOther;
+}
+
+// The failure of `collective` on this rank, the cause first: a lost connection is not
+// blamed on the timeout.
+absl::Status DescribeGlooFailure(int rank, absl::string_view collective, absl::string_view group,
+                                 std::chrono::milliseconds timeout, absl::string_view what) {
+  std::string prefix = absl::StrCat("rank ", rank, ": ", collective, " on group '", group, "' failed");
+  switch (ClassifyGlooError(what)) {
+    case FailureCause::kTimeout:
+      return absl::DeadlineExceededError(absl::StrCat(prefix, " (timeout ", timeout.count(),
+                                                      " ms; a peer rank may be dead or hung): ", what));
+    case FailureCause::kPeerLost:
+      return absl::UnavailableError(
+          absl::StrCat(prefix, ": the connection to a peer rank was lost (the peer died or exited): ", what));
+    case FailureCause::kOther:
+      break;
+  }
+  return absl::UnavailableError(absl::StrCat(prefix, ": ", what));
+}
 
 template <typename T>
 void AllreduceTyped(const std::shared_ptr<gloo::Context>& context, at::Tensor& tensor,
@@ -173,10 +209,9 @@ class GlooCommunicator : public Communicator {
       }
       return outputs;
     } catch (const std::exception& error) {
-      failure_ = absl::UnavailableError(error.what());
-      return absl::UnavailableError(absl::StrCat("rank ", rank_, ": ", name, " on group '", group_,
-                                                 "' failed (timeout ", timeout_.count(),
-                                                 " ms; a peer rank may be dead or hung): ", error.what()));
+      absl::Status status = DescribeGlooFailure(rank_, name, group_, timeout_, error.what());
+      failure_ = absl::Status(status.code(), error.what());
+      return status;
     }
   }
 
@@ -218,4 +253,23 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(c10::intrus
   }
 }
 
+}  // namespace magi
+
+namespace magi {
+namespace {
+
+class GlooProvider : public CommunicatorProvider {
+ public:
+  absl::StatusOr<std::shared_ptr<Communicator>> Create(const CommunicatorOptions& options) const override {
+    return CreateGlooCommunicator(options.store, options.rank, options.size, options.group_name, options.timeout);
+  }
+};
+
+MAGI_REGISTER(CommunicatorProvider, "gloo",
+              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<CommunicatorProvider>> {
+                if (!options.empty()) return absl::InvalidArgumentError("the gloo communicator takes no options");
+                return std::make_unique<GlooProvider>();
+              });
+
+}  // namespace
 }  // namespace magi

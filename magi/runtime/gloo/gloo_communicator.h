@@ -6,8 +6,10 @@
 // allreduce of the padded input followed by taking this rank's rows (Gloo's own
 // reduce-scatter needs pre-registered buffers; this keeps the result exact at twice the
 // traffic, which CPU tests can afford). Reductions support f32, f64, i32 and i64.
-// Every collective has `timeout`; a dead or hung peer gives DeadlineExceeded/Unavailable
-// naming this rank, the collective and the group, and the communicator stays failed.
+// Every collective has `timeout`. A failure names this rank, the collective, the group
+// and the cause first: a peer that died or exited (its connection closed or reset, seen
+// within milliseconds) is Unavailable; a peer that hangs past `timeout` is
+// DeadlineExceeded. The communicator then stays failed and refuses further work.
 #ifndef MAGI_RUNTIME_GLOO_GLOO_COMMUNICATOR_H_
 #define MAGI_RUNTIME_GLOO_GLOO_COMMUNICATOR_H_
 
@@ -18,7 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "magi/runtime/communicator.h"
+#include "magi/backend/communicator.h"
 
 namespace magi {
 

@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "magi/registry/registry.h"
 
 namespace magi {
-namespace {
 
-absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType type) {
+absl::StatusOr<ncclDataType_t> NcclDataType(at::ScalarType type) {
   switch (type) {
     case at::kFloat:
       return ncclFloat32;
@@ -34,6 +34,16 @@ absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType type) {
   }
 }
 
+absl::StatusOr<ncclRedOp_t> NcclReduceOp(absl::string_view reduce_op) {
+  if (reduce_op == "sum") return ncclSum;
+  if (reduce_op == "avg") return ncclAvg;
+  if (reduce_op == "max") return ncclMax;
+  if (reduce_op == "min") return ncclMin;
+  return absl::InvalidArgumentError(absl::StrCat("unknown reduce_op '", reduce_op, "'"));
+}
+
+namespace {
+
 class NcclHandle : public CollectiveHandle {
  public:
   NcclHandle(std::function<absl::Status(cudaEvent_t)> wait, cudaEvent_t done, std::vector<at::Tensor> outputs)
@@ -51,9 +61,9 @@ class NcclHandle : public CollectiveHandle {
   std::vector<at::Tensor> outputs_;
 };
 
-class NcclCommunicator : public Communicator {
+class NcclCommunicatorImpl : public NcclCommunicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, std::string group, int device,
+  NcclCommunicatorImpl(ncclComm_t comm, int rank, int size, std::string group, int device,
                    std::chrono::milliseconds timeout)
       : comm_(comm),
         rank_(rank),
@@ -62,12 +72,21 @@ class NcclCommunicator : public Communicator {
         device_(device),
         timeout_(timeout),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {}
-  ~NcclCommunicator() override {
+  ~NcclCommunicatorImpl() override {
     if (!aborted_) ncclCommDestroy(comm_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  ncclComm_t comm() const override { return comm_; }
+  int device() const override { return device_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  void Abort() override {
+    if (aborted_) return;
+    ncclCommAbort(comm_);
+    aborted_ = true;
+  }
+  bool aborted() const override { return aborted_; }
 
   absl::StatusOr<std::unique_ptr<CollectiveHandle>> Start(CollectiveKind kind, std::vector<at::Tensor> inputs,
                                                           const std::string& reduce_op) override {
@@ -82,7 +101,8 @@ class NcclCommunicator : public Communicator {
     cudaStreamWaitEvent(stream_.stream(), ready, 0);
     cudaEventDestroy(ready);
     std::vector<at::Tensor> outputs;
-    ncclRedOp_t op = reduce_op == "avg" ? ncclAvg : reduce_op == "max" ? ncclMax : reduce_op == "min" ? ncclMin : ncclSum;
+    absl::StatusOr<ncclRedOp_t> op = NcclReduceOp(reduce_op);
+    if (!op.ok()) return op.status();
     ncclGroupStart();
     for (at::Tensor& input : inputs) {
       if (!input.is_cuda()) {
@@ -90,7 +110,7 @@ class NcclCommunicator : public Communicator {
         return absl::InvalidArgumentError("the NCCL communicator takes CUDA tensors");
       }
       input = input.contiguous();
-      absl::StatusOr<ncclDataType_t> type = NcclType(input.scalar_type());
+      absl::StatusOr<ncclDataType_t> type = NcclDataType(input.scalar_type());
       if (!type.ok()) {
         ncclGroupEnd();
         return type.status();
@@ -107,12 +127,12 @@ class NcclCommunicator : public Communicator {
         case CollectiveKind::kReduceScatter:
           sizes[0] /= size_;
           output = at::empty(sizes, input.options());
-          result = ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), *type, op, comm_,
+          result = ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), *type, *op, comm_,
                                      stream_.stream());
           break;
         case CollectiveKind::kAllReduce:
           output = at::empty(sizes, input.options());
-          result = ncclAllReduce(input.data_ptr(), output.data_ptr(), input.numel(), *type, op, comm_, stream_.stream());
+          result = ncclAllReduce(input.data_ptr(), output.data_ptr(), input.numel(), *type, *op, comm_, stream_.stream());
           break;
         case CollectiveKind::kAllToAll:
           ncclGroupEnd();
@@ -150,8 +170,7 @@ class NcclCommunicator : public Communicator {
       ncclResult_t async_error = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async_error);
       if (async_error != ncclSuccess || std::chrono::steady_clock::now() > deadline) {
-        ncclCommAbort(comm_);
-        aborted_ = true;
+        Abort();
         return absl::DeadlineExceededError(absl::StrCat(
             "rank ", rank_, ": ", name, " on group '", group_, "' failed (timeout ", timeout_.count(),
             " ms; a peer rank may be dead or hung)",
@@ -204,7 +223,27 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateNcclCommunicator(c10::intrus
     return absl::UnavailableError(absl::StrCat("rank ", rank, ": ncclCommInitRank for group '", group_name,
                                                "': ", ncclGetErrorString(result)));
   }
-  return std::shared_ptr<Communicator>(new NcclCommunicator(comm, rank, size, group_name, device_index, timeout));
+  return std::shared_ptr<Communicator>(new NcclCommunicatorImpl(comm, rank, size, group_name, device_index, timeout));
 }
 
+}  // namespace magi
+
+namespace magi {
+namespace {
+
+class NcclProvider : public CommunicatorProvider {
+ public:
+  absl::StatusOr<std::shared_ptr<Communicator>> Create(const CommunicatorOptions& options) const override {
+    return CreateNcclCommunicator(options.store, options.rank, options.size, options.group_name, options.device_index,
+                                  options.timeout);
+  }
+};
+
+MAGI_REGISTER(CommunicatorProvider, "nccl",
+              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<CommunicatorProvider>> {
+                if (!options.empty()) return absl::InvalidArgumentError("the nccl communicator takes no options");
+                return std::make_unique<NcclProvider>();
+              });
+
+}  // namespace
 }  // namespace magi

@@ -1,4 +1,4 @@
-#include "magi/runtime/torch_executable.h"
+#include "magi/backend/torch_executable.h"
 
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"

@@ -1,10 +1,11 @@
 // Liveness-based memory planning of a graph, in the same accounting the interpreter
-// measures (RunStats::peak_live_bytes): a value occupies its storage from the node that
-// makes it until after its last use (graph outputs until the end; inputs from the start);
-// results of view ops (view, t, transpose, slice, select, expand, permute, as_strided, ...)
-// share their base's storage, which lives until the last use of any of its aliases. A
-// collective's results count from its start (where the runtime allocates them) and its
-// inputs stay alive until its wait.
+// measures (RunStats::peak_live_bytes), over the storage lifetimes of liveness.h: a value
+// occupies its storage from the node that makes it until after its last use (graph
+// outputs until the end; inputs from the start); results of view ops (view, t,
+// transpose, slice, select, expand, permute, as_strided, ...) share their base's storage,
+// which lives until the last use of any of its aliases. A collective's results count
+// from its start (where the runtime allocates them) and its inputs stay alive until its
+// wait.
 //
 // Besides the peak, it assigns every storage to a reusable buffer (greedy first fit over
 // lifetimes): buffers never hold two storages alive at once, so total_buffer_bytes() is
@@ -14,13 +15,14 @@
 // workspaces, tensors the caller keeps alive after giving them to the graph, and storage
 // that kernels share without a view op in the IR (so it errs high: on the tiny Llama
 // training step it predicts 990,100 bytes where the interpreter measures 957,076).
-#ifndef MAGI_PASSES_MEMORY_PLAN_H_
-#define MAGI_PASSES_MEMORY_PLAN_H_
+#ifndef MAGI_ANALYSIS_MEMORY_PLAN_H_
+#define MAGI_ANALYSIS_MEMORY_PLAN_H_
 
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "magi/analysis/liveness.h"
 #include "magi/ir/graph.h"
 
 namespace magi {
@@ -32,16 +34,15 @@ struct MemoryPlan {
   std::vector<int64_t> buffer_sizes;                 // one entry per reusable buffer
   absl::flat_hash_map<const Value*, int> buffer_of;  // storage-owning value -> buffer
 
-  int64_t total_buffer_bytes() const;
+  int64_t total_buffer_bytes() const;  // saturates at INT64_MAX
 };
 
-// True for ops whose result aliases their first tensor operand.
-bool IsViewOp(absl::string_view op);
-
-// FailedPrecondition if a value's size is not static. Without `assign_buffers` only the
-// peak and live_after are computed (what schedulers and searches need; much cheaper).
+// FailedPrecondition if a value's size is not static; OutOfRange, naming the value or
+// the node, if a byte count (one value's, or the bytes live at a node) does not fit in
+// int64. Without `assign_buffers` only the peak and live_after are computed (what
+// schedulers and searches need; much cheaper).
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true);
 
 }  // namespace magi
 
-#endif  // MAGI_PASSES_MEMORY_PLAN_H_
+#endif  // MAGI_ANALYSIS_MEMORY_PLAN_H_

@@ -1,4 +1,4 @@
-#include "magi/frontend/capture/module_scope.h"
+#include "magi/frontend/module_scope.h"
 
 namespace magi {
 namespace {

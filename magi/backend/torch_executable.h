@@ -3,8 +3,8 @@
 //   absl::StatusOr<std::unique_ptr<TorchExecutable>> exe = CompileForTorch("interpreter", module, "train_step");
 //   absl::StatusOr<std::vector<at::Tensor>> outputs = (*exe)->Run(inputs);   // graph input/output order
 //   (*exe)->last_run_stats().peak_live_bytes;
-#ifndef MAGI_RUNTIME_TORCH_EXECUTABLE_H_
-#define MAGI_RUNTIME_TORCH_EXECUTABLE_H_
+#ifndef MAGI_BACKEND_TORCH_EXECUTABLE_H_
+#define MAGI_BACKEND_TORCH_EXECUTABLE_H_
 
 #include <ATen/ATen.h>
 
@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "magi/backend/backend.h"
-#include "magi/runtime/communicator.h"
+#include "magi/backend/communicator.h"
 
 namespace magi {
 
@@ -22,6 +23,8 @@ struct RunStats {
   // Most bytes of tensor storage the executable held at once (inputs included).
   int64_t peak_live_bytes = 0;
   double seconds = 0;
+  // Host time spent issuing the step (before any wait for the device to finish it).
+  double host_seconds = 0;
   // Wall time of each node in program order, when profiling is on (set_profile_nodes);
   // a collective start's is the enqueue, its wait's the blocking. On CUDA these are
   // host times (kernels are asynchronous), so calibrate on CPU or synchronize.
@@ -36,6 +39,11 @@ class TorchExecutable : public Executable {
   virtual const RunStats& last_run_stats() const = 0;
   // Records RunStats::node_seconds on later runs (off by default: it costs a clock read per node).
   virtual void set_profile_nodes(bool on) = 0;
+  // Writes a Chrome/Perfetto timeline of the next Run to `path` (device-timed where the
+  // backend runs on a device). Unimplemented where the backend cannot.
+  virtual absl::Status TraceNextRun(const std::string& path) {
+    return absl::UnimplementedError(absl::StrCat("backend '", backend_name(), "' writes no timelines"));
+  }
   // Supplies the communicator for process group `group`; Run fails, naming the group,
   // when the graph has collectives on a group with none bound.
   virtual absl::Status BindCommunicator(const std::string& group, std::shared_ptr<Communicator> communicator) = 0;
@@ -48,4 +56,4 @@ absl::StatusOr<std::unique_ptr<TorchExecutable>> CompileForTorch(absl::string_vi
 
 }  // namespace magi
 
-#endif  // MAGI_RUNTIME_TORCH_EXECUTABLE_H_
+#endif  // MAGI_BACKEND_TORCH_EXECUTABLE_H_

@@ -10,8 +10,8 @@
 //
 // Ops of the backward pass get the path of the forward op that created their autograd
 // node (the capture frontend maps autograd sequence numbers). No LibTorch dependency.
-#ifndef MAGI_FRONTEND_CAPTURE_MODULE_SCOPE_H_
-#define MAGI_FRONTEND_CAPTURE_MODULE_SCOPE_H_
+#ifndef MAGI_FRONTEND_MODULE_SCOPE_H_
+#define MAGI_FRONTEND_MODULE_SCOPE_H_
 
 #include <string>
 
@@ -35,4 +35,4 @@ const std::string& CurrentModulePath();
 
 }  // namespace magi
 
-#endif  // MAGI_FRONTEND_CAPTURE_MODULE_SCOPE_H_
+#endif  // MAGI_FRONTEND_MODULE_SCOPE_H_

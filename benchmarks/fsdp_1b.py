@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The 953M Llama training step on one GPU: Magi's backends against PyTorch FSDP2, in ONE run.
+
+Runs, one after another on the same GPU, with the same initial weights and batches (Magi
+writes them once with --dump_dir; PyTorch reads them):
+  Magi examples:train --model=1b --dtype=bf16 with the interpreter, nccl_stream (collectives
+  kept and skipped), nccl_stream + CUDA graph; PyTorch FSDP2 eager and FSDP2 + per-block
+  torch.compile (benchmarks/pytorch/fsdp2_llama.py).
+Prints a Markdown table (ms/step, tokens/s, MFU, peak memory, host time, predicted time) and
+the loss agreement, and writes everything under --out_dir (results.json, table.md, logs).
+
+  python3 benchmarks/fsdp_1b.py --train bazel-bin/examples/train --out_dir $OUT
+Options pick the columns (--only=magi,fsdp2), steps and warm-up. Needs the GPU machine's
+python3 (PyTorch 2.x) for the FSDP2 columns.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+FLOP_PEAK = 989e12  # H100/H200 SXM dense bf16, the MFU denominator used in the issue's table
+
+MAGI_RUNS = [
+    # (label, backend spec, pass pipeline)
+    ("Magi interpreter", "interpreter", ""),
+    ("Magi interpreter + bucket/prefetch", "interpreter",
+     "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}"),
+    ("Magi nccl_stream, collectives kept", "nccl_stream{skip_single_rank=false}", ""),
+    ("Magi nccl_stream", "nccl_stream", ""),
+    ("Magi nccl_stream + CUDA graph", "nccl_stream{cuda_graph=true}", ""),
+]
+
+
+def flops_per_step(tokens, layers=16, dim=2048, seq=2048, params=953_223_168):
+    # 6 N T for the weights, plus 12 L d s T for attention scores and values (fwd + bwd).
+    return 6 * params * tokens + 12 * layers * dim * seq * tokens
+
+
+def run(cmd, log_path, env=None, timeout=900):
+    print("+", " ".join(cmd), flush=True)
+    start = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+    seconds = time.time() - start
+    if proc.returncode != 0:
+        with open(log_path) as log:
+            tail = log.read()[-3000:]
+        print(f"FAILED ({proc.returncode}) after {seconds:.0f} s:\n{tail}", flush=True)
+        return False
+    print(f"  done in {seconds:.0f} s", flush=True)
+    return True
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", default="bazel-bin/examples/train")
+    parser.add_argument("--fsdp2", default=os.path.join(os.path.dirname(__file__), "pytorch", "fsdp2_llama.py"))
+    parser.add_argument("--out_dir", required=True)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--only", default="magi,fsdp2")
+    parser.add_argument("--magi_runs", default="", help="comma-separated labels' indices to run (default all)")
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    data_dir = os.path.join(args.out_dir, "data")
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    results = []
+    common = ["--model=1b", "--dtype=bf16", "--device=cuda", "--world_size=1", f"--steps={args.steps}",
+              f"--warmup_steps={args.warmup}", f"--lr={args.lr}", "--device_profile=h200"]
+    dumped = False
+    wanted = set(args.only.split(","))
+    picked = [int(i) for i in args.magi_runs.split(",") if i] or list(range(len(MAGI_RUNS)))
+    if "magi" in wanted:
+        for index in picked:
+            label, backend, passes = MAGI_RUNS[index]
+            tag = f"magi{index}"
+            summary = os.path.join(args.out_dir, f"{tag}.json")
+            cmd = [args.train] + common + [f"--backend={backend}", f"--out_dir={os.path.join(args.out_dir, tag)}",
+                                           f"--summary_json={summary}"]
+            if passes:
+                cmd.append(f"--passes={passes}")
+            if not dumped:
+                cmd.append(f"--dump_dir={data_dir}")
+            if run(cmd, os.path.join(args.out_dir, f"{tag}.log"), env):
+                dumped = True
+                with open(summary) as f:
+                    s = json.load(f)
+                results.append({"label": label, "ms": s["step_seconds"] * 1e3, "tokens": s["tokens_per_step"],
+                                "peak_gib": s["allocator_peak_bytes"] / 2**30 if s["allocator_peak_bytes"] > 0 else None,
+                                "host_ms": s["host_seconds_per_step"] * 1e3,
+                                "predicted_ms": s["predicted_step_seconds"] * 1e3, "losses": s["losses"]})
+    if "fsdp2" in wanted:
+        if not dumped and not os.path.exists(os.path.join(data_dir, "weights.json")):
+            run([args.train] + common + ["--steps=" + str(args.steps), "--backend=interpreter",
+                                         f"--dump_dir={data_dir}", "--warmup_steps=0",
+                                         f"--out_dir={os.path.join(args.out_dir, 'dump')}"],
+                os.path.join(args.out_dir, "dump.log"), env)
+        for mode in ("eager", "compile"):
+            out = os.path.join(args.out_dir, f"fsdp2_{mode}.json")
+            cmd = [sys.executable, args.fsdp2, "--model=1b", "--device=cuda", f"--mode={mode}",
+                   f"--weights={os.path.join(data_dir, 'weights')}", f"--batches={os.path.join(data_dir, 'batches')}",
+                   f"--steps={args.steps - args.warmup}", f"--warmup={args.warmup}", f"--lr={args.lr}",
+                   f"--out={out}"]
+            # Triton builds its helpers with $CC: the GPU image's on-device.sh points CC at a
+            # compiler for Bazel that Triton's build cannot use, so PyTorch runs get the default.
+            torch_env = {k: v for k, v in env.items() if k not in ("CC", "CXX")}
+            if run(cmd, os.path.join(args.out_dir, f"fsdp2_{mode}.log"), torch_env, timeout=1200):
+                with open(out) as f:
+                    s = json.load(f)
+                label = "PyTorch FSDP2 eager" if mode == "eager" else "PyTorch FSDP2 + per-block torch.compile"
+                results.append({"label": label, "ms": s["ms_per_step_median"],
+                                "tokens": s["tokens_per_s"] * s["ms_per_step_median"] / 1e3,
+                                "peak_gib": s.get("peak_gib"), "host_ms": None, "predicted_ms": None,
+                                "losses": s["losses"]})
+    lines = ["| run | ms/step | tokens/s | MFU | peak GiB | host ms/step | predicted ms | max loss diff vs first |",
+             "|---|---|---|---|---|---|---|---|"]
+    reference = results[0]["losses"] if results else []
+    for r in results:
+        tokens_per_s = r["tokens"] / (r["ms"] / 1e3)
+        mfu = flops_per_step(r["tokens"]) / (r["ms"] / 1e3) / FLOP_PEAK
+        diff = max((abs(a - b) for a, b in zip(r["losses"], reference)), default=float("nan"))
+        fmt = lambda v, f: "-" if v is None else f.format(v)
+        lines.append(f"| {r['label']} | {r['ms']:.1f} | {tokens_per_s:,.0f} | {100 * mfu:.1f}% | "
+                     f"{fmt(r['peak_gib'], '{:.1f}')} | {fmt(r['host_ms'], '{:.1f}')} | "
+                     f"{fmt(r['predicted_ms'], '{:.1f}')} | {diff:.2e} |")
+    table = "\n".join(lines)
+    print("\n" + table)
+    with open(os.path.join(args.out_dir, "table.md"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(args.out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""The PyTorch twin of Magi's C++ Llama (magi/models/llama.{h,cc}, layers.{h,cc}), for the FSDP2 benchmark.
+
+Same parameter names, shapes and registration order as the C++ module's named_parameters()
+(tok_embeddings.weight, layers.<i>.attention_norm.weight, layers.<i>.attention.w{q,k,v,o}.weight,
+layers.<i>.ffn_norm.weight, layers.<i>.feed_forward.w{1,2,3}.weight, norm.weight, output.weight), and the
+same math, op for op:
+  - RMSNorm: x * rsqrt(mean(x^2, -1) + eps) * weight, computed in x's dtype (no upcast);
+  - RoPE: rotate-half convention (pairs are (x[i], x[i + head_dim/2])), tables cos/sin [max_seq_len,
+    head_dim/2] computed in fp32 on the CPU as 1 / theta^(arange(head_dim/2) * 2/head_dim), buffers
+    `rope_cos` / `rope_sin`; used in the dtype of the activations (the C++ model is built in its compute
+    dtype, so its tables are rounded to it; here they are rounded in forward, to the same values);
+  - attention: scaled_dot_product_attention(q, k, v, is_causal=True) on PyTorch 2.x, matmul + masked
+    softmax on 1.13, exactly as magi/compat/attention.h;
+  - SwiGLU: w2(silu(w1 x) * w3 x); blocks h = x + attn(norm(x)); out = h + ffn(norm(h));
+  - LM head: output.weight, or tok_embeddings.weight when tied;
+  - language_model_loss: mean cross entropy of logits.reshape(-1, vocab) against targets.reshape(-1),
+    as LanguageModelLoss.
+Random init follows the C++ order and distributions: N(0, 0.02) for linear and embedding weights, ones
+for norms, drawn from the default CPU generator in registration order.
+
+    model = Llama(LlamaConfig.preset("tiny"))
+    load_magi_weights(model, "/tmp/init")      # names and shapes must match one to one
+    loss = language_model_loss(model(tokens), targets)
+"""
+
+import dataclasses
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tensor_file
+
+
+@dataclasses.dataclass
+class LlamaConfig:
+    vocab_size: int = 256
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    ffn_hidden: int = 176
+    max_seq_len: int = 64
+    tie_embeddings: bool = False
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    @property
+    def head_dim(self):
+        return self.dim // self.n_heads
+
+    def num_parameters(self):
+        """As LlamaConfig::NumParameters() in C++."""
+        per_layer = 4 * self.dim * self.dim + 3 * self.dim * self.ffn_hidden + 2 * self.dim
+        return self.vocab_size * self.dim * (1 if self.tie_embeddings else 2) + self.n_layers * per_layer + self.dim
+
+    def flops_per_token(self, seq_len):
+        """Training FLOPs per token: 6 per parameter plus 12 * layers * dim * seq for attention scores
+        (the convention behind issue #12's 5.35e13 FLOP/step for the 1b shape at seq 2048, batch 4)."""
+        return 6 * self.num_parameters() + 12 * self.n_layers * self.dim * seq_len
+
+    @staticmethod
+    def preset(name):
+        if name == "tiny":  # LlamaConfig::Tiny() (whose vocab is 256 too)
+            return LlamaConfig()
+        if name == "1b":  # issue #12's 953M model
+            return LlamaConfig(vocab_size=32000, dim=2048, n_layers=16, n_heads=16, ffn_hidden=5632,
+                               max_seq_len=2048, tie_embeddings=False, norm_eps=1e-5, rope_theta=10000.0)
+        raise ValueError("unknown model preset %r (known: tiny, 1b)" % (name,))
+
+
+def _init_normal(tensor, std=0.02):
+    with torch.no_grad():
+        tensor.normal_(0.0, std)
+
+
+class Linear(nn.Module):
+    """y = x W^T; weight [out, in], no bias (the C++ model's linears have none)."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        _init_normal(self.weight)
+
+    def forward(self, x):
+        return F.linear(x, self.weight)
+
+
+class Embedding(nn.Module):
+    def __init__(self, num_embeddings, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, dim))
+        _init_normal(self.weight)
+
+    def forward(self, ids):
+        return F.embedding(ids, self.weight)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(variance + self.eps) * self.weight
+
+
+def apply_rotary(x, cos, sin):
+    """Rotates pairs (first half, second half) of the last dim of x [.., seq, head_dim] by cos/sin [seq, head_dim/2]."""
+    half = x.size(-1) // 2
+    x1 = x.narrow(-1, 0, half)
+    x2 = x.narrow(-1, half, half)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+
+def causal_attention(q, k, v):
+    """q, k, v [batch, heads, seq, head_dim]; magi/compat/attention.h's CausalAttention."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+    seq = q.size(-2)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1)
+    scores = scores.masked_fill(mask, -math.inf)
+    return torch.matmul(torch.softmax(scores, -1), v)
+
+
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.head_dim = config.head_dim
+        self.wq = Linear(config.dim, config.dim)
+        self.wk = Linear(config.dim, config.dim)
+        self.wv = Linear(config.dim, config.dim)
+        self.wo = Linear(config.dim, config.dim)
+
+    def forward(self, x, cos, sin):
+        batch, seq = x.size(0), x.size(1)
+
+        def heads(t):
+            return t.view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = heads(self.wq(x)), heads(self.wk(x)), heads(self.wv(x))
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        q = apply_rotary(q, cos, sin)
+        k = apply_rotary(k, cos, sin)
+        attended = causal_attention(q, k, v)
+        return self.wo(attended.transpose(1, 2).reshape(batch, seq, self.n_heads * self.head_dim))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.w1 = Linear(config.dim, config.ffn_hidden)
+        self.w2 = Linear(config.ffn_hidden, config.dim)
+        self.w3 = Linear(config.dim, config.ffn_hidden)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        # Registration order as in C++ (it fixes named_parameters() order and the random init order).
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps)
+        self.attention = Attention(config)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.feed_forward = FeedForward(config)
+
+    def forward(self, x, cos, sin):
+        h = x + self.attention(self.attention_norm(x), cos, sin)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+def rope_tables(config):
+    """(cos, sin) [max_seq_len, head_dim/2] in fp32, computed on the CPU as LlamaImpl's constructor does."""
+    half = config.head_dim // 2
+    inv_freq = 1.0 / torch.pow(config.rope_theta, torch.arange(0, half, dtype=torch.float32) * (2.0 / config.head_dim))
+    angles = torch.outer(torch.arange(config.max_seq_len, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+class Llama(nn.Module):
+    """tokens [batch, seq] int64 -> logits [batch, seq, vocab]. Built in fp32 on the CPU."""
+
+    def __init__(self, config):
+        super().__init__()
+        if config.dim % config.n_heads or config.head_dim % 2:
+            raise ValueError("dim %d must split into %d heads of even size" % (config.dim, config.n_heads))
+        self.config = config
+        self.tok_embeddings = Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList([DecoderBlock(config) for _ in range(config.n_layers)])
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.output = None if config.tie_embeddings else Linear(config.dim, config.vocab_size)
+        cos, sin = rope_tables(config)
+        self.register_buffer("rope_cos", cos)
+        self.register_buffer("rope_sin", sin)
+
+    def forward(self, tokens):
+        seq = tokens.size(1)
+        if seq > self.config.max_seq_len:
+            raise ValueError("sequence length %d exceeds max_seq_len %d" % (seq, self.config.max_seq_len))
+        h = self.tok_embeddings(tokens)
+        cos = self.rope_cos.narrow(0, 0, seq)
+        sin = self.rope_sin.narrow(0, 0, seq)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        h = self.norm(h)
+        if self.output is None:
+            return F.linear(h, self.tok_embeddings.weight)
+        return self.output(h)
+
+
+def language_model_loss(logits, targets):
+    """Mean next-token cross entropy of logits [batch, seq, vocab] against targets [batch, seq]."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def expected_parameter_shapes(config):
+    """The C++ Llama's named_parameters() as (name, shape) pairs, in its order."""
+    d, f = config.dim, config.ffn_hidden
+    shapes = [("tok_embeddings.weight", [config.vocab_size, d])]
+    for i in range(config.n_layers):
+        p = "layers.%d." % i
+        shapes += [(p + "attention_norm.weight", [d])]
+        shapes += [(p + "attention.w%s.weight" % w, [d, d]) for w in "qkvo"]
+        shapes += [(p + "ffn_norm.weight", [d]),
+                   (p + "feed_forward.w1.weight", [f, d]),
+                   (p + "feed_forward.w2.weight", [d, f]),
+                   (p + "feed_forward.w3.weight", [f, d])]
+    shapes.append(("norm.weight", [d]))
+    if not config.tie_embeddings:
+        shapes.append(("output.weight", [config.vocab_size, d]))
+    return shapes
+
+
+_BUFFERS = ("rope_cos", "rope_sin")
+
+
+def load_magi_weights(model, prefix):
+    """Copies the tensors of a magi-tensors-v1 file into `model`'s parameters. The file's parameter names
+    and shapes must match model.named_parameters() one to one (floating dtypes are converted); it may
+    also hold the rope_cos / rope_sin buffers (then they must have the model's shapes and are loaded too).
+    Raises tensor_file.TensorFileError naming the file and every mismatch."""
+    json_path, _ = tensor_file.split_prefix(prefix)
+    entries = {e["name"]: e for e in tensor_file.read_index(prefix)}
+    params = dict(model.named_parameters())
+    buffers = {name: buf for name, buf in model.named_buffers() if name in _BUFFERS}
+    problems = []
+    for name in sorted(set(params) - set(entries)):
+        problems.append("missing parameter '%s' %s" % (name, list(params[name].shape)))
+    for name in sorted(set(entries) - set(params) - set(buffers)):
+        problems.append("unexpected tensor '%s' %s (not a parameter of the model)" % (name, entries[name]["shape"]))
+    targets = dict(params, **buffers)
+    for name in sorted(set(entries) & set(targets)):
+        entry, target = entries[name], targets[name]
+        if entry["shape"] != list(target.shape):
+            problems.append("tensor '%s' has shape %s, the model's is %s" % (name, entry["shape"], list(target.shape)))
+        elif entry["dtype"] not in ("float32", "bfloat16", "float16"):
+            problems.append("tensor '%s' has dtype %s, expected a floating dtype" % (name, entry["dtype"]))
+    if problems:
+        raise tensor_file.TensorFileError("%s does not match the model (%d problem%s):\n  %s" %
+                                          (json_path, len(problems), "s" if len(problems) > 1 else "",
+                                           "\n  ".join(problems)))
+    loaded = tensor_file.read_tensors(prefix)
+    with torch.no_grad():
+        for name, tensor in loaded.items():
+            targets[name].copy_(tensor)
+    return list(loaded)
+
+
+def save_magi_weights(model, prefix):
+    """Writes model.named_parameters() (fp32, in the C++ order) to PREFIX.json + PREFIX.bin atomically."""
+    return tensor_file.write_tensors(prefix, [(n, p.detach().float()) for n, p in model.named_parameters()])

@@ -1,0 +1,47 @@
+// Storage lifetimes of a graph, in program order (the schedule the runtime executes).
+//
+// Every tensor value either owns a storage or, for the results of view ops (see
+// op_traits.h), shares the storage of the view's base. A storage is born where the
+// runtime allocates it (a graph input: before the first node; a node's results: at the
+// node; a collective's results: at its start, even though its wait names them) and dies
+// after the last node that needs it: its last reader, through any alias; a collective's
+// inputs until its wait; a graph output at the end. Futures own no storage.
+//
+//   absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+//   for (const StorageLifetime& s : liveness->storages) ...  // bytes, born, dies
+//
+// It does not decide anything (that is the memory planner's job, memory_plan.h) and does
+// not model kernels' temporary workspaces.
+#ifndef MAGI_ANALYSIS_LIVENESS_H_
+#define MAGI_ANALYSIS_LIVENESS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "magi/ir/graph.h"
+
+namespace magi {
+
+// One storage: the value that owns it, its size and its lifetime in program indices.
+struct StorageLifetime {
+  const Value* value = nullptr;  // the owner (an input or a node result); never null
+  int64_t bytes = 0;
+  int born = -1;  // program index of the node that allocates it; -1: a graph input
+  int dies = -1;  // last program index that needs it; num_nodes: a graph output; -1: never read
+};
+
+struct Liveness {
+  int num_nodes = 0;
+  std::vector<StorageLifetime> storages;               // inputs first, then in allocation order
+  absl::flat_hash_map<const Value*, int> storage_of;  // every tensor value -> index in `storages`
+};
+
+// FailedPrecondition naming the value if a tensor's size is not static; OutOfRange
+// naming it if its byte count does not fit in int64.
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph);
+
+}  // namespace magi
+
+#endif  // MAGI_ANALYSIS_LIVENESS_H_

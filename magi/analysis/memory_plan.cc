@@ -1,0 +1,89 @@
+#include "magi/analysis/memory_plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "magi/analysis/liveness.h"
+#include "magi/base/checked_math.h"
+
+namespace magi {
+
+int64_t MemoryPlan::total_buffer_bytes() const {
+  int64_t total = 0;
+  for (int64_t size : buffer_sizes) total = SaturatingAdd(total, size);
+  return total;
+}
+
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers) {
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+  if (!liveness.ok()) return liveness.status();
+  const int n = liveness->num_nodes;
+  const std::vector<StorageLifetime>& storages = liveness->storages;
+
+  // Byte counts are checked: a sum past int64 is an error naming where it happens, never
+  // a wrapped (and so wrong) peak.
+  std::vector<Node*> nodes = graph.nodes();
+  auto overflow = [&](int index) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "graph @", graph.name(), ": the bytes live ",
+        index < 0 ? std::string("at the start (graph inputs)") : absl::StrCat("at ", nodes[index]->DebugName()),
+        " add up to more than int64 can hold (", std::numeric_limits<int64_t>::max(), ")"));
+  };
+  MemoryPlan plan;
+  plan.live_after.assign(n, 0);
+  std::vector<int64_t> allocated(n, 0), freed(n, 0);
+  int64_t live = 0;
+  for (const StorageLifetime& storage : storages) {
+    int64_t& total = storage.born < 0 ? live : allocated[storage.born];
+    std::optional<int64_t> sum = CheckedAdd(total, storage.bytes);
+    if (!sum) return overflow(storage.born);
+    total = *sum;
+    // Freed bytes at a node are at most the bytes live there: checked above.
+    if (storage.dies >= 0 && storage.dies < n) freed[storage.dies] = SaturatingAdd(freed[storage.dies], storage.bytes);
+  }
+  plan.peak_bytes = live;
+  for (int i = 0; i < n; ++i) {
+    std::optional<int64_t> with_results = CheckedAdd(live, allocated[i]);  // results exist while operands are held
+    if (!with_results) return overflow(i);
+    live = *with_results;
+    if (live > plan.peak_bytes) {
+      plan.peak_bytes = live;
+      plan.peak_node = i;
+    }
+    live -= freed[i];
+    plan.live_after[i] = live;
+  }
+  if (!assign_buffers) return plan;
+
+  // Greedy first fit: storages by birth; a buffer is free once its storage is dead.
+  std::vector<int> order(storages.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return storages[a].born != storages[b].born ? storages[a].born < storages[b].born
+                                                : storages[a].bytes > storages[b].bytes;
+  });
+  std::vector<int> buffer_free_after;  // program index after which the buffer is free
+  for (int index : order) {
+    const StorageLifetime& storage = storages[index];
+    int buffer = -1;
+    for (size_t b = 0; b < buffer_free_after.size(); ++b) {
+      if (buffer_free_after[b] < storage.born && plan.buffer_sizes[b] >= storage.bytes) {
+        buffer = static_cast<int>(b);
+        break;
+      }
+    }
+    if (buffer < 0) {
+      buffer = static_cast<int>(plan.buffer_sizes.size());
+      plan.buffer_sizes.push_back(storage.bytes);
+      buffer_free_after.push_back(0);
+    }
+    buffer_free_after[buffer] = storage.dies;
+    plan.buffer_of[storage.value] = buffer;
+  }
+  return plan;
+}
+
+}  // namespace magi

@@ -1,0 +1,317 @@
+#include "magi/backend/common/step_plan.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <functional>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "magi/base/status_macros.h"
+#include "magi/compat/torch_compat.h"
+
+namespace magi {
+namespace {
+
+// The IValue for a constant attribute passed as an argument of `type`.
+absl::StatusOr<c10::IValue> ConstantIValue(const Attribute& value, const compat::ArgType& type) {
+  // An undefined tensor passed where the schema wants a (non-optional) Tensor.
+  if (value.is_none() && type.kind == compat::ArgKind::kTensor && !type.optional) return c10::IValue(at::Tensor());
+  if (value.is_none()) return c10::IValue();
+  switch (value.kind()) {
+    case AttrKind::kBool:
+      return c10::IValue(value.as_bool());
+    case AttrKind::kInt:
+      if (type.kind == compat::ArgKind::kFloat) return c10::IValue(static_cast<double>(value.as_int()));
+      return c10::IValue(value.as_int());
+    case AttrKind::kFloat:
+      return c10::IValue(value.as_float());
+    case AttrKind::kString:
+      return c10::IValue(value.as_string());
+    case AttrKind::kIntList:
+      if (type.kind == compat::ArgKind::kFloatList) {
+        std::vector<double> floats(value.as_int_list().begin(), value.as_int_list().end());
+        return c10::IValue(floats);
+      }
+      if (type.kind == compat::ArgKind::kTensorList || type.kind == compat::ArgKind::kOptionalTensorList) {
+        if (!value.as_int_list().empty()) break;
+        if (type.kind == compat::ArgKind::kTensorList) return c10::IValue(std::vector<at::Tensor>());
+        return c10::IValue(c10::List<c10::optional<at::Tensor>>());
+      }
+      if (type.kind == compat::ArgKind::kBoolList && value.as_int_list().empty()) {
+        return c10::IValue(c10::List<bool>());
+      }
+      return c10::IValue(value.as_int_list());
+    case AttrKind::kFloatList:
+      return c10::IValue(value.as_float_list());
+    case AttrKind::kBoolList: {
+      c10::List<bool> list;
+      for (bool b : value.as_bool_list()) list.push_back(b);
+      return c10::IValue(list);
+    }
+    case AttrKind::kDType:
+      return c10::IValue(compat::ToScalarType(value.as_dtype()));
+    case AttrKind::kDevice:
+      return c10::IValue(compat::ToTorchDevice(value.as_device()));
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("a ", AttrKindName(value.kind()), " cannot be passed as ", "an argument of this type"));
+}
+
+absl::Status PlanOpArguments(const Node& node, const c10::FunctionSchema& schema,
+                             const std::function<int(const Value*)>& slot, NodePlan& plan) {
+  const std::vector<Argument>& args = node.args();
+  if (args.size() > schema.arguments().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(node), ": ", args.size(), " arguments, but ", node.op(),
+                                                   " takes ", schema.arguments().size()));
+  }
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::Argument& argument = schema.arguments()[i];
+    compat::ArgType type = compat::ClassifyArgument(argument);
+    ArgPlan arg;
+    if (i >= args.size()) {
+      // Trailing arguments the IR left out take the schema's defaults.
+      if (!argument.default_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(node), ": argument '", argument.name(), "' is missing and has no default"));
+      }
+      arg.constant = *argument.default_value();
+    } else if (args[i].value.kind() == AttrKind::kOperand) {
+      arg.source = ArgPlan::Source::kOperand;
+      arg.slots.push_back(slot(node.operand(args[i].value.as_operand().index)));
+    } else if (args[i].value.kind() == AttrKind::kOperandList) {
+      arg.source = type.kind == compat::ArgKind::kOptionalTensorList ? ArgPlan::Source::kOptionalOperandList
+                                                                     : ArgPlan::Source::kOperandList;
+      for (int index : args[i].value.as_operand_list().indices) {
+        if (index == OperandListRef::kNoOperand) {
+          if (arg.source != ArgPlan::Source::kOptionalOperandList) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(Where(node), ": argument '", argument.name(), "' cannot hold none"));
+          }
+          arg.slots.push_back(-1);
+        } else {
+          arg.slots.push_back(slot(node.operand(index)));
+        }
+      }
+    } else {
+      absl::StatusOr<c10::IValue> constant = ConstantIValue(args[i].value, type);
+      if (!constant.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(node), ": argument '", argument.name(), "': ", constant.status().message()));
+      }
+      arg.constant = *std::move(constant);
+    }
+    plan.args.push_back(std::move(arg));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string Where(const Node& node) { return absl::StrCat("graph @", node.graph()->name(), ": ", node.DebugName()); }
+
+absl::StatusOr<c10::OperatorHandle> FindOperator(const Node& node) {
+  std::vector<std::string> parts = absl::StrSplit(node.op(), absl::MaxSplits('.', 1));
+  std::string overload = parts.size() > 1 ? parts[1] : "";
+  c10::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema({parts[0], overload});
+  if (!op) return absl::NotFoundError(absl::StrCat(Where(node), ": LibTorch has no operator ", node.op()));
+  return *op;
+}
+
+std::string WhyNotRunnable(const Node& node) {
+  if (IsCommunication(node.op()) || node.op() == kCallOp || node.op() == kAdamWOp) return "";
+  if (node.op_namespace() == "magi") return "no LibTorch executor for this magi:: op";
+  if (!FindOperator(node).ok()) return "LibTorch has no such operator";
+  return "";
+}
+
+absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
+  StepPlan step;
+  absl::flat_hash_map<const Value*, int> slot_of;
+  std::function<int(const Value*)> slot = [&](const Value* v) {
+    auto [it, inserted] = slot_of.emplace(v, static_cast<int>(slot_of.size()));
+    return it->second;
+  };
+  for (const Value* input : graph.inputs()) {
+    int s = slot(input);
+    step.input_slots.push_back(s);
+    if (input->role() == InputRole::kRng) step.rng_slot = s;
+  }
+  absl::flat_hash_map<const Node*, int> plan_of_start;
+  absl::flat_hash_set<std::string> groups, callees;
+  for (const Node* node : graph.nodes()) {
+    NodePlan plan(node);
+    if (node->op() == kWaitOp) {
+      plan.kind = NodePlan::Kind::kWait;
+      const Node* start = StartOfWait(*node);
+      auto it = start == nullptr ? plan_of_start.end() : plan_of_start.find(start);
+      if (it == plan_of_start.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": waits on no earlier collective start"));
+      }
+      plan.start_plan = it->second;
+    } else if (std::optional<CollectiveKind> kind = GetCollectiveKind(node->op())) {
+      plan.kind = NodePlan::Kind::kCollectiveStart;
+      plan.collective = *kind;
+      const Attribute* group = node->FindArg("group");
+      const Attribute* reduce_op = node->FindArg("reduce_op");
+      if (group == nullptr || group->kind() != AttrKind::kString) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": no group"));
+      }
+      plan.group = group->as_string();
+      if (groups.insert(plan.group).second) step.groups.push_back(plan.group);
+      plan.reduce_op = reduce_op != nullptr && reduce_op->kind() == AttrKind::kString ? reduce_op->as_string() : "sum";
+      plan_of_start[node] = static_cast<int>(step.nodes.size());
+    } else if (node->op() == kCallOp) {
+      plan.kind = NodePlan::Kind::kCall;
+      plan.callee = CalleeName(*node);
+      if (plan.callee.empty()) return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": no callee"));
+      if (callees.insert(plan.callee).second) step.callees.push_back(plan.callee);
+    } else if (node->op() == kAdamWOp) {
+      if (node->num_operands() != 7 || node->num_results() != 3) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": malformed magi::adamw"));
+      }
+      plan.kind = NodePlan::Kind::kAdamW;
+      plan.adamw = AdamWConstantsOf(*node);
+    } else if (node->op_namespace() == "magi") {
+      return absl::UnimplementedError(absl::StrCat(Where(*node), ": no LibTorch executor for ", node->op()));
+    }
+    if (plan.kind == NodePlan::Kind::kOp) {
+      MAGI_ASSIGN_OR_RETURN(c10::OperatorHandle op, FindOperator(*node));
+      plan.op = op;
+      MAGI_RETURN_IF_ERROR(PlanOpArguments(*node, op.schema(), slot, plan));
+    } else if (plan.kind != NodePlan::Kind::kWait) {
+      ArgPlan operands;
+      operands.source = ArgPlan::Source::kOperandList;
+      for (const Value* operand : node->operands()) operands.slots.push_back(slot(operand));
+      plan.args.push_back(std::move(operands));
+    }
+    for (const Value* result : node->results()) {
+      plan.result_slots.push_back(slot(result));
+      plan.result_types.push_back(result->type().tensor());
+    }
+    step.nodes.push_back(std::move(plan));
+  }
+  for (const GraphOutput& output : graph.outputs()) step.output_slots.push_back(slot(output.value));
+  step.num_slots = static_cast<int>(slot_of.size());
+  step.slot_of = slot_of;
+
+  // Free each value after its last use (never graph outputs; inputs belong to the caller
+  // but the executor's reference is dropped too). A wait reads its start's futures.
+  std::vector<int> last_use(step.num_slots, -1);
+  for (size_t n = 0; n < step.nodes.size(); ++n) {
+    for (const ArgPlan& arg : step.nodes[n].args) {
+      for (int s : arg.slots) {
+        if (s >= 0) last_use[s] = static_cast<int>(n);
+      }
+    }
+  }
+  std::vector<bool> is_output(step.num_slots, false);
+  for (int s : step.output_slots) is_output[s] = true;
+  for (int s = 0; s < step.num_slots; ++s) {
+    if (last_use[s] >= 0 && !is_output[s]) step.nodes[last_use[s]].release_slots.push_back(s);
+  }
+  // Results nobody uses are dropped as soon as they are made.
+  for (size_t n = 0; n < step.nodes.size(); ++n) {
+    if (step.nodes[n].kind == NodePlan::Kind::kCollectiveStart) continue;  // futures: the wait takes them
+    for (int s : step.nodes[n].result_slots) {
+      if (last_use[s] < 0 && !is_output[s]) step.nodes[n].release_slots.push_back(s);
+    }
+  }
+  return step;
+}
+
+void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, torch::jit::Stack& stack) {
+  for (const ArgPlan& arg : plan.args) {
+    switch (arg.source) {
+      case ArgPlan::Source::kConstant:
+        stack.push_back(arg.constant);
+        break;
+      case ArgPlan::Source::kOperand:
+        stack.emplace_back(slots[arg.slots[0]]);
+        break;
+      case ArgPlan::Source::kOperandList: {
+        std::vector<at::Tensor> list;
+        list.reserve(arg.slots.size());
+        for (int s : arg.slots) list.push_back(slots[s]);
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case ArgPlan::Source::kOptionalOperandList: {
+        c10::List<c10::optional<at::Tensor>> list;
+        for (int s : arg.slots) list.push_back(s < 0 ? c10::optional<at::Tensor>() : slots[s]);
+        stack.emplace_back(std::move(list));
+        break;
+      }
+    }
+  }
+}
+
+std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack) {
+  std::vector<at::Tensor> tensors;
+  for (c10::IValue& value : stack) {
+    if (value.isTensor()) {
+      if (value.toTensor().defined()) tensors.push_back(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorVector()) {
+        if (t.defined()) tensors.push_back(t);
+      }
+    }
+  }
+  return tensors;
+}
+
+absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& tensors) {
+  if (tensors.size() != plan.result_slots.size()) {
+    return absl::InternalError(absl::StrCat(Where(*plan.node), ": produced ", tensors.size(),
+                                            " tensors, the IR expects ", plan.result_slots.size()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorType& expected = plan.result_types[i];
+    const at::Tensor& t = tensors[i];
+    if (t.scalar_type() != compat::ToScalarType(expected.dtype) ||
+        !std::equal(t.sizes().begin(), t.sizes().end(), expected.sizes.begin(), expected.sizes.end())) {
+      absl::StatusOr<TensorType> actual = compat::TensorTypeOf(t);
+      return absl::InternalError(absl::StrCat(Where(*plan.node), ": produced ",
+                                              actual.ok() ? actual->ToString() : t.toString(), ", the IR says ",
+                                              expected.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetGeneratorState(const StepPlan& plan, const at::Tensor& state) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  for (const NodePlan& node : plan.nodes) {
+    if (!node.result_types.empty() && node.result_types[0].device.type == DeviceType::kCuda) {
+      generator = at::globalContext().defaultGenerator(compat::ToTorchDevice(node.result_types[0].device));
+      break;
+    }
+  }
+  try {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  } catch (const c10::Error& error) {
+    return absl::InvalidArgumentError(absl::StrCat("rng.state: ", error.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<at::Tensor> AdamWReference(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                                       const at::Tensor& exp_avg_sq, const at::Tensor& decay,
+                                       const at::Tensor& step_size, const at::Tensor& bc2_sqrt,
+                                       const AdamWConstants& c) {
+  // LibTorch's AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+  // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps); each step the op LibTorch's own AdamW runs.
+  at::Tensor decayed = at::mul(param, decay);
+  at::Tensor m = at::add(at::mul(exp_avg, c.beta1), grad, 1.0 - c.beta1);
+  at::Tensor v = at::addcmul(at::mul(exp_avg_sq, c.beta2), grad, grad, 1.0 - c.beta2);
+  at::Tensor denom = at::add(at::div(at::sqrt(v), bc2_sqrt), c.eps, 1);
+  at::Tensor next = at::sub(decayed, at::mul(at::div(m, denom), step_size), 1);
+  return {next, m, v};
+}
+
+}  // namespace magi

@@ -1,0 +1,103 @@
+// The run plan of a graph for executors that run LibTorch tensors through the
+// dispatcher (the interpreter, the nccl_stream runtime).
+//
+// BuildStepPlan resolves once what running a graph needs: for every node its kind
+// (ATen op, collective start, wait, magi::call, magi::adamw), for ATen ops the operator
+// handle and the schema-ordered arguments (operands as value slots, constants as
+// IValues, trailing defaults from the schema), the slots of its results with their IR
+// types, and the slots whose last use it is (so executors free intermediates early).
+// Executors keep one at::Tensor per slot.
+//
+//   absl::StatusOr<StepPlan> plan = BuildStepPlan(graph);
+//   for (const NodePlan& node : plan->nodes) { ... PushArguments(node, slots, stack); op->callBoxed(&stack); ... }
+#ifndef MAGI_BACKEND_COMMON_STEP_PLAN_H_
+#define MAGI_BACKEND_COMMON_STEP_PLAN_H_
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "magi/ir/collectives.h"
+#include "magi/ir/graph.h"
+#include "magi/ir/magi_ops.h"
+
+namespace magi {
+
+// How to produce one schema argument at run time.
+struct ArgPlan {
+  enum class Source { kConstant, kOperand, kOperandList, kOptionalOperandList } source = Source::kConstant;
+  c10::IValue constant;
+  std::vector<int> slots;  // value slots; -1 for a none entry
+};
+
+struct NodePlan {
+  enum class Kind { kOp, kCollectiveStart, kWait, kCall, kAdamW } kind = Kind::kOp;
+  const Node* node = nullptr;
+  c10::optional<c10::OperatorHandle> op;  // kOp only
+  // kCollectiveStart:
+  CollectiveKind collective = CollectiveKind::kAllGather;
+  std::string group;
+  std::string reduce_op;
+  int start_plan = -1;  // kWait: the plan index of its start
+  std::string callee;   // kCall: the callee graph
+  AdamWConstants adamw;  // kAdamW
+  // kOp: schema arguments; starts, calls and adamw: one kOperandList with every operand.
+  std::vector<ArgPlan> args;
+  std::vector<int> result_slots;
+  std::vector<TensorType> result_types;
+  std::vector<int> release_slots;  // slots whose last use is this node
+  explicit NodePlan(const Node* n) : node(n) {}
+};
+
+struct StepPlan {
+  std::vector<NodePlan> nodes;  // program order
+  std::vector<int> input_slots;
+  std::vector<int> output_slots;
+  int rng_slot = -1;  // the rng.state input's slot, if any
+  int num_slots = 0;
+  std::vector<std::string> groups;  // process groups the collectives use
+  std::vector<std::string> callees;  // graphs the magi::call nodes call
+  absl::flat_hash_map<const Value*, int> slot_of;  // every value's slot
+};
+
+absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph);
+
+// "graph @g: aten::mm (%3 = ...)" for errors.
+std::string Where(const Node& node);
+
+// The operator a node names; NotFound naming the node when LibTorch has none.
+absl::StatusOr<c10::OperatorHandle> FindOperator(const Node& node);
+
+// Why an executor built on StepPlan cannot run `node` ("" if it can): magi:: ops other than
+// collectives, waits, calls and adamw, and ATen ops LibTorch does not have.
+std::string WhyNotRunnable(const Node& node);
+
+// Pushes `plan`'s arguments (kOp) onto `stack`, reading operands from `slots`.
+void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, torch::jit::Stack& stack);
+
+// The defined tensors among a kernel's returns, in order (as capture records them).
+std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack);
+
+// Checks `tensors` against the plan's result types (dtype and shape); Internal naming
+// the node and both types on a mismatch.
+absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& tensors);
+
+// Sets the default generator of the graph's device (CUDA if any result is on CUDA, else
+// the CPU's) to `state`, so random ops draw what eager mode drew from that state.
+absl::Status SetGeneratorState(const StepPlan& plan, const at::Tensor& state);
+
+// LibTorch's AdamW update of one shard, op by op (the reference semantics of
+// magi::adamw; bitwise what LibTorch's own AdamW computes from the same scalars).
+// Returns {param', exp_avg', exp_avg_sq'}.
+std::vector<at::Tensor> AdamWReference(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                                       const at::Tensor& exp_avg_sq, const at::Tensor& decay,
+                                       const at::Tensor& step_size, const at::Tensor& bc2_sqrt,
+                                       const AdamWConstants& constants);
+
+}  // namespace magi
+
+#endif  // MAGI_BACKEND_COMMON_STEP_PLAN_H_

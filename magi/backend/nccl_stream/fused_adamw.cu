@@ -1,0 +1,96 @@
+#include "magi/backend/nccl_stream/fused_adamw.h"
+
+#include <cstdint>
+
+namespace magi::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kChunk = 32768;  // elements per block
+
+struct LaunchArgs {
+  AdamWTensor tensors[kMaxTensorsPerLaunch];
+  int64_t first_block[kMaxTensorsPerLaunch + 1];  // prefix sums of blocks per tensor
+  int count;
+};
+
+__device__ __forceinline__ void Update(float p, float g, float m, float v, float decay, float step_size,
+                                       float bc2_sqrt, const AdamWScalars& s, float& p_out, float& m_out,
+                                       float& v_out) {
+  // The association of LibTorch's op-by-op AdamW; the compiler may contract a multiply
+  // and an add into one FMA (as ATen's own CUDA kernels do), so results can differ from
+  // the op-by-op form in the last bit.
+  float m2 = m * s.beta1 + s.one_minus_beta1 * g;
+  float v2 = v * s.beta2 + s.one_minus_beta2 * g * g;
+  float denom = sqrtf(v2) / bc2_sqrt + s.eps;
+  float update = (m2 / denom) * step_size;
+  p_out = p * decay - update;
+  m_out = m2;
+  v_out = v2;
+}
+
+__global__ void __launch_bounds__(kThreads) MultiTensorAdamWKernel(LaunchArgs args, AdamWScalars s) {
+  const int64_t block = blockIdx.x;
+  int t = 0;
+  while (t + 1 < args.count && args.first_block[t + 1] <= block) ++t;
+  const AdamWTensor& x = args.tensors[t];
+  const int64_t begin = (block - args.first_block[t]) * kChunk;
+  const int64_t end = begin + kChunk < x.numel ? begin + kChunk : x.numel;
+  const float decay = *s.decay, step_size = *s.step_size, bc2_sqrt = *s.bc2_sqrt;
+  const uintptr_t alignment = reinterpret_cast<uintptr_t>(x.param) | reinterpret_cast<uintptr_t>(x.grad) |
+                              reinterpret_cast<uintptr_t>(x.exp_avg) | reinterpret_cast<uintptr_t>(x.exp_avg_sq) |
+                              reinterpret_cast<uintptr_t>(x.param_out) | reinterpret_cast<uintptr_t>(x.exp_avg_out) |
+                              reinterpret_cast<uintptr_t>(x.exp_avg_sq_out);
+  int64_t i = begin + 4 * threadIdx.x;
+  if ((alignment & 15) == 0) {
+    // 16-byte loads and stores; `begin` is a multiple of 4 elements.
+    for (; i + 3 < end; i += 4 * kThreads) {
+      float4 p = *reinterpret_cast<const float4*>(x.param + i);
+      float4 g = *reinterpret_cast<const float4*>(x.grad + i);
+      float4 m = *reinterpret_cast<const float4*>(x.exp_avg + i);
+      float4 v = *reinterpret_cast<const float4*>(x.exp_avg_sq + i);
+      float4 po, mo, vo;
+      Update(p.x, g.x, m.x, v.x, decay, step_size, bc2_sqrt, s, po.x, mo.x, vo.x);
+      Update(p.y, g.y, m.y, v.y, decay, step_size, bc2_sqrt, s, po.y, mo.y, vo.y);
+      Update(p.z, g.z, m.z, v.z, decay, step_size, bc2_sqrt, s, po.z, mo.z, vo.z);
+      Update(p.w, g.w, m.w, v.w, decay, step_size, bc2_sqrt, s, po.w, mo.w, vo.w);
+      *reinterpret_cast<float4*>(x.param_out + i) = po;
+      *reinterpret_cast<float4*>(x.exp_avg_out + i) = mo;
+      *reinterpret_cast<float4*>(x.exp_avg_sq_out + i) = vo;
+    }
+  }
+  // The tail (or everything, unaligned): one element at a time.
+  for (; i < end; i += 4 * kThreads) {
+    for (int64_t j = i; j < i + 4 && j < end; ++j) {
+      Update(x.param[j], x.grad[j], x.exp_avg[j], x.exp_avg_sq[j], decay, step_size, bc2_sqrt, s, x.param_out[j],
+             x.exp_avg_out[j], x.exp_avg_sq_out[j]);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchMultiTensorAdamW(const AdamWTensor* tensors, int count, const AdamWScalars& scalars,
+                                   cudaStream_t stream) {
+  int k = 0;
+  while (k < count) {
+    LaunchArgs args;
+    args.count = 0;
+    int64_t blocks = 0;
+    for (; k < count && args.count < kMaxTensorsPerLaunch; ++k) {
+      if (tensors[k].numel == 0) continue;
+      args.tensors[args.count] = tensors[k];
+      args.first_block[args.count] = blocks;
+      blocks += (tensors[k].numel + kChunk - 1) / kChunk;
+      ++args.count;
+    }
+    if (args.count == 0) continue;
+    args.first_block[args.count] = blocks;
+    MultiTensorAdamWKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, scalars);
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace magi::cuda

@@ -1,0 +1,52 @@
+// A multi-tensor AdamW kernel: one launch updates up to kMaxTensorsPerLaunch parameter
+// shards (more are split over several launches), reading the per-step scalars from
+// device memory so the launches can live inside a CUDA graph. Plain CUDA: no LibTorch.
+//
+// Per element (float32), in the order of LibTorch's op-by-op AdamW (magi::adamw; the
+// last bit may differ where the compiler fuses a multiply-add):
+//   m' = m * beta1 + (1 - beta1) * g
+//   v' = v * beta2 + (1 - beta2) * g * g
+//   p' = p * decay - (m' / (sqrt(v') / bc2_sqrt + eps)) * step_size
+// Outputs may alias inputs (in-place update).
+#ifndef MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
+#define MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace magi::cuda {
+
+struct AdamWTensor {
+  const float* param;
+  const float* grad;
+  const float* exp_avg;
+  const float* exp_avg_sq;
+  float* param_out;
+  float* exp_avg_out;
+  float* exp_avg_sq_out;
+  int64_t numel;
+};
+
+struct AdamWScalars {
+  const float* decay;      // 1 - lr * weight_decay (device, 0-dim)
+  const float* step_size;  // lr / (1 - beta1^t)
+  const float* bc2_sqrt;   // sqrt(1 - beta2^t)
+  float beta1;
+  float beta2;
+  float eps;
+  // 1 - beta1 and 1 - beta2 computed in double and rounded once, as LibTorch rounds its
+  // `alpha`/`value` arguments (1.0f - 0.999f is 4.7e-5 away from 0.001f).
+  float one_minus_beta1;
+  float one_minus_beta2;
+};
+
+inline constexpr int kMaxTensorsPerLaunch = 24;
+
+// Enqueues the update of `count` tensors on `stream`; returns the first launch error.
+cudaError_t LaunchMultiTensorAdamW(const AdamWTensor* tensors, int count, const AdamWScalars& scalars,
+                                   cudaStream_t stream);
+
+}  // namespace magi::cuda
+
+#endif  // MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_

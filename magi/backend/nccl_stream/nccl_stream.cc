@@ -1,0 +1,744 @@
+#include "magi/backend/nccl_stream/nccl_stream.h"
+
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "magi/backend/common/step_plan.h"
+#include "magi/backend/nccl_stream/fused_adamw.h"
+#include "magi/backend/nccl_stream/stream_plan.h"
+#include "magi/backend/torch_executable.h"
+#include "magi/base/file.h"
+#include "magi/base/status_macros.h"
+#include "magi/compat/torch_compat.h"
+#include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
+#include "magi/runtime/nccl/nccl_communicator.h"
+
+namespace magi {
+namespace {
+
+absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
+}
+
+absl::Status NcclStatus(ncclResult_t result, absl::string_view what) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(result)));
+}
+
+absl::StatusOr<bool> ParseBool(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  return absl::InvalidArgumentError(absl::StrCat("nccl_stream option ", key, " takes true or false, not '", value, "'"));
+}
+
+// One communication stream: a CUDA stream and the NCCL communicator that only it uses.
+struct CommLane {
+  std::shared_ptr<NcclCommunicator> base;  // the communicator bound for the group
+  ncclComm_t comm = nullptr;               // base's, or split from it (owned then)
+  bool owns_comm = false;
+  c10::optional<c10::cuda::CUDAStream> stream;
+};
+
+// A collective between its start and its wait.
+struct InFlight {
+  std::vector<at::Tensor> inputs;   // held until the wait (see stream_plan.h)
+  std::vector<at::Tensor> results;  // views of the flat output buffer(s)
+};
+
+class NcclStreamExecutable : public TorchExecutable {
+ public:
+  ~NcclStreamExecutable() override {
+    graph_.reset();
+    for (CommLane& lane : lanes_) {
+      if (lane.owns_comm && lane.comm != nullptr) {
+        if (lane.base != nullptr && lane.base->aborted()) {
+          ncclCommAbort(lane.comm);
+        } else {
+          ncclCommDestroy(lane.comm);
+        }
+      }
+    }
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+    for (cudaEvent_t event : timing_events_) cudaEventDestroy(event);
+  }
+
+  absl::string_view backend_name() const override { return "nccl_stream"; }
+  const RunStats& last_run_stats() const override { return stats_; }
+  void set_profile_nodes(bool on) override { profile_nodes_ = on; }
+  absl::Status TraceNextRun(const std::string& path) override {
+    trace_path_ = path;
+    return absl::OkStatus();
+  }
+
+  static absl::StatusOr<std::unique_ptr<NcclStreamExecutable>> Build(const Module& module, const Graph& graph,
+                                                                     const CompileContext& context,
+                                                                     const NcclStreamOptions& options) {
+    auto exe = std::unique_ptr<NcclStreamExecutable>(new NcclStreamExecutable());
+    exe->options_ = options;
+    exe->graph_ir_ = &graph;
+    MAGI_ASSIGN_OR_RETURN(exe->step_, BuildStepPlan(graph));
+    StreamPlanOptions plan_options;
+    plan_options.skip_single_rank_collectives = options.skip_single_rank;
+    plan_options.donate_optimizer_state = options.donate;
+    MAGI_ASSIGN_OR_RETURN(exe->streams_, BuildStreamPlan(module, graph, plan_options));
+    for (const std::string& callee : exe->step_.callees) {
+      auto it = context.callees.find(callee);
+      if (it == context.callees.end()) {
+        return absl::FailedPreconditionError(absl::StrCat("graph @", graph.name(), " calls @", callee,
+                                                          ", which was not compiled"));
+      }
+      auto torch_callee = std::dynamic_pointer_cast<TorchExecutable>(it->second);
+      if (torch_callee == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat("@", callee, " does not run LibTorch tensors"));
+      }
+      exe->callees_[callee] = std::move(torch_callee);
+    }
+    exe->release_slots_.resize(exe->step_.nodes.size());
+    for (size_t i = 0; i < exe->streams_.release_after.size(); ++i) {
+      for (const Value* value : exe->streams_.release_after[i]) {
+        exe->release_slots_[i].push_back(exe->step_.slot_of.at(value));
+      }
+    }
+    for (const Node* node : graph.nodes()) {
+      if (node->results().empty() || !node->result(0)->type().is_tensor()) continue;
+      const Device& device = node->result(0)->type().tensor().device;
+      if (device.type == DeviceType::kCuda) {
+        exe->device_ = static_cast<int>(std::max<int64_t>(0, device.index));
+        break;
+      }
+    }
+    return exe;
+  }
+
+  absl::Status BindCommunicator(const std::string& group, std::shared_ptr<Communicator> communicator) override {
+    if (communicator == nullptr) return absl::InvalidArgumentError("null communicator");
+    communicators_[group] = std::move(communicator);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    if (inputs.size() != step_.input_slots.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the graph takes ", step_.input_slots.size(), " inputs, ", inputs.size(), " were given"));
+    }
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    MAGI_RETURN_IF_ERROR(PrepareLanes());
+    Event(2 * step_.nodes.size() + 1);  // every event exists before any capture begins
+    auto start = std::chrono::steady_clock::now();
+    stats_ = RunStats();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device_);
+    absl::StatusOr<std::vector<at::Tensor>> outputs;
+    const bool tracing = !trace_path_.empty() || profile_nodes_;
+    if (graph_ != nullptr && !tracing) {
+      outputs = Replay(inputs);
+    } else if (options_.cuda_graph && !graph_failed_ && !tracing && runs_ >= options_.graph_warmup) {
+      outputs = CaptureAndReplay(inputs);
+    } else {
+      outputs = RunStreams(inputs, /*capturing=*/false, tracing);
+    }
+    if (!outputs.ok()) return outputs.status();
+    ++runs_;
+    stats_.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (options_.sync_each_step || tracing) MAGI_RETURN_IF_ERROR(WaitForDevice());
+    if (tracing) MAGI_RETURN_IF_ERROR(CollectTimeline());
+    stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto device_stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_);
+    stats_.peak_live_bytes = device_stats.allocated_bytes[0].peak;  // index 0: all pools (1.13 and 2.x)
+    stats_.nodes_run = static_cast<int64_t>(step_.nodes.size());
+    return outputs;
+  }
+
+  bool graph_captured() const { return graph_ != nullptr; }
+
+ private:
+  NcclStreamExecutable() = default;
+
+  // Creates the communication streams and their communicators on first use.
+  absl::Status PrepareLanes() {
+    if (!lanes_.empty() || streams_.comm_streams.empty()) return absl::OkStatus();
+    absl::flat_hash_map<std::string, int> lanes_of_group;
+    for (const CommStream& comm_stream : streams_.comm_streams) {
+      auto it = communicators_.find(comm_stream.group);
+      if (it == communicators_.end()) {
+        return absl::FailedPreconditionError(absl::StrCat("the graph has collectives on process group '",
+                                                          comm_stream.group, "' but no communicator is bound"));
+      }
+      auto nccl = std::dynamic_pointer_cast<NcclCommunicator>(it->second);
+      if (nccl == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat("nccl_stream needs an NCCL communicator for group '",
+                                                          comm_stream.group, "' (--communicator=nccl)"));
+      }
+      CommLane lane;
+      lane.base = nccl;
+      lane.stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device_));
+      if (lanes_of_group[comm_stream.group]++ == 0) {
+        lane.comm = nccl->comm();
+      } else {
+        // One communicator must not run two collectives at once: every further stream of
+        // the group gets a communicator of its own, split from the bound one.
+        MAGI_RETURN_IF_ERROR(NcclStatus(ncclCommSplit(nccl->comm(), 0, nccl->rank(), &lane.comm, nullptr),
+                                        absl::StrCat("splitting a communicator for group '", comm_stream.group, "'")));
+        lane.owns_comm = true;
+      }
+      lanes_.push_back(std::move(lane));
+    }
+    return absl::OkStatus();
+  }
+
+  cudaEvent_t Event(size_t index) {
+    while (events_.size() <= index) {
+      cudaEvent_t event;
+      cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+      events_.push_back(event);
+    }
+    return events_[index];
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> RunStreams(const std::vector<at::Tensor>& inputs, bool capturing,
+                                                     bool timed) {
+    c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    if (timed) MAGI_RETURN_IF_ERROR(PrepareTimingEvents(compute));
+    slots_.assign(step_.num_slots, at::Tensor());
+    for (size_t i = 0; i < inputs.size(); ++i) slots_[step_.input_slots[i]] = inputs[i];
+    if (step_.rng_slot >= 0) MAGI_RETURN_IF_ERROR(SetGeneratorState(step_, slots_[step_.rng_slot]));
+    in_flight_.clear();
+    torch::jit::Stack stack;
+    for (size_t index = 0; index < step_.nodes.size(); ++index) {
+      const NodePlan& plan = step_.nodes[index];
+      current_node_ = static_cast<int>(index);
+      switch (plan.kind) {
+        case NodePlan::Kind::kOp:
+          stack.clear();
+          PushArguments(plan, slots_, stack);
+          try {
+            plan.op->callBoxed(&stack);
+          } catch (const c10::Error& error) {
+            return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
+          }
+          MAGI_RETURN_IF_ERROR(Hold(plan, ResultTensors(stack)));
+          break;
+        case NodePlan::Kind::kCall: {
+          absl::StatusOr<std::vector<at::Tensor>> results = callees_.at(plan.callee)->Run(Operands(plan));
+          if (!results.ok()) {
+            return absl::Status(results.status().code(),
+                                absl::StrCat(Where(*plan.node), ": ", results.status().message()));
+          }
+          MAGI_RETURN_IF_ERROR(Hold(plan, *results));
+          break;
+        }
+        case NodePlan::Kind::kAdamW:
+          MAGI_RETURN_IF_ERROR(RunAdamW(static_cast<int>(index), compute));
+          break;
+        case NodePlan::Kind::kCollectiveStart:
+          MAGI_RETURN_IF_ERROR(StartCollective(static_cast<int>(index), compute, timed));
+          break;
+        case NodePlan::Kind::kWait:
+          MAGI_RETURN_IF_ERROR(WaitCollective(static_cast<int>(index), compute, timed));
+          break;
+      }
+      for (int s : release_slots_[index]) slots_[s] = at::Tensor();
+      if (timed) {
+        MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(timing_events_[1 + index], compute.stream()), "event"));
+      }
+    }
+    current_node_ = -1;
+    std::vector<at::Tensor> outputs;
+    outputs.reserve(step_.output_slots.size());
+    for (int s : step_.output_slots) outputs.push_back(slots_[s]);
+    slots_.assign(step_.num_slots, at::Tensor());
+    in_flight_.clear();
+    (void)capturing;
+    return outputs;
+  }
+
+  std::vector<at::Tensor> Operands(const NodePlan& plan) const {
+    std::vector<at::Tensor> operands;
+    operands.reserve(plan.args[0].slots.size());
+    for (int s : plan.args[0].slots) operands.push_back(slots_[s]);
+    return operands;
+  }
+
+  absl::Status Hold(const NodePlan& plan, const std::vector<at::Tensor>& tensors) {
+    MAGI_RETURN_IF_ERROR(CheckResults(plan, tensors));
+    for (size_t i = 0; i < tensors.size(); ++i) slots_[plan.result_slots[i]] = tensors[i];
+    return absl::OkStatus();
+  }
+
+  // A batch of magi::adamw runs when its last member is reached (stream_plan.h);
+  // a magi::adamw outside any batch runs by itself.
+  absl::Status RunAdamW(int index, c10::cuda::CUDAStream compute) {
+    int batch_index = streams_.adamw_batch_of_node[index];
+    std::vector<int> members = {index};
+    bool in_place = false;
+    if (batch_index >= 0) {
+      const AdamWBatch& batch = streams_.adamw_batches[batch_index];
+      if (batch.run_at != index) return absl::OkStatus();
+      members = batch.nodes;
+      in_place = batch.in_place;
+    }
+    const NodePlan& first = step_.nodes[members.front()];
+    std::vector<at::Tensor> head = Operands(first);
+    bool fused = head[kAdamWParam].is_cuda() && head[kAdamWParam].scalar_type() == at::kFloat;
+    for (int k : {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
+      fused = fused && head[k].is_cuda() && head[k].scalar_type() == at::kFloat && head[k].get_device() == device_;
+    }
+    if (!fused) {
+      for (int member : members) {
+        const NodePlan& plan = step_.nodes[member];
+        std::vector<at::Tensor> o = Operands(plan);
+        try {
+          MAGI_RETURN_IF_ERROR(Hold(plan, AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg],
+                                                         o[kAdamWExpAvgSq], o[kAdamWDecay], o[kAdamWStepSize],
+                                                         o[kAdamWBc2Sqrt], plan.adamw)));
+        } catch (const c10::Error& error) {
+          return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
+        }
+      }
+      return absl::OkStatus();
+    }
+    std::vector<cuda::AdamWTensor> tensors;
+    std::vector<std::vector<at::Tensor>> results;
+    std::vector<at::Tensor> keep_alive;
+    for (int member : members) {
+      const NodePlan& plan = step_.nodes[member];
+      std::vector<at::Tensor> o = Operands(plan);
+      for (int k : {kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq}) {
+        if (!o[k].is_cuda() || o[k].scalar_type() != at::kFloat || o[k].get_device() != device_) {
+          return absl::InvalidArgumentError(absl::StrCat(Where(*plan.node), ": operand ", k,
+                                                         " is not a float32 tensor on cuda:", device_));
+        }
+        if (!o[k].is_contiguous()) {
+          if (in_place && k != kAdamWGrad) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(Where(*plan.node), ": a donated state tensor is not contiguous"));
+          }
+          o[k] = o[k].contiguous();
+          keep_alive.push_back(o[k]);
+        }
+      }
+      std::vector<at::Tensor> out;
+      if (in_place) {
+        out = {o[kAdamWParam], o[kAdamWExpAvg], o[kAdamWExpAvgSq]};
+      } else {
+        out = {at::empty_like(o[kAdamWParam]), at::empty_like(o[kAdamWExpAvg]), at::empty_like(o[kAdamWExpAvgSq])};
+      }
+      tensors.push_back({o[kAdamWParam].data_ptr<float>(), o[kAdamWGrad].data_ptr<float>(),
+                         o[kAdamWExpAvg].data_ptr<float>(), o[kAdamWExpAvgSq].data_ptr<float>(),
+                         out[0].data_ptr<float>(), out[1].data_ptr<float>(), out[2].data_ptr<float>(),
+                         o[kAdamWParam].numel()});
+      results.push_back(std::move(out));
+    }
+    const AdamWConstants& constants = first.adamw;
+    cuda::AdamWScalars scalars{head[kAdamWDecay].data_ptr<float>(), head[kAdamWStepSize].data_ptr<float>(),
+                               head[kAdamWBc2Sqrt].data_ptr<float>(), static_cast<float>(constants.beta1),
+                               static_cast<float>(constants.beta2), static_cast<float>(constants.eps),
+                               static_cast<float>(1.0 - constants.beta1), static_cast<float>(1.0 - constants.beta2)};
+    MAGI_RETURN_IF_ERROR(CudaStatus(
+        cuda::LaunchMultiTensorAdamW(tensors.data(), static_cast<int>(tensors.size()), scalars, compute.stream()),
+        absl::StrCat(Where(*first.node), ": multi-tensor AdamW")));
+    for (size_t m = 0; m < members.size(); ++m) MAGI_RETURN_IF_ERROR(Hold(step_.nodes[members[m]], results[m]));
+    return absl::OkStatus();
+  }
+
+  absl::Status StartCollective(int index, c10::cuda::CUDAStream compute, bool timed) {
+    const NodePlan& plan = step_.nodes[index];
+    const CollectivePlan& collective = streams_.collectives[streams_.collective_of_node.at(index)];
+    InFlight& flight = in_flight_[index];
+    flight.inputs = Operands(plan);
+    if (collective.skipped) return absl::OkStatus();  // one rank: the wait takes the inputs as they are
+    if (plan.collective == CollectiveKind::kAllToAll) {
+      return absl::UnimplementedError(absl::StrCat(Where(*plan.node), ": all_to_all is not implemented for NCCL"));
+    }
+    CommLane& lane = lanes_[collective.stream - 1];
+    if (lane.base->aborted()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Where(*plan.node), ": rank ", lane.base->rank(), ": the communicator was aborted"));
+    }
+    // Output buffers: one flat buffer per dtype, each result a view of it; allocated on the
+    // compute stream before the ready event, so nothing still queued there can be using
+    // the memory when the communication stream writes it.
+    std::map<at::ScalarType, int64_t> flat_numel;
+    std::vector<int64_t> offsets;
+    for (size_t i = 0; i < plan.result_types.size(); ++i) {
+      at::Tensor& input = flight.inputs[i];
+      if (!input.is_cuda() || input.get_device() != device_) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(*plan.node), ": input ", i, " is not on cuda:", device_));
+      }
+      if (!input.is_contiguous()) input = input.contiguous();
+      int64_t& numel = flat_numel[input.scalar_type()];
+      offsets.push_back(numel);
+      int64_t result_numel = 1;
+      for (int64_t size : plan.result_types[i].sizes) result_numel *= size;
+      numel += (result_numel + 127) / 128 * 128;  // 512-byte aligned views for NCCL
+    }
+    std::map<at::ScalarType, at::Tensor> flat;
+    for (const auto& [type, numel] : flat_numel) {
+      flat[type] = at::empty({numel}, at::TensorOptions().dtype(type).device(at::kCUDA, device_));
+    }
+    flight.results.clear();
+    for (size_t i = 0; i < plan.result_types.size(); ++i) {
+      const at::Tensor& input = flight.inputs[i];
+      int64_t result_numel = 1;
+      for (int64_t size : plan.result_types[i].sizes) result_numel *= size;
+      flight.results.push_back(
+          flat[input.scalar_type()].narrow(0, offsets[i], result_numel).view(plan.result_types[i].sizes));
+    }
+    for (const auto& [type, buffer] : flat) flight.inputs.push_back(buffer);  // held until the wait
+    cudaEvent_t ready = Event(2 * index);
+    MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, compute.stream()), "cudaEventRecord"));
+    cudaStream_t comm_stream = lane.stream->stream();
+    MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(comm_stream, ready, 0), "cudaStreamWaitEvent"));
+    if (timed) {
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(CollectiveTimingEvent(index, 0), comm_stream), "event"));
+    }
+    absl::StatusOr<ncclRedOp_t> op = NcclReduceOp(plan.reduce_op);
+    if (!op.ok()) return op.status();
+    const int world = lane.base->size();
+    MAGI_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
+    for (size_t i = 0; i < plan.result_types.size(); ++i) {
+      const at::Tensor& input = flight.inputs[i];
+      at::Tensor& output = flight.results[i];
+      absl::StatusOr<ncclDataType_t> type = NcclDataType(input.scalar_type());
+      ncclResult_t result = ncclSuccess;
+      if (!type.ok()) {
+        ncclGroupEnd();
+        return absl::Status(type.status().code(), absl::StrCat(Where(*plan.node), ": ", type.status().message()));
+      }
+      switch (plan.collective) {
+        case CollectiveKind::kAllGather:
+          if (output.numel() != input.numel() * world) result = ncclInvalidArgument;
+          if (result == ncclSuccess) {
+            result = ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), *type, lane.comm, comm_stream);
+          }
+          break;
+        case CollectiveKind::kReduceScatter:
+          if (output.numel() * world != input.numel()) result = ncclInvalidArgument;
+          if (result == ncclSuccess) {
+            result = ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), *type, *op, lane.comm,
+                                       comm_stream);
+          }
+          break;
+        case CollectiveKind::kAllReduce:
+          result = ncclAllReduce(input.data_ptr(), output.data_ptr(), input.numel(), *type, *op, lane.comm,
+                                 comm_stream);
+          break;
+        case CollectiveKind::kAllToAll:
+          break;
+      }
+      if (result != ncclSuccess) {
+        ncclGroupEnd();
+        return absl::InternalError(absl::StrCat(Where(*plan.node), ": rank ", lane.base->rank(), ": tensor ", i, ": ",
+                                                ncclGetErrorString(result)));
+      }
+    }
+    MAGI_RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), absl::StrCat(Where(*plan.node), ": ncclGroupEnd")));
+    if (timed) {
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(CollectiveTimingEvent(index, 1), comm_stream), "event"));
+    }
+    return CudaStatus(cudaEventRecord(Event(2 * index + 1), comm_stream), "cudaEventRecord");
+  }
+
+  absl::Status WaitCollective(int index, c10::cuda::CUDAStream compute, bool timed) {
+    const NodePlan& plan = step_.nodes[index];
+    const CollectivePlan& collective = streams_.collectives[streams_.collective_of_node.at(index)];
+    auto flight = in_flight_.find(collective.start);
+    if (flight == in_flight_.end()) return absl::InternalError(absl::StrCat(Where(*plan.node), ": no start ran"));
+    std::vector<at::Tensor> results;
+    if (collective.skipped) {
+      for (size_t i = 0; i < plan.result_types.size(); ++i) {
+        results.push_back(flight->second.inputs[i].view(plan.result_types[i].sizes));
+      }
+    } else {
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(compute.stream(), Event(2 * collective.start + 1), 0),
+                                      "cudaStreamWaitEvent"));
+      results = std::move(flight->second.results);
+    }
+    in_flight_.erase(flight);  // the compute stream is past the collective: its buffers may be reused
+    (void)timed;
+    return Hold(plan, results);
+  }
+
+  // Waits for the step on the device, watching every communicator for a failed peer.
+  absl::Status WaitForDevice() {
+    c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    cudaEvent_t done = Event(2 * step_.nodes.size());
+    MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(done, compute.stream()), "cudaEventRecord"));
+    std::chrono::milliseconds timeout(120000);
+    for (const CommLane& lane : lanes_) timeout = std::min(timeout, lane.base->timeout());
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      cudaError_t status = cudaEventQuery(done);
+      if (status == cudaSuccess) return absl::OkStatus();
+      if (status != cudaErrorNotReady) return CudaStatus(status, "the step failed on the device");
+      for (CommLane& lane : lanes_) {
+        ncclResult_t async_error = ncclSuccess;
+        ncclCommGetAsyncError(lane.comm, &async_error);
+        bool late = std::chrono::steady_clock::now() > deadline;
+        if (async_error != ncclSuccess || late) {
+          lane.base->Abort();
+          if (lane.owns_comm) ncclCommAbort(lane.comm);
+          lane.comm = nullptr;
+          lane.owns_comm = false;
+          return absl::DeadlineExceededError(absl::StrCat(
+              "rank ", lane.base->rank(), ": a collective on group '", streams_.comm_streams[&lane - &lanes_[0]].group,
+              "' failed: ",
+              async_error != ncclSuccess ? ncclGetErrorString(async_error)
+                                         : absl::StrCat("not done after ", timeout.count(), " ms"),
+              " (a peer rank may be dead or hung)"));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // ---- CUDA graphs ----
+
+  absl::StatusOr<std::vector<at::Tensor>> CaptureAndReplay(const std::vector<at::Tensor>& inputs) {
+    if (!streams_.capturable()) {
+      graph_failed_ = true;
+      std::fprintf(stderr, "magi: nccl_stream: the step stays in stream mode; no CUDA graph because:\n");
+      for (const CaptureBlocker& blocker : streams_.capture_blockers) {
+        std::fprintf(stderr, "  %s\n", blocker.reason.c_str());
+      }
+      return RunStreams(inputs, false, false);
+    }
+    c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    c10::cuda::CUDAStream capture_stream =
+        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
+    // The capture stream starts after everything the caller queued (inputs being made).
+    cudaEvent_t ready = Event(2 * step_.nodes.size() + 1);
+    MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, caller.stream()), "cudaEventRecord"));
+    MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(capture_stream.stream(), ready, 0), "cudaStreamWaitEvent"));
+    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    absl::StatusOr<std::vector<at::Tensor>> outputs;
+    std::string failure;
+    {
+      c10::cuda::CUDAStreamGuard on_capture_stream(capture_stream);
+      try {
+        graph->capture_begin();
+        outputs = RunStreams(inputs, /*capturing=*/true, /*timed=*/false);
+        graph->capture_end();
+      } catch (const c10::Error& error) {
+        failure = error.what_without_backtrace();
+      }
+      if (failure.empty() && !outputs.ok()) failure = std::string(outputs.status().message());
+      if (!failure.empty()) {
+        // Leave capture mode whatever state the failure left it in.
+        cudaStreamCaptureStatus status;
+        if (cudaStreamIsCapturing(capture_stream.stream(), &status) == cudaSuccess &&
+            status != cudaStreamCaptureStatusNone) {
+          cudaGraph_t broken = nullptr;
+          cudaStreamEndCapture(capture_stream.stream(), &broken);
+          if (broken != nullptr) cudaGraphDestroy(broken);
+        }
+        cudaGetLastError();
+      }
+    }
+    if (!failure.empty()) {
+      graph_failed_ = true;
+      std::string node = current_node_ >= 0 ? step_.nodes[current_node_].node->DebugName() : "(not one node)";
+      std::fprintf(stderr, "magi: nccl_stream: CUDA graph capture failed at %s: %s; staying in stream mode\n",
+                   node.c_str(), failure.c_str());
+      return RunStreams(inputs, false, false);
+    }
+    graph_ = std::move(graph);
+    static_inputs_ = inputs;
+    static_outputs_ = *std::move(outputs);
+    // Capture ran nothing: the first replay is this step. Order it after the caller's stream.
+    return Replay(inputs);
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> Replay(const std::vector<at::Tensor>& inputs) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& captured = static_inputs_[i];
+      const at::Tensor& given = inputs[i];
+      if (given.unsafeGetTensorImpl() == captured.unsafeGetTensorImpl() ||
+          (given.data_ptr() == captured.data_ptr() && given.sizes() == captured.sizes() &&
+           given.strides() == captured.strides() && given.scalar_type() == captured.scalar_type())) {
+        continue;  // the same memory the graph reads (donated state, reused buffers)
+      }
+      if (given.sizes() != captured.sizes() || given.scalar_type() != captured.scalar_type()) {
+        return absl::InvalidArgumentError(absl::StrCat("input ", i, " (%", graph_ir_->inputs()[i]->name(),
+                                                       ") changed shape or dtype since the CUDA graph was captured"));
+      }
+      try {
+        static_inputs_[i].copy_(given, /*non_blocking=*/true);
+      } catch (const c10::Error& error) {
+        return absl::InternalError(absl::StrCat("input %", graph_ir_->inputs()[i]->name(), ": ",
+                                                error.what_without_backtrace()));
+      }
+    }
+    try {
+      graph_->replay();
+    } catch (const c10::Error& error) {
+      return absl::InternalError(absl::StrCat("CUDA graph replay: ", error.what_without_backtrace()));
+    }
+    return static_outputs_;
+  }
+
+  // ---- timelines (trace and per-node times) ----
+
+  absl::Status PrepareTimingEvents(c10::cuda::CUDAStream compute) {
+    size_t needed = 1 + step_.nodes.size() + 2 * step_.nodes.size();
+    while (timing_events_.size() < needed) {
+      cudaEvent_t event;
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&event), "cudaEventCreate"));
+      timing_events_.push_back(event);
+    }
+    return CudaStatus(cudaEventRecord(timing_events_[0], compute.stream()), "cudaEventRecord");
+  }
+
+  cudaEvent_t CollectiveTimingEvent(int start_index, int which) {
+    return timing_events_[1 + step_.nodes.size() + 2 * start_index + which];
+  }
+
+  absl::Status CollectTimeline() {
+    const size_t n = step_.nodes.size();
+    auto since_begin = [&](cudaEvent_t event) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, timing_events_[0], event);
+      return static_cast<double>(ms) * 1e-3;
+    };
+    std::vector<double> end(n);
+    for (size_t i = 0; i < n; ++i) end[i] = since_begin(timing_events_[1 + i]);
+    if (profile_nodes_) {
+      stats_.node_seconds.assign(n, 0.0);
+      double previous = 0;
+      for (size_t i = 0; i < n; ++i) {
+        stats_.node_seconds[i] = std::max(0.0, end[i] - previous);
+        previous = end[i];
+      }
+      // A collective's time is its span on the communication stream (start + wait, as
+      // calibration tables record it), charged to the start.
+      for (const CollectivePlan& collective : streams_.collectives) {
+        if (collective.skipped) continue;
+        stats_.node_seconds[collective.start] = std::max(
+            0.0, since_begin(CollectiveTimingEvent(collective.start, 1)) -
+                     since_begin(CollectiveTimingEvent(collective.start, 0)));
+        stats_.node_seconds[collective.wait] = 0;
+      }
+    }
+    if (trace_path_.empty()) return absl::OkStatus();
+    std::string json = "{\"traceEvents\":[\n";
+    absl::StrAppend(&json, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"compute\"}}");
+    for (size_t k = 0; k < streams_.comm_streams.size(); ++k) {
+      absl::StrAppendFormat(&json,
+                            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"comm "
+                            "%s/%d\"}}",
+                            k + 1, streams_.comm_streams[k].group, streams_.comm_streams[k].annotated_stream);
+    }
+    double previous = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = *step_.nodes[i].node;
+      double begin = previous, finish = end[i];
+      previous = finish;
+      if (finish - begin < 1e-7) continue;
+      absl::StrAppendFormat(&json,
+                            ",\n{\"name\":\"%s\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,"
+                            "\"dur\":%.3f,\"args\":{\"module\":\"%s\",\"node\":%d}}",
+                            node.op(), begin * 1e6, (finish - begin) * 1e6, node.annotations().module_path, i);
+    }
+    for (const CollectivePlan& collective : streams_.collectives) {
+      if (collective.skipped) continue;
+      double begin = since_begin(CollectiveTimingEvent(collective.start, 0));
+      double finish = since_begin(CollectiveTimingEvent(collective.start, 1));
+      const Node& node = *step_.nodes[collective.start].node;
+      absl::StrAppendFormat(&json,
+                            ",\n{\"name\":\"%s\",\"cat\":\"communication\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
+                            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"tensors\":%d,\"node\":%d}}",
+                            node.op(), collective.stream, begin * 1e6, (finish - begin) * 1e6, node.num_operands(),
+                            collective.start);
+    }
+    absl::StrAppend(&json, "\n]}\n");
+    std::string path = trace_path_;
+    trace_path_.clear();
+    return WriteFileAtomically(path, json);
+  }
+
+  NcclStreamOptions options_;
+  const Graph* graph_ir_ = nullptr;
+  StepPlan step_;
+  StreamPlan streams_;
+  std::vector<std::vector<int>> release_slots_;
+  absl::flat_hash_map<std::string, std::shared_ptr<TorchExecutable>> callees_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Communicator>> communicators_;
+  std::vector<CommLane> lanes_;
+  int device_ = 0;
+  std::vector<at::Tensor> slots_;
+  absl::flat_hash_map<int, InFlight> in_flight_;  // start node -> its collective
+  std::vector<cudaEvent_t> events_;               // 2 per node index (ready, done), + step end, + capture
+  std::vector<cudaEvent_t> timing_events_;
+  int current_node_ = -1;
+  int64_t runs_ = 0;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  bool graph_failed_ = false;
+  std::vector<at::Tensor> static_inputs_;
+  std::vector<at::Tensor> static_outputs_;
+  bool profile_nodes_ = false;
+  std::string trace_path_;
+  RunStats stats_;
+};
+
+}  // namespace
+
+absl::StatusOr<NcclStreamOptions> NcclStreamOptions::FromComponentOptions(const ComponentOptions& options) {
+  NcclStreamOptions parsed;
+  for (const auto& [key, value] : options) {
+    if (key == "cuda_graph") {
+      MAGI_ASSIGN_OR_RETURN(parsed.cuda_graph, ParseBool(key, value));
+    } else if (key == "skip_single_rank") {
+      MAGI_ASSIGN_OR_RETURN(parsed.skip_single_rank, ParseBool(key, value));
+    } else if (key == "donate") {
+      MAGI_ASSIGN_OR_RETURN(parsed.donate, ParseBool(key, value));
+    } else if (key == "sync_each_step") {
+      MAGI_ASSIGN_OR_RETURN(parsed.sync_each_step, ParseBool(key, value));
+    } else if (key == "graph_warmup") {
+      if (!absl::SimpleAtoi(value, &parsed.graph_warmup) || parsed.graph_warmup < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("nccl_stream option graph_warmup takes N >= 1, not '", value,
+                                                       "' (one stream-mode run must come before capture)"));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl_stream takes cuda_graph, graph_warmup, skip_single_rank, donate and sync_each_step, not '", key, "'"));
+    }
+  }
+  return parsed;
+}
+
+Capability NcclStreamBackend::GetCapability(const Module& module, const Graph& graph) const {
+  Capability capability;
+  for (const Node* node : graph.nodes()) {
+    std::string reason = WhyNotRunnable(*node);
+    if (!reason.empty()) capability.unsupported.emplace_back(node, std::move(reason));
+  }
+  return capability;
+}
+
+absl::StatusOr<std::unique_ptr<Executable>> NcclStreamBackend::Compile(const Module& module, const Graph& graph,
+                                                                       const CompileContext& context) const {
+  MAGI_ASSIGN_OR_RETURN(std::unique_ptr<NcclStreamExecutable> exe,
+                        NcclStreamExecutable::Build(module, graph, context, options_));
+  return std::unique_ptr<Executable>(std::move(exe));
+}
+
+MAGI_REGISTER(Backend, "nccl_stream",
+              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
+                MAGI_ASSIGN_OR_RETURN(NcclStreamOptions parsed, NcclStreamOptions::FromComponentOptions(options));
+                return std::make_unique<NcclStreamBackend>(parsed);
+              });
+
+}  // namespace magi

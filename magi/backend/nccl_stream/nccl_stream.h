@@ -1,0 +1,61 @@
+// The "nccl_stream" backend: runs a compiled step on one CUDA device per rank.
+//
+// What it does (the schedule itself is stream_plan.h, decided once and tested on CPU):
+//  - ATen ops through the dispatcher on the compute stream (the caller's current stream),
+//    in program order; magi::call through the callee partitions' executables;
+//  - each collective on its communication stream (one NCCL communicator per stream, split
+//    from the bound one), as ONE grouped NCCL call per bucket whose results are views of
+//    one flat output buffer (no per-tensor copy-out), ordered by CUDA events: no host
+//    synchronization inside the step; groups of one rank skip the collective;
+//  - every magi::adamw of the step as one multi-tensor kernel (fused_adamw.h), in place on
+//    the donated parameter shards and moments;
+//  - optionally the whole step as ONE CUDA graph: after `graph_warmup` stream-mode runs the
+//    step is captured, and later runs copy changed inputs into the captured ones and replay
+//    it, so a step costs one graph launch on the host. If something in the step cannot be
+//    captured (stream_plan.h lists why, or the capture itself fails) it logs which node
+//    and why to stderr and stays in stream mode.
+//  - after each step, waits for the device with the communicators' timeout, aborting them
+//    and failing (naming the rank) if a peer died or hung.
+// Options (registry spec "nccl_stream{...}"):
+//   cuda_graph=true|false (default false), graph_warmup=N (2), skip_single_rank=true|false
+//   (true), donate=true|false (true: magi::adamw updates its state inputs in place),
+//   sync_each_step=true|false (true).
+// Donation: with donate=true, Run overwrites the parameter-shard and moment inputs of
+// magi::adamw with their new values and returns those same tensors. In graph mode, the
+// outputs are the captured graph's buffers, overwritten by the next Run.
+// Where it cannot run: tensors not on CUDA in collectives, communicators that are not
+// NCCL: those fail with a Status naming the node.
+#ifndef MAGI_BACKEND_NCCL_STREAM_NCCL_STREAM_H_
+#define MAGI_BACKEND_NCCL_STREAM_NCCL_STREAM_H_
+
+#include "magi/backend/backend.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+
+struct NcclStreamOptions {
+  bool cuda_graph = false;
+  int graph_warmup = 2;
+  bool skip_single_rank = true;
+  bool donate = true;
+  bool sync_each_step = true;
+
+  static absl::StatusOr<NcclStreamOptions> FromComponentOptions(const ComponentOptions& options);
+};
+
+class NcclStreamBackend : public Backend {
+ public:
+  explicit NcclStreamBackend(NcclStreamOptions options) : options_(options) {}
+  absl::string_view name() const override { return "nccl_stream"; }
+  Capability GetCapability(const Module& module, const Graph& graph) const override;
+  using Backend::Compile;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph,
+                                                      const CompileContext& context) const override;
+
+ private:
+  NcclStreamOptions options_;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_BACKEND_NCCL_STREAM_NCCL_STREAM_H_

@@ -1,0 +1,204 @@
+#include "magi/backend/nccl_stream/stream_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "magi/analysis/op_traits.h"
+#include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
+
+namespace magi {
+namespace {
+
+int DefaultCommStream(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return 1;
+    case CollectiveKind::kReduceScatter:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
+bool HasDynamicDim(const TensorType& type) {
+  return std::find(type.sizes.begin(), type.sizes.end(), kDynamicDim) != type.sizes.end();
+}
+
+}  // namespace
+
+absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& graph,
+                                           const StreamPlanOptions& options) {
+  StreamPlan plan;
+  std::vector<Node*> nodes = graph.nodes();
+  const int n = static_cast<int>(nodes.size());
+  absl::flat_hash_map<const Node*, int> index_of;
+  for (int i = 0; i < n; ++i) index_of[nodes[i]] = i;
+  plan.stream_of_node.assign(n, 0);
+  plan.adamw_batch_of_node.assign(n, -1);
+  plan.release_after.assign(n, {});
+
+  // Collectives and their streams.
+  std::map<std::pair<std::string, int>, int> stream_ids;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = *nodes[i];
+    std::optional<CollectiveKind> kind = GetCollectiveKind(node.op());
+    if (!kind) continue;
+    const Attribute* group_arg = node.FindArg("group");
+    if (group_arg == nullptr || group_arg->kind() != AttrKind::kString) {
+      return absl::InvalidArgumentError(absl::StrCat(node.DebugName(), ": no group"));
+    }
+    const ProcessGroup* group = module.FindProcessGroup(group_arg->as_string());
+    if (group == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.DebugName(), ": process group @", group_arg->as_string(), " does not exist"));
+    }
+    Node* wait = WaitOfStart(node);
+    if (wait == nullptr) return absl::InvalidArgumentError(absl::StrCat(node.DebugName(), ": no wait"));
+    CollectivePlan collective;
+    collective.start = i;
+    collective.wait = index_of.at(wait);
+    collective.skipped = options.skip_single_rank_collectives && group->size == 1;
+    if (!collective.skipped) {
+      int annotated = node.annotations().stream > 0 ? node.annotations().stream : DefaultCommStream(*kind);
+      auto [it, inserted] =
+          stream_ids.emplace(std::make_pair(group->name, annotated), static_cast<int>(stream_ids.size()) + 1);
+      if (inserted) plan.comm_streams.push_back({group->name, annotated});
+      collective.stream = it->second;
+      plan.stream_of_node[i] = collective.stream;
+    }
+    plan.collective_of_node[i] = static_cast<int>(plan.collectives.size());
+    plan.collective_of_node[collective.wait] = static_cast<int>(plan.collectives.size());
+    plan.collectives.push_back(collective);
+  }
+
+  // Last uses, extended for collectives (to their wait) and batched adamw (to the batch).
+  absl::flat_hash_set<const Value*> outputs;
+  for (const GraphOutput& output : graph.outputs()) outputs.insert(output.value);
+  absl::flat_hash_map<const Value*, int> last_use;
+  for (int i = 0; i < n; ++i) {
+    for (const Value* operand : nodes[i]->operands()) last_use[operand] = std::max(last_use[operand], i);
+  }
+  for (const CollectivePlan& collective : plan.collectives) {
+    for (const Value* operand : nodes[collective.start]->operands()) {
+      last_use[operand] = std::max(last_use[operand], collective.wait);
+    }
+  }
+
+  // AdamW batches: maximal sets of magi::adamw nodes whose results only leave the graph,
+  // with the same scalars and constants; each runs at its last member.
+  std::vector<int> pending;
+  auto same_batch = [&](const Node& a, const Node& b) {
+    for (int k : {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
+      if (a.operand(k) != b.operand(k)) return false;
+    }
+    AdamWConstants x = AdamWConstantsOf(a), y = AdamWConstantsOf(b);
+    return x.beta1 == y.beta1 && x.beta2 == y.beta2 && x.eps == y.eps &&
+           a.operand(kAdamWParam)->type().tensor().dtype == b.operand(kAdamWParam)->type().tensor().dtype &&
+           a.operand(kAdamWParam)->type().tensor().device == b.operand(kAdamWParam)->type().tensor().device;
+  };
+  for (int i = 0; i < n; ++i) {
+    const Node& node = *nodes[i];
+    if (node.op() != kAdamWOp) continue;
+    bool results_only_leave = true;
+    for (const Value* result : node.results()) results_only_leave = results_only_leave && !result->has_uses();
+    if (!results_only_leave) continue;  // runs alone, where it is
+    if (!pending.empty() && same_batch(*nodes[pending.front()], node)) {
+      pending.push_back(i);
+      continue;
+    }
+    if (!pending.empty()) plan.adamw_batches.push_back({pending, pending.back(), false});
+    pending = {i};
+  }
+  if (!pending.empty()) plan.adamw_batches.push_back({pending, pending.back(), false});
+  for (size_t b = 0; b < plan.adamw_batches.size(); ++b) {
+    AdamWBatch& batch = plan.adamw_batches[b];
+    bool in_place = options.donate_optimizer_state;
+    for (int member : batch.nodes) {
+      plan.adamw_batch_of_node[member] = static_cast<int>(b);
+      const Node& node = *nodes[member];
+      for (const Value* operand : node.operands()) last_use[operand] = std::max(last_use[operand], batch.run_at);
+      absl::flat_hash_set<const Value*> state;
+      for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
+        const Value* value = node.operand(k);
+        state.insert(value);
+        bool donated_input = value->is_graph_input() &&
+                             (value->role() == InputRole::kParam || value->role() == InputRole::kOptState);
+        // Every other read (collectives until their wait) is done when the batch runs.
+        bool last_read_here = last_use.at(value) <= batch.run_at;
+        in_place = in_place && donated_input && last_read_here && !outputs.contains(value);
+      }
+      in_place = in_place && state.size() == 3;
+    }
+    batch.in_place = in_place;
+  }
+
+  // Releases.
+  auto release = [&](const Value* value, int produced_at) {
+    if (value->type().is_future() || outputs.contains(value)) return;
+    auto it = last_use.find(value);
+    int at = it == last_use.end() ? produced_at : it->second;
+    if (at >= 0 && at < n) plan.release_after[at].push_back(value);
+  };
+  for (const Value* input : graph.inputs()) {
+    if (last_use.contains(input)) release(input, -1);
+  }
+  for (int i = 0; i < n; ++i) {
+    for (const Value* result : nodes[i]->results()) {
+      // A batched adamw's results come into being at the batch's run.
+      int produced = plan.adamw_batch_of_node[i] >= 0 ? plan.adamw_batches[plan.adamw_batch_of_node[i]].run_at : i;
+      release(result, produced);
+    }
+  }
+
+  // What keeps the step out of a CUDA graph.
+  for (const Value* input : graph.inputs()) {
+    if (input->role() == InputRole::kRng) {
+      plan.capture_blockers.push_back({-1, absl::StrCat("input %", input->name(),
+                                                        ": random ops draw from the generator state, which a "
+                                                        "replayed graph would not advance")});
+    }
+    if (input->type().is_tensor() && input->type().tensor().device.type != DeviceType::kCuda) {
+      plan.capture_blockers.push_back({-1, absl::StrCat("input %", input->name(), " is not a CUDA tensor")});
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const Node& node = *nodes[i];
+    // Data-dependent ops read device values on the host (a scalar, or an output size),
+    // which stream capture rejects.
+    if (GetOpTraits(node.op()).data_dependent) {
+      plan.capture_blockers.push_back({i, absl::StrCat(node.DebugName(), ": synchronizes with the host")});
+      continue;
+    }
+    for (const Value* result : node.results()) {
+      if (!result->type().is_tensor()) continue;
+      const TensorType& type = result->type().tensor();
+      if (HasDynamicDim(type)) {
+        plan.capture_blockers.push_back({i, absl::StrCat(node.DebugName(), ": dynamic shape")});
+        break;
+      }
+      if (type.device.type != DeviceType::kCuda) {
+        plan.capture_blockers.push_back({i, absl::StrCat(node.DebugName(), ": produces a tensor off the GPU")});
+        break;
+      }
+    }
+  }
+  return plan;
+}
+
+std::string StreamPlan::Summary() const {
+  int skipped = 0;
+  for (const CollectivePlan& collective : collectives) skipped += collective.skipped;
+  int batched = 0;
+  for (const AdamWBatch& batch : adamw_batches) batched += static_cast<int>(batch.nodes.size());
+  return absl::StrCat(collectives.size(), " collectives (", skipped, " skipped: one rank) on ", comm_streams.size(),
+                      " communication streams, ", 2 * (collectives.size() - skipped), " cross-stream edges; ",
+                      batched, " magi::adamw in ", adamw_batches.size(), " multi-tensor batches",
+                      adamw_batches.empty() ? "" : (adamw_batches[0].in_place ? " (in place)" : " (out of place)"),
+                      "; ", capture_blockers.empty() ? "capturable as one CUDA graph"
+                                                     : absl::StrCat(capture_blockers.size(), " capture blockers"));
+}
+
+}  // namespace magi

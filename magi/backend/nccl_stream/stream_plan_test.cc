@@ -1,0 +1,191 @@
+#include "magi/backend/nccl_stream/stream_plan.h"
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+#include "magi/ir/parser.h"
+
+namespace magi {
+namespace {
+
+// Two groups' gathers and a reduce-scatter, an adamw per parameter, on 2 ranks.
+constexpr char kStep[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @train_step {
+    input %x: bf16[8,16]@cuda:0
+    input %w.shard: f32[8,16]@cuda:0 {role = param}
+    input %w.exp_avg: f32[8,16]@cuda:0 {role = opt_state}
+    input %w.exp_avg_sq: f32[8,16]@cuda:0 {role = opt_state}
+    input %decay: f32[]@cuda:0 {role = opt_state}
+    input %step_size: f32[]@cuda:0 {role = opt_state}
+    input %bc2: f32[]@cuda:0 {role = opt_state}
+    %c = aten::_to_copy(%w.shard, dtype = dtype(bf16)) : bf16[8,16]@cuda:0
+    %f = magi::all_gather_start([%c], group = "dp") : future<bf16[16,16]@cuda:0>
+    %w = magi::wait(%f) : bf16[16,16]@cuda:0
+    %y = aten::mm(%x, %w) : bf16[8,16]@cuda:0
+    %g = aten::_to_copy(%y, dtype = dtype(f32)) : f32[8,16]@cuda:0
+    %p = aten::constant_pad_nd(%g, [0, 0, 0, 8]) : f32[16,16]@cuda:0
+    %r = magi::reduce_scatter_start([%p], group = "dp", reduce_op = "avg") : future<f32[8,16]@cuda:0>
+    %gs = magi::wait(%r) : f32[8,16]@cuda:0
+    %p2, %m2, %v2 = magi::adamw(%w.shard, %gs, %w.exp_avg, %w.exp_avg_sq, %decay, %step_size, %bc2, beta1 = 0.9, beta2 = 0.999, eps = 1e-08) : f32[8,16]@cuda:0, f32[8,16]@cuda:0, f32[8,16]@cuda:0
+    output loss = %y
+    output w.shard = %p2
+    output w.exp_avg = %m2
+    output w.exp_avg_sq = %v2
+  }
+}
+)";
+
+std::unique_ptr<Module> Parse(const std::string& text) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(text);
+  EXPECT_TRUE(module.ok()) << module.status();
+  return module.ok() ? *std::move(module) : nullptr;
+}
+
+bool Released(const StreamPlan& plan, int node, const std::string& name) {
+  for (const Value* value : plan.release_after[node]) {
+    if (value->name() == name) return true;
+  }
+  return false;
+}
+
+TEST(StreamPlanTest, StreamsEventsAndCollectiveLifetimes) {
+  std::unique_ptr<Module> module = Parse(kStep);
+  ASSERT_NE(module, nullptr);
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("train_step"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Node indices: 0 cast, 1 ag start, 2 wait, 3 mm, 4 cast, 5 pad, 6 rs start, 7 wait, 8 adamw.
+  ASSERT_EQ(plan->collectives.size(), 2u);
+  EXPECT_EQ(plan->collectives[0].start, 1);
+  EXPECT_EQ(plan->collectives[0].wait, 2);
+  EXPECT_EQ(plan->collectives[0].stream, 1);  // all-gathers' default stream, first seen
+  EXPECT_EQ(plan->collectives[1].stream, 2);
+  ASSERT_EQ(plan->comm_streams.size(), 2u);
+  EXPECT_EQ(plan->comm_streams[1].group, "dp");
+  EXPECT_EQ(plan->comm_streams[1].annotated_stream, 2);
+  EXPECT_EQ(plan->stream_of_node, (std::vector<int>{0, 1, 0, 0, 0, 0, 2, 0, 0}));
+  // The gather's input lives until the wait, not just until the start.
+  EXPECT_TRUE(Released(*plan, 2, "c"));
+  EXPECT_FALSE(Released(*plan, 1, "c"));
+  EXPECT_TRUE(Released(*plan, 7, "p"));
+  EXPECT_TRUE(Released(*plan, 5, "g"));  // an ordinary compute value: its last use
+  // Outputs are never released; the shard is released after the (in-place) update.
+  for (const auto& released : plan->release_after) {
+    for (const Value* value : released) EXPECT_NE(value->name(), "p2");
+  }
+  EXPECT_TRUE(Released(*plan, 8, "w.shard"));
+  ASSERT_EQ(plan->adamw_batches.size(), 1u);
+  EXPECT_TRUE(plan->adamw_batches[0].in_place);
+  EXPECT_TRUE(plan->capturable()) << plan->Summary();
+  EXPECT_EQ(plan->Summary(),
+            "2 collectives (0 skipped: one rank) on 2 communication streams, 4 cross-stream edges; 1 magi::adamw in "
+            "1 multi-tensor batches (in place); capturable as one CUDA graph");
+}
+
+TEST(StreamPlanTest, OneRankGroupsSkipCollectivesUnlessAsked) {
+  std::unique_ptr<Module> module = Parse(R"(module @m {
+  process_group @dp {axis = "dp", size = 1}
+  graph @train_step {
+    input %w.shard: f32[8,16]@cuda:0 {role = param}
+    input %w.exp_avg: f32[8,16]@cuda:0 {role = opt_state}
+    input %w.exp_avg_sq: f32[8,16]@cuda:0 {role = opt_state}
+    input %decay: f32[]@cuda:0 {role = opt_state}
+    input %step_size: f32[]@cuda:0 {role = opt_state}
+    input %bc2: f32[]@cuda:0 {role = opt_state}
+    %c = aten::_to_copy(%w.shard, dtype = dtype(bf16)) : bf16[8,16]@cuda:0
+    %f = magi::all_gather_start([%c], group = "dp") : future<bf16[8,16]@cuda:0>
+    %w = magi::wait(%f) : bf16[8,16]@cuda:0
+    %g = aten::_to_copy(%w, dtype = dtype(f32)) : f32[8,16]@cuda:0
+    %r = magi::reduce_scatter_start([%g], group = "dp", reduce_op = "avg") : future<f32[8,16]@cuda:0>
+    %gs = magi::wait(%r) : f32[8,16]@cuda:0
+    %p2, %m2, %v2 = magi::adamw(%w.shard, %gs, %w.exp_avg, %w.exp_avg_sq, %decay, %step_size, %bc2) : f32[8,16]@cuda:0, f32[8,16]@cuda:0, f32[8,16]@cuda:0
+    output w.shard = %p2
+    output w.exp_avg = %m2
+    output w.exp_avg_sq = %v2
+  }
+}
+)");
+  absl::StatusOr<StreamPlan> skipped = BuildStreamPlan(*module, *module->FindGraph("train_step"));
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_TRUE(skipped->collectives[0].skipped);
+  EXPECT_EQ(skipped->collectives[0].stream, -1);
+  EXPECT_TRUE(skipped->comm_streams.empty());
+  StreamPlanOptions keep;
+  keep.skip_single_rank_collectives = false;
+  keep.donate_optimizer_state = false;
+  absl::StatusOr<StreamPlan> kept = BuildStreamPlan(*module, *module->FindGraph("train_step"), keep);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(kept->collectives[0].skipped);
+  EXPECT_EQ(kept->comm_streams.size(), 2u);
+  EXPECT_FALSE(kept->adamw_batches[0].in_place);
+}
+
+TEST(StreamPlanTest, AdamWBatchesRunAtTheirLastMemberAndKeepOperandsAlive) {
+  std::unique_ptr<Module> module = Parse(R"(module @m {
+  graph @opt {
+    input %a: f32[4]@cuda:0 {role = param}
+    input %ga: f32[4]@cuda:0
+    input %ma: f32[4]@cuda:0 {role = opt_state}
+    input %va: f32[4]@cuda:0 {role = opt_state}
+    input %b: f32[2]@cuda:0 {role = param}
+    input %mb: f32[2]@cuda:0 {role = opt_state}
+    input %vb: f32[2]@cuda:0 {role = opt_state}
+    input %gb0: f32[2]@cuda:0
+    input %d: f32[]@cuda:0
+    input %s: f32[]@cuda:0
+    input %c: f32[]@cuda:0
+    %a2, %ma2, %va2 = magi::adamw(%a, %ga, %ma, %va, %d, %s, %c) : f32[4]@cuda:0, f32[4]@cuda:0, f32[4]@cuda:0
+    %gb = aten::mul.Tensor(%gb0, %gb0) : f32[2]@cuda:0
+    %b2, %mb2, %vb2 = magi::adamw(%b, %gb, %mb, %vb, %d, %s, %c) : f32[2]@cuda:0, f32[2]@cuda:0, f32[2]@cuda:0
+    output a = %a2
+    output ma = %ma2
+    output va = %va2
+    output b = %b2
+    output mb = %mb2
+    output vb = %vb2
+    output ga = %ga
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("opt"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->adamw_batches.size(), 1u);
+  EXPECT_EQ(plan->adamw_batches[0].nodes, (std::vector<int>{0, 2}));
+  EXPECT_EQ(plan->adamw_batches[0].run_at, 2);
+  EXPECT_TRUE(plan->adamw_batches[0].in_place);
+  // %a is read by the batch at node 2, so it lives until then.
+  EXPECT_TRUE(Released(*plan, 2, "a"));
+  EXPECT_FALSE(Released(*plan, 0, "a"));
+  // %ga is an output: never released.
+  for (const auto& released : plan->release_after) {
+    for (const Value* value : released) EXPECT_NE(value->name(), "ga");
+  }
+}
+
+TEST(StreamPlanTest, CaptureBlockersNameTheNodeAndWhy) {
+  std::unique_ptr<Module> module = Parse(R"(module @m {
+  graph @g {
+    input %x: f32[4]@cuda:0
+    input %rng: u8[16] {role = rng}
+    %n = aten::nonzero(%x) : i64[4,1]@cuda:0
+    %y = aten::_to_copy(%x, device = device(cpu)) : f32[4]
+    output n = %n
+    output y = %y
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("g"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->capture_blockers.size(), 4u) << plan->Summary();
+  EXPECT_NE(plan->capture_blockers[0].reason.find("random ops"), std::string::npos);
+  EXPECT_NE(plan->capture_blockers[1].reason.find("%rng is not a CUDA tensor"), std::string::npos);
+  EXPECT_EQ(plan->capture_blockers[2].node, 0);
+  EXPECT_NE(plan->capture_blockers[2].reason.find("synchronizes with the host"), std::string::npos);
+  EXPECT_EQ(plan->capture_blockers[3].node, 1);
+  EXPECT_NE(plan->capture_blockers[3].reason.find("off the GPU"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace magi

@@ -1,0 +1,63 @@
+// What the compile driver (compiler.h) is asked to do with a captured step.
+#ifndef MAGI_COMPILER_COMPILE_OPTIONS_H_
+#define MAGI_COMPILER_COMPILE_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "magi/passes/fsdp/shard_for_fsdp.h"
+#include "magi/registry/registry.h"
+#include "magi/search/strategy_search.h"
+
+namespace magi {
+
+// How the step graph is optimized after sharding: a pass pipeline, or the strategy
+// search under a memory budget (not both).
+struct OptimizationOptions {
+  // Run first, always (empty: nothing): clean-ups every step benefits from whatever the
+  // strategy, e.g. the gradient-accumulation copies capture records.
+  std::string canonicalize = "elide-copies,dce";
+  // A pass pipeline, e.g. "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}".
+  std::string passes;
+  // > 0: the strategy search picks the pipeline whose predicted peak fits this many bytes
+  // per rank. Every rank searches its own (identical) graph and finds the same plan.
+  int64_t memory_budget_bytes = 0;
+  // The search space (its memory_budget_bytes is overwritten by the field above).
+  SearchOptions search;
+};
+
+// The cost model that the search, auto-recompute and the prediction use: one object.
+struct CostModelOptions {
+  std::string device_profile = "cpu";  // a builtin profile (cpu, h200) or a .profile file
+  std::string calibration_csv;         // measured op times (CalibrationTable CSV), if any
+};
+
+// Which backends other than the primary one take parts of the step.
+struct PartitionOptions {
+  // Partition backend specs in order of preference: each in turn takes the runs of
+  // consecutive compute nodes it accepts (GetCapability); what is left stays with the
+  // primary backend.
+  std::vector<std::string> backends;
+  int min_nodes = 1;  // shorter runs stay with the primary backend
+  int max_nodes = 0;  // longer runs are split (0: no limit)
+};
+
+struct CompileOptions {
+  // FSDP sharding of the captured step (ShardForFsdp) before anything else; none: the
+  // graph is compiled as it is.
+  std::optional<FsdpPlan> sharding;
+  OptimizationOptions optimization;
+  CostModelOptions cost_model;
+  PartitionOptions partitioning;
+  // The primary backend, which runs the whole step (collectives, calls of partitions), as
+  // a spec: "interpreter", "nccl_stream{cuda_graph=true}". Entries of `backend_options`
+  // are added to the spec's options.
+  std::string backend = "interpreter";
+  ComponentOptions backend_options;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_COMPILER_COMPILE_OPTIONS_H_

@@ -1,0 +1,85 @@
+// The compile driver: the one place where a captured step becomes an executable.
+//
+//   CompileOptions options;
+//   options.sharding = fsdp_plan;                                   // FSDP (optional)
+//   options.optimization.memory_budget_bytes = 40e9;                // or .passes = "..."
+//   options.cost_model.device_profile = "h200";
+//   options.backend = "interpreter";                                // runs the step
+//   options.partitioning.backends = {"elementwise"};                // take what they accept
+//   absl::StatusOr<CompiledStep> step = Compile(std::move(module), "train_step", options);
+//
+// Stages, in order:
+//   1. shard: ShardForFsdp with `options.sharding`, then the verifier;
+//   2. optimize: the canonicalization pipeline (elide-copies, dce), then the pass pipeline, or the strategy search under the memory budget; the
+//      search hands back the very module it evaluated and predicted (no re-run from
+//      text), and every pass that needs a cost model (auto-recompute) gets the same
+//      CostModel object, calibration table included;
+//   3. simulate: the cost model's prediction of the optimized graph;
+//   4. partition: each partition backend in turn outlines the runs of compute nodes it
+//      accepts (GetCapability) into graphs called through magi::call (partitioner.h);
+//      the primary backend must accept everything left, else FailedPrecondition lists
+//      what it declines and why;
+//   5. backend compile: each distinct partition once with its backend, then the step with
+//      the primary backend, which receives the partitions' executables.
+// No LibTorch: backends are found in the registry, and the Executable is abstract
+// (frontends that run LibTorch tensors cast it to TorchExecutable).
+#ifndef MAGI_COMPILER_COMPILER_H_
+#define MAGI_COMPILER_COMPILER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/backend/backend.h"
+#include "magi/compiler/compile_options.h"
+#include "magi/compiler/partitioner.h"
+#include "magi/cost/calibration.h"
+#include "magi/cost/cost_model.h"
+#include "magi/cost/simulator.h"
+#include "magi/ir/module.h"
+
+namespace magi {
+
+// A CostModel together with the calibration table it points to.
+struct CostModelBundle {
+  std::unique_ptr<CalibrationTable> calibration;  // null without a table
+  std::unique_ptr<CostModel> model;
+};
+absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options);
+
+// The result of stages 1-3 (no backend involved).
+struct OptimizedStep {
+  std::shared_ptr<Module> module;  // the sharded, optimized module
+  std::string graph_name;
+  std::string applied_pipeline;  // "" if none
+  std::string strategy_report;   // the search's table, when the search chose the pipeline
+  SimulationResult prediction;   // of the optimized graph, before partitioning
+  const Graph& graph() const { return *module->FindGraph(graph_name); }
+};
+
+// Stages 1-3 on `module` (taken over) with `model`.
+absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
+                                           const CompileOptions& options, const CostModel& model);
+
+// A compiled step: the optimized module (its step graph calls the partition graphs),
+// what the stages decided, and the executable.
+struct CompiledStep {
+  OptimizedStep optimized;
+  std::vector<Partition> partitions;
+  std::unique_ptr<Executable> executable;
+  const Module& module() const { return *optimized.module; }
+  const Graph& graph() const { return optimized.graph(); }
+};
+
+// Stages 1-5 (see above).
+absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::string& graph_name,
+                                     const CompileOptions& options);
+
+// One line per partition ("@train_step.elementwise.0  elementwise  12 nodes"), and how
+// many distinct executables they needed.
+std::string FormatPartitions(const std::vector<Partition>& partitions);
+
+}  // namespace magi
+
+#endif  // MAGI_COMPILER_COMPILER_H_

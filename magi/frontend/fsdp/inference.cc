@@ -1,0 +1,54 @@
+#include "magi/frontend/fsdp/inference.h"
+
+#include "absl/strings/str_cat.h"
+#include "magi/base/status_macros.h"
+#include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fsdp/step_inputs.h"
+#include "magi/frontend/fsdp/trainer.h"
+
+namespace magi {
+
+absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::Module& root,
+                                                                     const ForwardFunction& forward_fn,
+                                                                     const std::vector<at::Tensor>& example_inputs,
+                                                                     std::shared_ptr<Communicator> communicator,
+                                                                     const std::string& backend) {
+  auto inference = std::unique_ptr<FsdpInference>(new FsdpInference());
+  inference->root_ = &root;
+  MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
+  if (plan.world_size != communicator->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the mesh has ", plan.world_size, " ranks but the communicator ", communicator->size()));
+  }
+  plan.optimizer = false;
+  MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureForward(root, forward_fn, example_inputs));
+  inference->constants_ = captured.constants;
+  CompileOptions options;
+  options.sharding = plan;
+  options.backend = backend;
+  MAGI_ASSIGN_OR_RETURN(inference->compiled_,
+                        CompileCapturedForTorch(std::move(captured), options, &inference->executable_));
+  MAGI_RETURN_IF_ERROR(inference->executable_->BindCommunicator(plan.process_group, communicator));
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
+  for (const FsdpGroupPlan& group : plan.groups) {
+    for (const std::string& name : group.params) {
+      inference->shards_[name + ".shard"] = ShardOf(params.at(name), plan.world_size, communicator->rank());
+    }
+  }
+  return inference;
+}
+
+absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& path) {
+  MAGI_ASSIGN_OR_RETURN(shards_, LoadShardArchive(path, shards_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<at::Tensor>> FsdpInference::Run(const std::vector<at::Tensor>& inputs) {
+  std::map<std::string, at::Tensor> named = shards_;
+  AddBuffersAndConstants(*root_, constants_, named);
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherStepInputs(graph(), named, inputs));
+  return executable_->Run(bound);
+}
+
+}  // namespace magi

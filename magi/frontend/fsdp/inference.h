@@ -1,0 +1,50 @@
+// FsdpInference: forward-only FSDP over the compile driver. One graph holds the
+// all-gathers and the forward of `forward_fn`, run on this rank's shards (taken from the
+// module, or from a FsdpTrainer checkpoint).
+//
+//   auto inference = magi::FsdpInference::Create(*model, forward, {tokens}, communicator);
+//   std::vector<at::Tensor> logits = *(*inference)->Run({tokens});
+#ifndef MAGI_FRONTEND_FSDP_INFERENCE_H_
+#define MAGI_FRONTEND_FSDP_INFERENCE_H_
+
+#include <torch/nn/module.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/backend/communicator.h"
+#include "magi/backend/torch_executable.h"
+#include "magi/compiler/compiler.h"
+#include "magi/frontend/capture/capture.h"
+#include "magi/frontend/fsdp/fully_shard.h"
+
+namespace magi {
+
+class FsdpInference {
+ public:
+  static absl::StatusOr<std::unique_ptr<FsdpInference>> Create(torch::nn::Module& root,
+                                                               const ForwardFunction& forward_fn,
+                                                               const std::vector<at::Tensor>& example_inputs,
+                                                               std::shared_ptr<Communicator> communicator,
+                                                               const std::string& backend = "interpreter");
+  // Replaces the shards with those of a FsdpTrainer checkpoint (same world size and rank).
+  absl::Status LoadShardsFromCheckpoint(const std::string& path);
+  // Runs the forward on `inputs` (the example's shapes); returns its outputs.
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
+  const Graph& graph() const { return compiled_.graph(); }
+
+ private:
+  FsdpInference() = default;
+  torch::nn::Module* root_ = nullptr;
+  std::vector<std::pair<std::string, at::Tensor>> constants_;
+  CompiledStep compiled_;
+  TorchExecutable* executable_ = nullptr;
+  std::map<std::string, at::Tensor> shards_;  // "<param>.shard"
+};
+
+}  // namespace magi
+
+#endif  // MAGI_FRONTEND_FSDP_INFERENCE_H_

@@ -1,0 +1,29 @@
+// Binds the inputs of a compiled FSDP step graph by name (internal to the FSDP frontend).
+#ifndef MAGI_FRONTEND_FSDP_STEP_INPUTS_H_
+#define MAGI_FRONTEND_FSDP_STEP_INPUTS_H_
+
+#include <torch/nn/module.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/ir/graph.h"
+
+namespace magi {
+
+// The graph's inputs in order: `named` by name, `data` for input.N, and the default
+// generator's current state for the rng input.
+absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
+                                                         const std::map<std::string, at::Tensor>& named,
+                                                         const std::vector<at::Tensor>& data);
+
+// Adds `root`'s buffers and the lifted constants to `named`.
+void AddBuffersAndConstants(torch::nn::Module& root,
+                            const std::vector<std::pair<std::string, at::Tensor>>& constants,
+                            std::map<std::string, at::Tensor>& named);
+
+}  // namespace magi
+
+#endif  // MAGI_FRONTEND_FSDP_STEP_INPUTS_H_

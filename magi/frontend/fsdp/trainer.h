@@ -1,0 +1,117 @@
+// FsdpTrainer: an FSDP2-style front end over the compile driver. It captures one step of
+// the model's training (forward, loss, backward), has magi/compiler shard it with the
+// FullyShard plan, optimize, partition and compile it, and then runs ONE graph per step
+// holding this rank's all-gathers, forward, loss, backward, reduce-scatters and AdamW on
+// the local shards. It owns the rank's state: fp32 master shards and AdamW moments.
+//
+//   auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, example_local_batch, communicator, adamw);
+//   double loss = *(*trainer)->Step(local_batch);
+#ifndef MAGI_FRONTEND_FSDP_TRAINER_H_
+#define MAGI_FRONTEND_FSDP_TRAINER_H_
+
+#include <torch/nn/module.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/backend/communicator.h"
+#include "magi/backend/torch_executable.h"
+#include "magi/compiler/compiler.h"
+#include "magi/frontend/capture/capture.h"
+#include "magi/frontend/fsdp/fully_shard.h"
+
+namespace magi {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+// How the sharded step graph is optimized and partitioned before it is compiled
+// (mapped onto magi/compiler's CompileOptions).
+struct StepOptimization {
+  // A pass pipeline run after sharding, e.g. "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}".
+  std::string passes;
+  // > 0: the strategy search picks the pipeline that fits this many bytes per rank
+  // (then `passes` must be empty). Every rank searches its own (identical) graph and
+  // finds the same plan.
+  int64_t memory_budget_bytes = 0;
+  std::string device_profile = "cpu";  // cost model for the search and the prediction
+  std::string calibration_csv;         // measured op times (CalibrationTable) to use, if any
+  // Partition backends that take the parts of the step they accept (see magi/compiler).
+  std::vector<std::string> partition_backends;
+};
+
+class FsdpTrainer {
+ public:
+  // Captures one step of `loss_fn` on `example_local_batch` (the shapes every step will
+  // have), compiles it with the FullyShard plan on `backend` and takes this rank's
+  // shards of the module's current parameters.
+  static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(
+      torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
+      std::shared_ptr<Communicator> communicator, const AdamWOptions& adamw, const CaptureOptions& capture_options = {},
+      const std::string& backend = "interpreter", const StepOptimization& optimization = {});
+
+  // One optimizer step on this rank's batch; returns this rank's loss.
+  absl::StatusOr<double> Step(const std::vector<at::Tensor>& local_batch);
+
+  // Every parameter, unsharded (all ranks take part: it is a collective).
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> GatherFullParameters();
+
+  const Module& module() const { return compiled_.module(); }
+  const Graph& graph() const { return compiled_.graph(); }
+  int64_t steps_taken() const { return step_; }
+  const RunStats& last_run_stats() const { return executable_->last_run_stats(); }
+  // Records per-node times in last_run_stats() from the next step on (for calibration).
+  void set_profile_nodes(bool on) { executable_->set_profile_nodes(on); }
+  // Writes a Chrome/Perfetto timeline of the next step to `path` (backends that can).
+  absl::Status TraceNextStep(const std::string& path) { return executable_->TraceNextRun(path); }
+
+  // The pass pipeline applied after sharding ("" if none), the strategy search's table
+  // when it chose it, the cost model's prediction for the compiled graph, and the
+  // partitions other backends took.
+  const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
+  const std::string& strategy_report() const { return compiled_.optimized.strategy_report; }
+  const SimulationResult& prediction() const { return compiled_.optimized.prediction; }
+  const std::vector<Partition>& partitions() const { return compiled_.partitions; }
+
+  // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
+  const std::map<std::string, at::Tensor>& state() const { return state_; }
+
+  // Writes this rank's shards, optimizer moments, step count and the default CPU
+  // generator's state to `path` (a LibTorch archive), atomically: a temporary file
+  // renamed over `path`.
+  absl::Status SaveCheckpoint(const std::string& path) const;
+  // Restores what SaveCheckpoint wrote (the generator state too); names and shapes must match this trainer's
+  // (same model, world size and rank), else InvalidArgument naming the first mismatch.
+  absl::Status LoadCheckpoint(const std::string& path);
+
+ private:
+  FsdpTrainer() = default;
+
+  torch::nn::Module* root_ = nullptr;
+  std::vector<std::pair<std::string, at::Tensor>> constants_;  // lifted by capture
+  FsdpPlan plan_;
+  AdamWOptions adamw_;
+  std::shared_ptr<Communicator> communicator_;
+  CompiledStep compiled_;
+  TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
+  std::map<std::string, at::Tensor> state_;  // "<p>.shard", "<p>.exp_avg", "<p>.exp_avg_sq"
+  std::map<std::string, std::vector<int64_t>> full_shapes_;
+  int64_t step_ = 0;
+};
+
+// Compiles a captured graph (taken over) with `options` and checks that the result runs
+// LibTorch tensors; the FSDP front ends share it.
+absl::StatusOr<CompiledStep> CompileCapturedForTorch(CapturedGraph captured, const CompileOptions& options,
+                                                     TorchExecutable** executable);
+
+}  // namespace magi
+
+#endif  // MAGI_FRONTEND_FSDP_TRAINER_H_

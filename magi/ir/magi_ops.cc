@@ -1,0 +1,79 @@
+#include "magi/ir/magi_ops.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace magi {
+
+absl::StatusOr<Node*> AddCall(Graph& graph, const Graph& callee, const std::vector<Value*>& inputs, Node* before,
+                              std::vector<std::string> result_names) {
+  if (inputs.size() != callee.inputs().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("graph @", callee.name(), " takes ", callee.inputs().size(),
+                                                   " inputs, ", inputs.size(), " given"));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!(inputs[i]->type() == callee.inputs()[i]->type())) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, " of @", callee.name(), " is ",
+                                                     callee.inputs()[i]->type().ToString(), "; %", inputs[i]->name(),
+                                                     " is ", inputs[i]->type().ToString()));
+    }
+  }
+  std::vector<Type> types;
+  for (const GraphOutput& output : callee.outputs()) types.push_back(output.value->type());
+  return graph.AddNode(std::string(kCallOp), {NodeArg(inputs), NodeArg(Attribute(callee.name()), "callee")},
+                       std::move(types), before, std::move(result_names));
+}
+
+std::string CalleeName(const Node& call) {
+  const Attribute* callee = call.FindArg("callee");
+  return callee != nullptr && callee->kind() == AttrKind::kString ? callee->as_string() : std::string();
+}
+
+absl::StatusOr<Node*> AddAdamW(Graph& graph, Value* param, Value* grad, Value* exp_avg, Value* exp_avg_sq,
+                               Value* decay, Value* step_size, Value* bc2_sqrt, const AdamWConstants& constants,
+                               const std::string& name, Node* before) {
+  for (Value* value : {param, grad, exp_avg, exp_avg_sq, decay, step_size, bc2_sqrt}) {
+    if (!value->type().is_tensor()) return absl::InvalidArgumentError(absl::StrCat("%", value->name(), " is not a tensor"));
+  }
+  const Type& type = param->type();
+  for (Value* value : {grad, exp_avg, exp_avg_sq}) {
+    if (!(value->type() == type)) {
+      return absl::InvalidArgumentError(absl::StrCat("magi::adamw of %", param->name(), " (", type.ToString(),
+                                                     "): %", value->name(), " is ", value->type().ToString()));
+    }
+  }
+  std::vector<NodeArg> args = {NodeArg(param),
+                               NodeArg(grad),
+                               NodeArg(exp_avg),
+                               NodeArg(exp_avg_sq),
+                               NodeArg(decay),
+                               NodeArg(step_size),
+                               NodeArg(bc2_sqrt),
+                               NodeArg(Attribute(constants.beta1), "beta1"),
+                               NodeArg(Attribute(constants.beta2), "beta2"),
+                               NodeArg(Attribute(constants.eps), "eps")};
+  Type result = type;
+  if (result.is_tensor()) {
+    TensorType tensor = result.tensor();
+    tensor.strides.clear();  // results are fresh, contiguous tensors
+    result = Type::Tensor(std::move(tensor));
+  }
+  return graph.AddNode(std::string(kAdamWOp), std::move(args), {result, result, result}, before,
+                       {graph.FreshName(name + ".next."), graph.FreshName(name + ".exp_avg.next."),
+                        graph.FreshName(name + ".exp_avg_sq.next.")});
+}
+
+AdamWConstants AdamWConstantsOf(const Node& adamw) {
+  AdamWConstants constants;
+  auto read = [&](absl::string_view name, double& out) {
+    const Attribute* attr = adamw.FindArg(name);
+    if (attr == nullptr) return;
+    if (attr->kind() == AttrKind::kFloat) out = attr->as_float();
+    if (attr->kind() == AttrKind::kInt) out = static_cast<double>(attr->as_int());
+  };
+  read("beta1", constants.beta1);
+  read("beta2", constants.beta2);
+  read("eps", constants.eps);
+  return constants;
+}
+
+}  // namespace magi

@@ -1,0 +1,64 @@
+// Magi's own compute ops (besides the collectives of collectives.h) and their builders.
+//
+// magi::call runs another graph of the same module, which the compiler outlined for a
+// partition backend (magi/compiler/partitioner.h):
+//
+//   %y, %z = magi::call([%a, %b], callee = "train_step.elementwise.0") : f32[8,16], f32[8,16]
+//
+// It takes one tensor list, the callee's inputs in order, and returns the callee's
+// outputs in order; the types must match exactly (the verifier checks it).
+//
+// magi::adamw is one AdamW update of one parameter shard, functionally (new values out):
+//
+//   %p2, %m2, %v2 = magi::adamw(%p, %g, %m, %v, %decay, %step_size, %bc2_sqrt,
+//                               beta1 = 0.9, beta2 = 0.999, eps = 1e-08) : f32[..], f32[..], f32[..]
+//
+// with p, g, m, v of one type and decay (1 - lr * weight_decay), step_size
+// (lr / (1 - beta1^t)) and bc2_sqrt (sqrt(1 - beta2^t)) 0-dim tensors, computing LibTorch's
+// AdamW:  p' = p * decay - step_size * m' / (sqrt(v') / bc2_sqrt + eps),
+//         m' = beta1 * m + (1 - beta1) * g,   v' = beta2 * v + (1 - beta2) * g * g.
+// Backends may run many of them as one multi-tensor kernel, and in place when the caller
+// donates p, m and v (see TorchExecutable).
+#ifndef MAGI_IR_MAGI_OPS_H_
+#define MAGI_IR_MAGI_OPS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "magi/ir/graph.h"
+#include "magi/ir/module.h"
+
+namespace magi {
+
+inline constexpr absl::string_view kCallOp = "magi::call";
+inline constexpr absl::string_view kAdamWOp = "magi::adamw";
+
+// Inserts before `before` (appends when null) a call of `callee` (a graph of the same
+// module) on `inputs`; results get the callee's output types and `result_names`.
+absl::StatusOr<Node*> AddCall(Graph& graph, const Graph& callee, const std::vector<Value*>& inputs,
+                              Node* before = nullptr, std::vector<std::string> result_names = {});
+// The callee graph name of a magi::call node ("" if malformed).
+std::string CalleeName(const Node& call);
+
+struct AdamWConstants {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+// Indices of magi::adamw's operands.
+enum AdamWOperand { kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq, kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt };
+
+// Inserts a magi::adamw node before `before` (appends when null); results are named
+// after `name` (name.next, name.exp_avg.next, name.exp_avg_sq.next).
+absl::StatusOr<Node*> AddAdamW(Graph& graph, Value* param, Value* grad, Value* exp_avg, Value* exp_avg_sq,
+                               Value* decay, Value* step_size, Value* bc2_sqrt, const AdamWConstants& constants,
+                               const std::string& name, Node* before = nullptr);
+// The constants of a magi::adamw node (defaults where an argument is missing).
+AdamWConstants AdamWConstantsOf(const Node& adamw);
+
+}  // namespace magi
+
+#endif  // MAGI_IR_MAGI_OPS_H_

@@ -1,0 +1,23 @@
+// Building AutoRecompute from textual options with a given CostModel (the registered
+// "auto-recompute" builds its model from `profile=NAME`; the compile driver passes its
+// own, so a calibration table or a file profile is not lost). Depends on magi/cost, which
+// the pass itself (auto_recompute.h) does not.
+#ifndef MAGI_PASSES_AUTO_RECOMPUTE_REGISTRATION_H_
+#define MAGI_PASSES_AUTO_RECOMPUTE_REGISTRATION_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "magi/cost/cost_model.h"
+#include "magi/passes/auto_recompute.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+
+// An AutoRecompute from `options` (budget_mb=N or budget_gb=X, positive and finite;
+// profile=NAME is accepted and must name `model`'s profile) that ranks with `model`.
+absl::StatusOr<std::unique_ptr<AutoRecompute>> MakeAutoRecompute(const ComponentOptions& options, CostModel model);
+
+}  // namespace magi
+
+#endif  // MAGI_PASSES_AUTO_RECOMPUTE_REGISTRATION_H_
