@@ -104,6 +104,32 @@ TEST_F(AliasTrackerTest, AsStridedOfAStorageRootScattersBack) {
   EXPECT_NE(text.find("%x.0 = aten::as_strided_scatter(%x, %add1, [2], [4], 0) : f32[2,3]"), std::string::npos) << text;
 }
 
+// After a write the root's value is one the tracker made, whose memory layout at run time is
+// the functional op's (a copy may even return an expanded view): as_strided, which addresses
+// memory, then reads a contiguous copy of the root, never the value as it happens to be laid out.
+TEST_F(AliasTrackerTest, AsStridedAfterAWriteReadsTheRootInTheTracedLayout) {
+  EXPECT_TRUE(tracker_.LayoutIsFaithful(root_));
+  ASSERT_TRUE(AddOneInPlace(root_).ok());
+  EXPECT_FALSE(tracker_.LayoutIsFaithful(root_));
+  absl::StatusOr<Value*> base = tracker_.StorageBase(root_);
+  ASSERT_TRUE(base.ok()) << base.status();
+  EXPECT_EQ((*base)->producer()->op(), "aten::contiguous");
+  int strided = View(root_, "aten::as_strided",
+                     {NodeArg(Attribute(std::vector<int64_t>{2})), NodeArg(Attribute(std::vector<int64_t>{4})),
+                      NodeArg(Attribute(int64_t{0}))},
+                     {F32({2})});
+  ASSERT_TRUE(AddOneInPlace(root_).ok());  // makes the as_strided view stale
+  absl::StatusOr<Value*> regenerated = tracker_.Read(strided);
+  ASSERT_TRUE(regenerated.ok()) << regenerated.status();
+  EXPECT_EQ((*regenerated)->producer()->op(), "aten::as_strided");
+  EXPECT_EQ((*regenerated)->producer()->operand(0)->producer()->op(), "aten::contiguous");
+  // A root that does not start its storage cannot be given its traced layout back.
+  Value* y = graph_.AddInput("y", F32({3}));
+  int partial = tracker_.AddRoot(y);
+  ASSERT_TRUE(AddOneInPlace(partial).ok());
+  EXPECT_EQ(tracker_.StorageBase(partial).status().code(), absl::StatusCode::kUnimplemented);
+}
+
 TEST_F(AliasTrackerTest, WritesItCannotExpressAreRefusedNamingTheView) {
   int wide = View(root_, "aten::expand", {NodeArg(Attribute(std::vector<int64_t>{4, 2, 3}))}, {F32({4, 2, 3})});
   absl::Status expanded = AddOneInPlace(wide);
