@@ -51,7 +51,16 @@ def _target_name(target):
     return schema.name + ("." + schema.overload_name if schema.overload_name else "")
 
 
+class _Ref:
+    """A reference to an exported node by its exported name."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 def _encode(value, rename, where):
+    if isinstance(value, _Ref):
+        return {"node": value.name}
     if value is None:
         return {"none": True}
     if isinstance(value, bool):
@@ -81,37 +90,203 @@ def _encode(value, rename, where):
     raise ExportError("%s: cannot encode argument %r of type %s" % (where, value, type(value).__name__))
 
 
-def _tensor_meta(value):
+def _extent(tensor):
+    """Elements of the tensor's storage it reaches, counted from element 0."""
+    if tensor.numel() == 0:
+        return 0
+    return tensor.storage_offset() + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) + 1
+
+
+def _clone_layout(tensor):
+    """A copy with the same sizes, strides and storage offset (so as_strided and
+    non-contiguous kernels see what the original would)."""
+    tensor = tensor.detach()
+    flat = torch.zeros(max(_extent(tensor), 1), dtype=tensor.dtype, device=tensor.device)
+    if tensor.numel():
+        flat[:_extent(tensor)].copy_(torch.as_strided(tensor, (_extent(tensor),), (1,), 0))
+    return torch.as_strided(flat, tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+class _Storages:
+    """Small ids for the storages the traced program's tensors live in."""
+
+    def __init__(self):
+        self.ids = {}
+
+    def id(self, tensor):
+        try:
+            storage = tensor.untyped_storage()  # 2.x
+        except AttributeError:
+            storage = tensor.storage()  # 1.13
+        pointer = storage.data_ptr()
+        if not pointer:
+            return 0  # empty storage: nothing can alias it
+        return self.ids.setdefault(pointer, len(self.ids) + 1)
+
+
+def _tensor_meta(value, storages):
     if isinstance(value, torch.Tensor):
         return {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
-                "stride": list(value.stride())}
-    # torch.fx.passes.shape_prop.TensorMetadata
-    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "stride"):
-        return {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
-                "stride": list(value.stride)}
+                "stride": list(value.stride()), "storage_offset": value.storage_offset(),
+                "storage": storages.id(value)}
     return {"absent": True}
 
 
-def _node_meta(node):
-    value = node.meta.get("val", node.meta.get("tensor_meta"))
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)) and not hasattr(value, "shape"):
-        return [_tensor_meta(v) for v in value]
-    return [_tensor_meta(value)]
+class _MetaProp(torch.fx.Interpreter):
+    """Runs the traced graph and records, per node, each result's dtype, shape, strides,
+    storage offset and storage. Every result is kept alive so no storage is reused."""
+
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.storages, self.keep, self.metas = _Storages(), [], {}
+
+    def run_node(self, node):
+        result = super().run_node(node)
+        self.keep.append(result)
+        if isinstance(result, (list, tuple)):
+            self.metas[node.name] = [_tensor_meta(v, self.storages) for v in result]
+        elif isinstance(result, torch.Tensor):
+            self.metas[node.name] = [_tensor_meta(result, self.storages)]
+        else:
+            self.metas[node.name] = []
+        return result
+
+
+_INPLACE_VIEW_OPS = ("aten::as_strided_", "aten::transpose_", "aten::t_", "aten::squeeze_", "aten::unsqueeze_",
+                     "aten::swapdims_", "aten::swapaxes_", "aten::detach_")
+
+
+def _written_placeholders(gm, metas, placeholders):
+    """Exported names of the placeholders whose storage an op of the graph writes (in-place,
+    out=, or batch norm's running statistics, which 1.13's schema does not annotate)."""
+    owner = {}
+    graph_placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, (name, _) in zip(graph_placeholders, placeholders):
+        if metas.get(node.name) and metas[node.name][0]["storage"]:
+            owner.setdefault(metas[node.name][0]["storage"], name)
+    written = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            continue
+        if schema.name in _INPLACE_VIEW_OPS:
+            continue  # they change which memory the tensor shows, not the memory
+        indices = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        if schema.name in ("aten::native_batch_norm", "aten::_native_batch_norm_legit") and \
+                len(node.args) > 5 and node.args[5] is True:
+            indices += [3, 4]
+        for i in indices:
+            arg = node.args[i] if i < len(node.args) else node.kwargs.get(schema.arguments[i].name)
+            if isinstance(arg, torch.fx.Node) and metas.get(arg.name):
+                storage = metas[arg.name][0].get("storage")
+                if storage in owner:
+                    written.add(owner[storage])
+    return written
+
+
+_UNINITIALIZED_OPS = ("aten::empty", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
+                      "aten::empty_strided")
+
+
+class UninitializedOutput(ExportError):
+    pass
+
+
+class _Poison(torch.fx.Interpreter):
+    """Runs the graph with every uninitialized allocation (empty, new_empty, ...) filled with
+    one of two values: results that differ between the fills read memory never written."""
+
+    def __init__(self, gm, second):
+        super().__init__(gm)
+        self.second = second
+
+    def call_function(self, target, args, kwargs):
+        result = super().call_function(target, args, kwargs)
+        schema = getattr(target, "_schema", None)
+        if schema is not None and schema.name in _UNINITIALIZED_OPS and isinstance(result, torch.Tensor):
+            with torch.no_grad():
+                if result.dtype == torch.bool:
+                    result.fill_(self.second)
+                else:
+                    result.fill_(77 if self.second else 0)
+        return result
+
+
+class RandomOutput(ExportError):
+    pass
+
+
+def _differing(output_names, first, second):
+    def same(a, b):
+        if not isinstance(a, torch.Tensor):
+            return True
+        a, b = a.detach(), b.detach()
+        if a.is_complex():
+            a, b = torch.view_as_real(a.resolve_conj()), torch.view_as_real(b.resolve_conj())
+        return a.shape == b.shape and torch.equal(torch.nan_to_num(a) if a.is_floating_point() else a,
+                                                  torch.nan_to_num(b) if b.is_floating_point() else b)
+    return [name for name, a, b in zip(output_names, _as_tuple(first), _as_tuple(second)) if not same(a, b)]
+
+
+_RANDOM_WITHOUT_GENERATOR_ARGUMENT = ("aten::rand_like", "aten::randn_like", "aten::randint_like",
+                                      "aten::native_dropout", "aten::dropout", "aten::feature_dropout",
+                                      "aten::alpha_dropout", "aten::feature_alpha_dropout")
+
+
+def _draws_random(schema):
+    return schema.name in _RANDOM_WITHOUT_GENERATOR_ARGUMENT or \
+        any("Generator" in str(a.type) for a in schema.arguments)
+
+
+def _check_comparable(gm, make_args, output_names):
+    """PyTorch's results can be compared with Magi's only if they depend on the inputs alone:
+    not on the random generator (RandomOutput) nor on memory the program never writes
+    (UninitializedOutput: empty/new_empty read before being filled)."""
+    def run(seed, interpreter):
+        torch.manual_seed(seed)
+        return interpreter.run(*make_args())
+    random_ops = sorted({_target_name(n.target) for n in gm.graph.nodes if n.op == "call_function" and
+                         getattr(n.target, "_schema", None) is not None and _draws_random(n.target._schema)})
+    if random_ops:
+        raise RandomOutput("the graph draws random numbers (%s); export with dropout, stochastic depth and other "
+                           "randomness off" % ", ".join(random_ops))
+    if any(getattr(n.target, "_schema", None) is not None and n.target._schema.name in _UNINITIALIZED_OPS
+           for n in gm.graph.nodes if n.op == "call_function"):
+        bad = _differing(output_names, run(0, _Poison(gm, False)), run(0, _Poison(gm, True)))
+        if bad:
+            raise UninitializedOutput("output(s) %s depend on memory the traced program never initializes (from "
+                                      "empty/new_empty): PyTorch's own values there are arbitrary" % ", ".join(bad))
+    bad = _differing(output_names, run(0, torch.fx.Interpreter(gm)), run(1, torch.fx.Interpreter(gm)))
+    if bad:
+        raise RandomOutput("output(s) %s depend on the random generator (the graph draws random numbers; "
+                           "export with dropout and other randomness off)" % ", ".join(bad))
 
 
 class _Blob:
-    """The tensors file: raw bytes of contiguous tensors, one after another."""
+    """The tensors file: raw bytes of tensors, one after another."""
 
     def __init__(self):
         self.parts, self.records, self.size = [], [], 0
 
-    def add(self, name, tensor):
-        tensor = tensor.detach().to("cpu").contiguous()
+    def add(self, name, tensor, keep_layout=False):
+        """keep_layout: store the storage span the tensor views (from element 0) with its
+        strides and offset, so a non-contiguous input is rebuilt as it was traced."""
+        tensor = tensor.detach().to("cpu")
+        record = {"name": name, "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape)}
+        if keep_layout and (tensor.stride() != torch.empty(tensor.shape).stride() or tensor.storage_offset() != 0):
+            extent = _extent(tensor)
+            flat = torch.as_strided(tensor, (extent,), (1,), 0).contiguous() if extent else tensor.new_empty(0)
+            record.update({"stride": list(tensor.stride()), "storage_offset": tensor.storage_offset(),
+                           "storage_numel": extent})
+            tensor = flat
+        # A fresh row-major copy: contiguous() keeps odd strides of size-1 dimensions, which
+        # view(uint8) refuses; complex and conjugated tensors are stored resolved.
+        tensor = torch.empty(tensor.shape, dtype=tensor.dtype).copy_(tensor.resolve_conj().resolve_neg())
         data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-        self.records.append({"name": name, "dtype": str(tensor.dtype).replace("torch.", ""),
-                             "shape": list(tensor.shape), "offset": self.size, "nbytes": len(data)})
+        record.update({"offset": self.size, "nbytes": len(data)})
+        self.records.append(record)
         self.parts.append(data)
         self.size += len(data)
 
@@ -125,8 +300,17 @@ def _write_atomically(path, data):
     os.replace(tmp, path)
 
 
-def _graph_json(gm, placeholders, output_names):
-    """placeholders: per placeholder (in order) (exported name, role)."""
+def _attr(gm, target):
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _graph_json(gm, placeholders, output_names, metas, blob):
+    """placeholders: per placeholder (in order) (exported name, role). Tensors held by the
+    graph module (get_attr: constants made inside forward, e.g. torch.tensor([...])) become
+    placeholders with role "constant", their values stored in `blob`."""
     rename, nodes, index = {}, [], 0
     for node in gm.graph.nodes:
         where = "node '%s'" % node.name
@@ -134,12 +318,44 @@ def _graph_json(gm, placeholders, output_names):
             name, role = placeholders[index]
             index += 1
             rename[node.name] = name
-            nodes.append({"name": name, "op": "placeholder", "role": role, "meta": _node_meta(node)})
+            nodes.append({"name": name, "op": "placeholder", "role": role, "meta": metas.get(node.name, [])})
+        elif node.op == "get_attr":
+            value = _attr(gm, node.target)
+            if not isinstance(value, torch.Tensor):
+                raise ExportError("%s: get_attr of a %s, not a tensor" % (where, type(value).__name__))
+            name = "constant." + node.target
+            rename[node.name] = name
+            blob.add(name, value, keep_layout=True)
+            nodes.append({"name": name, "op": "placeholder", "role": "constant", "meta": metas.get(node.name, [])})
         elif node.op == "call_function":
             rename[node.name] = node.name
-            entry = {"name": node.name, "op": "call_function", "target": _target_name(node.target),
-                     "args": [_encode(a, rename, where) for a in node.args],
-                     "meta": _node_meta(node)}
+            args = list(node.args)
+            target = node.target
+            schema = getattr(target, "_schema", None)
+            if schema is not None and any(isinstance(a, complex) for a in args) and "Scalar" in schema.overload_name:
+                # mul.Scalar(x, 1j): the Tensor overload takes the number as a 0-dim constant below.
+                packet = getattr(torch.ops.aten, schema.name.split("::")[-1], None)
+                tensor_overload = getattr(packet, schema.overload_name.replace("Scalar", "Tensor"), None)
+                if tensor_overload is not None and \
+                        [a.name for a in tensor_overload._schema.arguments] == [a.name for a in schema.arguments]:
+                    target, schema = tensor_overload, tensor_overload._schema
+            for i, arg in enumerate(args):
+                # A Python complex number where the schema wants a Tensor (x * 1j): eager wraps
+                # it as a 0-dim tensor; it becomes a constant input of the result's complex dtype.
+                if isinstance(arg, complex) and schema is not None and i < len(schema.arguments) and \
+                        str(schema.arguments[i].type) == "Tensor":
+                    out = metas.get(node.name, [{}])
+                    dtype = torch.complex128 if out and out[0].get("dtype") == "complex128" else torch.complex64
+                    name = "constant.%s.%d" % (node.name, i)
+                    value = torch.tensor(arg, dtype=dtype)
+                    blob.add(name, value)
+                    nodes.append({"name": name, "op": "placeholder", "role": "constant",
+                                  "meta": [{"dtype": str(dtype).replace("torch.", ""), "shape": [], "stride": []}]})
+                    rename[name] = name
+                    args[i] = _Ref(name)
+            entry = {"name": node.name, "op": "call_function", "target": _target_name(target),
+                     "args": [_encode(a, rename, where) for a in args],
+                     "meta": metas.get(node.name, [])}
             if node.kwargs:
                 entry["kwargs"] = {k: _encode(v, rename, where) for k, v in node.kwargs.items()}
             nodes.append(entry)
@@ -154,14 +370,44 @@ def _as_tuple(value):
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def export(spec, mode, tracer, out):
+def _refresh_rnn_weights(model):
+    """nn.LSTM/GRU/RNN read their weights from a list made at construction (_flat_weights),
+    which functional_call's parameter swap does not reach: refresh it on every call."""
+    def refresh(module, _):
+        module._flat_weights = [getattr(module, n) if hasattr(module, n) else None
+                                for n in module._flat_weights_names]
+    for module in model.modules():
+        if isinstance(module, torch.nn.RNNBase):
+            module.register_forward_pre_hook(refresh)
+
+
+def _drop_none_outputs(gm, output_names, allow, what):
+    """A None output (a parameter autograd gives no gradient) is an error naming it, unless
+    `allow`: then it is left out of the graph's outputs."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    items = list(_as_tuple(output.args[0]))
+    missing = [name for name, item in zip(output_names, items) if item is None]
+    if not missing:
+        return output_names
+    if not allow:
+        raise ExportError("%s %s: %s (pass --allow_none_grads to leave them out)" %
+                          (what, ", ".join("'%s'" % m for m in missing), "no gradient reaches it (autograd gives None)"))
+    kept = [(name, item) for name, item in zip(output_names, items) if item is not None]
+    output.args = (tuple(item for _, item in kept),)
+    gm.recompile()
+    return [name for name, _ in kept]
+
+
+def export(spec, mode, tracer, out, allow_none_grads=False):
     model, inputs = spec.model, tuple(spec.inputs)
+    _refresh_rnn_weights(model)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     names = list(params) + list(buffers)
     state = [params[n] for n in params] + [buffers[n] for n in buffers]
     blob = _Blob()
     process_groups = dict(getattr(spec, "process_groups", {}) or {})
+    metas = {}
 
     if tracer == "export":
         if mode != "forward":
@@ -174,15 +420,15 @@ def export(spec, mode, tracer, out):
             kind = input_spec.kind.name
             if kind == "USER_INPUT":
                 name = "input.%d" % user_index
-                blob.add(name, inputs[user_index])
+                blob.add(name, inputs[user_index], keep_layout=True)
                 user_index += 1
                 placeholders.append((name, "data"))
             else:
-                role = "param" if kind == "PARAMETER" else "buffer"
+                role = {"PARAMETER": "param", "BUFFER": "buffer"}.get(kind, "constant")
                 value = exported.state_dict.get(input_spec.target)
                 if value is None:
                     value = exported.constants[input_spec.target]
-                blob.add(input_spec.target, value)
+                blob.add(input_spec.target, value, keep_layout=True)
                 placeholders.append((input_spec.target, role))
         output_names = []
         for k, output_spec in enumerate(signature.output_specs):
@@ -198,18 +444,28 @@ def export(spec, mode, tracer, out):
         def forward(*flat):
             return _as_tuple(functional_call(model, dict(zip(names, flat[:len(names)])), tuple(flat[len(names):])))
 
-        args = tuple(t.detach() for t in state) + inputs
-        gm = make_fx(forward)(*args)
-        torch.fx.passes.shape_prop.ShapeProp(gm).propagate(*[a.clone() for a in args])
         placeholders = [(n, "param") for n in params] + [(n, "buffer") for n in buffers] + \
                        [("input.%d" % k, "data") for k in range(len(inputs))]
-        for (name, _), value in zip(placeholders, args):
-            blob.add(name, value)
+        originals = tuple(state) + inputs
+        for (name, _), value in zip(placeholders, originals):
+            blob.add(name, value, keep_layout=True)
+        # Trace (which runs the ops) and propagate metadata on copies: the graph may write
+        # to its inputs, and PyTorch's own run below must start from the original values.
+        gm = make_fx(forward)(*[_clone_layout(t) for t in originals])
+        _check_comparable(gm, lambda: [_clone_layout(t) for t in originals],
+                          ["output.%d" % k for k in range(len(gm.graph.nodes))])
+        prop = _MetaProp(gm)
+        prop.run(*[_clone_layout(t) for t in originals])
+        metas = prop.metas
+        written = _written_placeholders(gm, metas, placeholders)
         with torch.no_grad():
             expected = _as_tuple(model(*inputs))
         output_names = ["output.%d" % k for k in range(len(expected))]
         for name, value in zip(output_names, expected):
             blob.add("expected:" + name, value)
+        for (name, _), value in zip(placeholders, originals):
+            if name in written:
+                blob.add("expected:%s.updated" % name, value)
     elif mode == "joint":
         targets = tuple(spec.loss_inputs)
         n_params = len(params)
@@ -223,43 +479,47 @@ def export(spec, mode, tracer, out):
             grads = torch.autograd.grad(loss, ps, allow_unused=True)
             return (loss,) + tuple(grads)
 
-        originals = {n: b.detach().clone() for n, b in buffers.items()}
-        traced_state = [p.detach().clone().requires_grad_(True) for p in params.values()] + \
-                       [b.detach().clone() for b in buffers.values()]
-        args = tuple(traced_state) + inputs + targets
-        gm = make_fx(joint)(*args)
-        shape_args = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
-                      for a in args]
-        torch.fx.passes.shape_prop.ShapeProp(gm).propagate(*shape_args)
         placeholders = [(n, "param") for n in params] + [(n, "buffer") for n in buffers] + \
                        [("input.%d" % k, "data") for k in range(len(inputs))] + \
                        [("target.%d" % k, "data") for k in range(len(targets))]
-        for (name, role), value in zip(placeholders, args):
-            blob.add(name, originals[name] if role == "buffer" else value)
-        # PyTorch's own step on a fresh copy of the state: loss, gradients, updated buffers.
-        for name, value in originals.items():
-            buffers[name].data.copy_(value)
+        originals = tuple(state) + inputs + targets
+        for (name, _), value in zip(placeholders, originals):
+            blob.add(name, value, keep_layout=True)
+
+        def copies():
+            return [_clone_layout(t).requires_grad_(k < n_params) for k, t in enumerate(originals)]
+
+        gm = make_fx(joint)(*copies())
+        prop = _MetaProp(gm)
+        prop.run(*copies())
+        metas = prop.metas
+        written = _written_placeholders(gm, metas, placeholders)
+        output_names = _drop_none_outputs(gm, ["loss"] + [n + ".grad" for n in params], allow_none_grads,
+                                          "parameter(s)")
+        _check_comparable(gm, copies, output_names)
+        # PyTorch's own step on the original state: loss, gradients, updated buffers and inputs.
         model.zero_grad(set_to_none=True)
         loss = spec.loss_fn(model(*inputs), *targets)
         loss.backward()
-        output_names = ["loss"] + [n + ".grad" for n in params]
         blob.add("expected:loss", loss)
         for n, p in params.items():
-            if p.grad is not None:
+            if n + ".grad" in output_names:
+                if p.grad is None:
+                    raise ExportError("parameter '%s': the traced graph has a gradient, PyTorch's run has none" % n)
                 blob.add("expected:%s.grad" % n, p.grad)
-        for n, b in model.named_buffers():
-            if not torch.equal(b, originals[n]):
-                blob.add("expected:%s.updated" % n, b)
+        for (name, role), value in zip(placeholders, originals):
+            if name in written:
+                blob.add("expected:%s.updated" % name, value)
     else:
         raise ExportError("--mode is forward or joint, not %r" % mode)
 
     document = {"format": "magi-fx", "version": 1, "torch_version": torch.__version__,
                 "tracer": "torch.export" if tracer == "export" else "make_fx", "kind": mode,
-                "graph_name": mode, "tensors_file": os.path.basename(out) + ".tensors",
-                "tensors": blob.records}
+                "graph_name": mode, "tensors_file": os.path.basename(out) + ".tensors"}
     if process_groups:
         document["process_groups"] = process_groups
-    document.update(_graph_json(gm, placeholders, output_names))
+    document.update(_graph_json(gm, placeholders, output_names, metas, blob))
+    document["tensors"] = blob.records
     _write_atomically(out + ".tensors", b"".join(blob.parts))
     _write_atomically(out + ".fx.json", json.dumps(document, indent=1).encode())
     return gm
@@ -279,11 +539,13 @@ def main(argv):
     parser.add_argument("--tracer", default="make_fx", choices=["make_fx", "export"])
     parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.fx.json and PREFIX.tensors")
     parser.add_argument("--print_graph", action="store_true", help="print the traced FX graph")
+    parser.add_argument("--allow_none_grads", action="store_true",
+                        help="joint: leave out gradients autograd does not make (default: an error naming them)")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         spec = load_spec(args.spec, mode=args.mode)
-        gm = export(spec, args.mode, args.tracer, args.out)
+        gm = export(spec, args.mode, args.tracer, args.out, args.allow_none_grads)
     except ExportError as error:
         print("fx_export: %s" % error, file=sys.stderr)
         return 1

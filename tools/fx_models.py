@@ -23,8 +23,8 @@ def _classifier_spec(model, mode, image, classes):
     if mode == "joint":
         model.train()
         for m in model.modules():
-            if isinstance(m, nn.Dropout):
-                m.eval()
+            if isinstance(m, nn.Dropout) or type(m).__name__ == "StochasticDepth":
+                m.eval()  # random: not comparable across frameworks
         target = torch.randint(0, classes, (image[0],))
         return ModelSpec(model, (x,), lambda out, t: F.cross_entropy(out, t), (target,))
     model.eval()
@@ -154,3 +154,162 @@ def fsdp_collectives(mode="forward"):
     model = _ShardedLinear(dist.group.WORLD, world)
     x = torch.randn(4, 16)
     return ModelSpec(model, (x,), process_groups={dist.group.WORLD.group_name: world})
+
+
+# Minimal programs that write in place through views, update buffers through aliases, make
+# constants inside forward, or run RNNs: each once silently wrong or refused (issue 15).
+
+class _ViewWrite(nn.Module):
+    """y[0].add_(1): the write reaches y through a view."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        y[0].add_(1.0)
+        return y
+
+
+class _BufferSliceWrite(nn.Module):
+    """self.count[:2].add_(1): a buffer updated through a slice."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x):
+        self.count[:2].add_(1)
+        return self.lin(x) + self.count
+
+
+class _Constant(nn.Module):
+    """A tensor made inside forward (a get_attr constant in the traced graph)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+
+class _Rnn(nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.rnn = cell(4, 6, num_layers=2, batch_first=True)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+def _small_spec(model, mode, x, classes):
+    torch.manual_seed(1)
+    if mode == "joint":
+        model.train()
+        target = torch.randint(0, classes, (x.shape[0],))
+        return ModelSpec(model, (x,), lambda out, t: F.cross_entropy(out, t), (target,))
+    model.eval()
+    return ModelSpec(model, (x,))
+
+
+def view_write(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_ViewWrite(), mode, torch.randn(3, 4), 4)
+
+
+def buffer_slice_write(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_BufferSliceWrite(), mode, torch.randn(3, 4), 4)
+
+
+def instance_norm_stats(mode="forward"):
+    """InstanceNorm2d with running statistics in training writes copy_(alias(running_mean), ...)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, track_running_stats=True), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 5))
+    spec = _small_spec(model, mode, torch.randn(2, 3, 8, 8), 5)
+    if mode == "forward":
+        model.train()  # the running statistics update in forward too
+    return spec
+
+
+def constant(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_Constant(), mode, torch.randn(3, 4), 4)
+
+
+def lstm(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_Rnn(nn.LSTM), mode, torch.randn(2, 5, 4), 3)
+
+
+def gru(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_Rnn(nn.GRU), mode, torch.randn(2, 5, 4), 3)
+
+
+def convnext(mode="forward"):
+    """torchvision's ConvNeXt, two small stages (LayerNorm2d, stochastic depth off in eval)."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    torch.manual_seed(0)
+    model = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
+                     num_classes=10)
+    return _classifier_spec(model, mode, (2, 3, 32, 32), 10)
+
+
+def swin(mode="forward"):
+    """torchvision's Swin Transformer (shifted windows: its attention mask is built with
+    writes to slices), two small stages."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    torch.manual_seed(0)
+    model = SwinTransformer(patch_size=[2, 2], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4],
+                            stochastic_depth_prob=0.0, num_classes=10)
+    return _classifier_spec(model, mode, (2, 3, 32, 32), 10)
+
+
+def embedding_bag(mode="forward"):
+    """EmbeddingBag (sum, per-sample weights): its backward rebuilds offset2bag with
+    index_add_ and a sub_ through select(offset2bag) (issue 15: that write was lost)."""
+    torch.manual_seed(0)
+
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = nn.EmbeddingBag(20, 6, mode="sum")
+            self.head = nn.Linear(6, 3)
+
+        def forward(self, tokens, offsets, weights):
+            return self.head(self.bag(tokens, offsets, per_sample_weights=weights))
+
+    tokens = torch.randint(0, 20, (10,))
+    offsets = torch.tensor([0, 3, 7])
+    weights = torch.randn(10)
+    model = Bag()
+    if mode == "joint":
+        target = torch.randint(0, 3, (3,))
+        return ModelSpec(model, (tokens, offsets, weights), lambda out, t: F.cross_entropy(out, t), (target,))
+    model.eval()
+    return ModelSpec(model, (tokens, offsets, weights))
+
+
+def __getattr__(name):
+    """tv_<name>: torchvision.models.<name>(num_classes=10) on 2 images of 64x64 (any
+    torchvision classifier, e.g. --spec tools.fx_models:tv_convnext_tiny)."""
+    if not name.startswith("tv_"):
+        raise AttributeError(name)
+
+    def spec(mode="forward"):
+        import torchvision
+        torch.manual_seed(0)
+        kwargs = {"num_classes": 10}
+        if name[3:] in ("googlenet", "inception_v3"):
+            kwargs.update(aux_logits=False, init_weights=True)
+        model = getattr(torchvision.models, name[3:])(**kwargs)
+        return _classifier_spec(model, mode, (2, 3, 64, 64), 10)
+
+    return spec

@@ -9,7 +9,8 @@
 #include "magi/analysis/op_traits.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
-#include "magi/frontend/capture/functional_variants.h"
+#include "magi/frontend/common/aten_arguments.h"
+#include "magi/frontend/common/functional_variants.h"
 #include "magi/frontend/module_scope.h"
 
 namespace magi {
@@ -194,88 +195,6 @@ Node* CaptureSession::AddRecordedNode(std::string op, std::vector<NodeArg> args,
   return node;
 }
 
-absl::StatusOr<NodeArg> CaptureSession::ArgumentOf(const c10::Argument& argument, const c10::IValue& value) {
-  compat::ArgType type = compat::ClassifyArgument(argument);
-  std::string name = argument.kwarg_only() ? argument.name() : std::string();
-  if (value.isNone()) {
-    if (!type.optional && type.kind != compat::ArgKind::kTensor) {
-      return absl::InvalidArgumentError(absl::StrCat("argument '", argument.name(), "' is None but not optional"));
-    }
-    return NodeArg(Attribute(NoneAttr{}), name);
-  }
-  switch (type.kind) {
-    case compat::ArgKind::kTensor: {
-      if (!value.isTensor()) break;
-      const at::Tensor& tensor = value.toTensor();
-      if (!tensor.defined()) return NodeArg(Attribute(NoneAttr{}), name);
-      MAGI_ASSIGN_OR_RETURN(Value * v, ValueOf(tensor, /*allow_lift=*/true));
-      return NodeArg(v, name);
-    }
-    case compat::ArgKind::kTensorList:
-    case compat::ArgKind::kOptionalTensorList: {
-      std::vector<Value*> values;
-      for (const c10::IValue& element : value.toListRef()) {
-        if (element.isNone() || (element.isTensor() && !element.toTensor().defined())) {
-          values.push_back(nullptr);
-          continue;
-        }
-        MAGI_ASSIGN_OR_RETURN(Value * v, ValueOf(element.toTensor(), /*allow_lift=*/true));
-        values.push_back(v);
-      }
-      return NodeArg(std::move(values), name);
-    }
-    case compat::ArgKind::kInt:
-    case compat::ArgKind::kLayout:
-    case compat::ArgKind::kMemoryFormat: {
-      MAGI_ASSIGN_OR_RETURN(int64_t i, compat::ToInt(value));
-      return NodeArg(Attribute(i), name);
-    }
-    case compat::ArgKind::kFloat:
-      return NodeArg(Attribute(value.toDouble()), name);
-    case compat::ArgKind::kBool:
-      return NodeArg(Attribute(value.toBool()), name);
-    case compat::ArgKind::kString:
-      return NodeArg(Attribute(value.toStringRef()), name);
-    case compat::ArgKind::kScalar:
-      if (value.isBool()) return NodeArg(Attribute(value.toBool()), name);
-      if (value.isDouble()) return NodeArg(Attribute(value.toDouble()), name);
-      if (compat::IsIntLike(value)) {
-        MAGI_ASSIGN_OR_RETURN(int64_t i, compat::ToInt(value));
-        return NodeArg(Attribute(i), name);
-      }
-      break;
-    case compat::ArgKind::kScalarType: {
-      MAGI_ASSIGN_OR_RETURN(DType dtype, compat::FromScalarType(static_cast<c10::ScalarType>(value.toInt())));
-      return NodeArg(Attribute(dtype), name);
-    }
-    case compat::ArgKind::kDevice: {
-      MAGI_ASSIGN_OR_RETURN(Device device, compat::FromTorchDevice(value.toDevice()));
-      if (device.type == DeviceType::kMeta && options_.device_override) device = *options_.device_override;
-      return NodeArg(Attribute(device), name);
-    }
-    case compat::ArgKind::kIntList: {
-      MAGI_ASSIGN_OR_RETURN(std::vector<int64_t> ints, compat::ToIntList(value));
-      return NodeArg(Attribute(std::move(ints)), name);
-    }
-    case compat::ArgKind::kFloatList:
-      return NodeArg(Attribute(value.toDoubleVector()), name);
-    case compat::ArgKind::kBoolList: {
-      std::vector<bool> bools;
-      for (bool b : value.toBoolList()) bools.push_back(b);
-      return NodeArg(Attribute(std::move(bools)), name);
-    }
-    case compat::ArgKind::kGenerator:
-      return absl::UnimplementedError(absl::StrCat(
-          "an explicit torch::Generator is passed as '", argument.name(),
-          "'; Magi replays randomness from the default generator's state (pass no generator)"));
-    case compat::ArgKind::kUnsupported:
-      break;
-  }
-  return absl::UnimplementedError(absl::StrCat("argument '", argument.name(), "' of type ",
-                                               argument.real_type()->str(), " holding a ", value.tagKind(),
-                                               " is not supported"));
-}
-
 absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                                           const torch::jit::Stack& stack, size_t num_returns) {
   const c10::FunctionSchema& schema = op.schema();
@@ -304,16 +223,16 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
     if (compat::ClassifyArgument(argument).kind == compat::ArgKind::kGenerator) uses_rng_ = true;
   }
 
-  // Arguments, in the (functional) schema's order.
-  std::vector<NodeArg> node_args;
-  size_t functional_index = 0;
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    if (!mutated.empty() && IsOutArgument(schema, i)) continue;
-    const c10::Argument& argument = node_schema->arguments().at(functional_index++);
-    absl::StatusOr<NodeArg> arg = ArgumentOf(argument, args[i]);
-    if (!arg.ok()) return fail(absl::StrCat("argument '", argument.name(), "': ", arg.status().message()));
-    node_args.push_back(*std::move(arg));
-  }
+  // Arguments, in the (functional) schema's order (the shared ATen-argument converter).
+  const Device* meta_device = options_.device_override ? &*options_.device_override : nullptr;
+  auto resolve = [this](const at::Tensor& tensor) { return ValueOf(tensor, /*allow_lift=*/true); };
+  absl::StatusOr<std::vector<NodeArg>> node_args =
+      ConvertCallArguments(schema, functional ? node_schema : nullptr,
+                           [&](size_t i) -> absl::StatusOr<std::optional<AtenArg>> {
+                             MAGI_ASSIGN_OR_RETURN(AtenArg value, AtenArgFromIValue(args[i], resolve, meta_device));
+                             return std::optional<AtenArg>(std::move(value));
+                           });
+  if (!node_args.ok()) return fail(node_args.status().message());
 
   // Results: the tensors the op returned, or for a functionalized op the tensors it wrote.
   std::vector<at::Tensor> results;
@@ -351,7 +270,7 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
     if (!type.ok()) return fail(type.status().message());
     types.push_back(*std::move(type));
   }
-  Node* node = AddRecordedNode(name, std::move(node_args), std::move(types));
+  Node* node = AddRecordedNode(name, *std::move(node_args), std::move(types));
   ++recorded_ops_;
   for (size_t i = 0; i < results.size(); ++i) {
     if (mutated.empty()) {

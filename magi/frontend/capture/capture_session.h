@@ -115,7 +115,6 @@ class CaptureSession {
   absl::Status RecordLocked(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                             const torch::jit::Stack& stack, size_t num_returns);
   absl::StatusOr<Value*> ValueOf(const at::Tensor& tensor, bool allow_lift);
-  absl::StatusOr<NodeArg> ArgumentOf(const c10::Argument& argument, const c10::IValue& value);
   void Register(const at::Tensor& tensor, Value* value);
   absl::Status UpdateAfterMutation(const at::Tensor& tensor, Value* new_value);
   // The value for a view of `storage` with `geometry` at its current version, deriving it

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/cost/cost_model.h"
+#include "magi/frontend/fx/fx_check.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
@@ -31,46 +32,18 @@ std::string PrintTo(const Case& c) { return c.model + "_" + c.mode; }
 class FxImportTest : public ::testing::TestWithParam<Case> {};
 
 // Runs `imported` on its recorded inputs (collectives through `communicator`, if given)
-// and compares every output with PyTorch's eager result.
+// twice and compares every output with PyTorch's eager result; every value PyTorch
+// recorded must be compared (RunAndCompare fails otherwise).
 void ExpectSameAsPyTorch(const FxImport& imported, const std::string& label,
                          std::shared_ptr<Communicator> communicator = nullptr) {
-  const Graph& graph = imported.graph();
-  std::vector<at::Tensor> inputs;
-  for (const Value* input : graph.inputs()) {
-    auto it = imported.tensors.find(input->name());
-    ASSERT_NE(it, imported.tensors.end()) << "no tensor for input %" << input->name();
-    inputs.push_back(it->second);
-  }
-  absl::StatusOr<std::unique_ptr<TorchExecutable>> executable =
-      CompileForTorch("interpreter", *imported.module, imported.graph_name);
-  ASSERT_TRUE(executable.ok()) << executable.status();
-  if (communicator != nullptr) {
-    for (const auto& group : imported.module->process_groups()) {
-      ASSERT_TRUE((*executable)->BindCommunicator(group->name, communicator).ok());
-    }
-  }
-  absl::StatusOr<std::vector<at::Tensor>> outputs = (*executable)->Run(inputs);
-  ASSERT_TRUE(outputs.ok()) << outputs.status();
-  int compared = 0;
-  double worst = 0;
-  for (size_t i = 0; i < graph.outputs().size(); ++i) {
-    const std::string& name = graph.outputs()[i].name;
-    auto expected = imported.tensors.find("expected:" + name);
-    ASSERT_NE(expected, imported.tensors.end()) << "PyTorch recorded no output '" << name << "'";
-    const at::Tensor& got = (*outputs)[i];
-    ASSERT_EQ(got.sizes(), expected->second.sizes()) << name;
-    double scale = std::max(1.0, expected->second.abs().max().item<double>());
-    double diff = (got.to(torch::kDouble) - expected->second.to(torch::kDouble)).abs().max().item<double>() / scale;
-    worst = std::max(worst, diff);
-    EXPECT_LE(diff, 2e-5) << label << ": output '" << name << "' differs by " << diff << " (relative to its max)";
-    ++compared;
-  }
-  // Every expected value was checked: all gradients autograd made, all updated buffers.
-  int expected_count = 0;
-  for (const auto& [name, tensor] : imported.tensors) expected_count += name.rfind("expected:", 0) == 0;
-  EXPECT_EQ(compared, expected_count);
-  std::cout << label << " (torch " << imported.torch_version << "): " << graph.num_nodes() << " nodes, " << compared
-            << " outputs within " << worst << " of PyTorch\n";
+  FxCheckOptions options;
+  options.runs = 2;
+  options.communicator = std::move(communicator);
+  absl::StatusOr<FxCheck> check = RunAndCompare(imported, options);
+  ASSERT_TRUE(check.ok()) << label << ": " << check.status();
+  for (const std::string& failure : check->failures) ADD_FAILURE() << label << ": " << failure;
+  std::cout << label << " (torch " << imported.torch_version << "): " << check->nodes << " nodes, " << check->compared
+            << " outputs within " << check->worst << " of PyTorch\n";
 }
 
 TEST_P(FxImportTest, RunsLikePyTorch) {
@@ -135,7 +108,15 @@ INSTANTIATE_TEST_SUITE_P(Models, FxImportTest,
                          ::testing::Values(Case{"resnet18", "forward"}, Case{"resnet18", "joint"},
                                            Case{"mobilenet_v2", "forward"}, Case{"mobilenet_v2", "joint"},
                                            Case{"vit", "forward"}, Case{"vit", "joint"}, Case{"llama", "forward"},
-                                           Case{"llama", "joint"}),
+                                           Case{"llama", "joint"}, Case{"view_write", "forward"},
+                                           Case{"view_write", "joint"}, Case{"buffer_slice_write", "forward"},
+                                           Case{"buffer_slice_write", "joint"}, Case{"instance_norm_stats", "forward"},
+                                           Case{"instance_norm_stats", "joint"}, Case{"constant", "forward"},
+                                           Case{"constant", "joint"}, Case{"lstm", "forward"}, Case{"lstm", "joint"},
+                                           Case{"gru", "forward"}, Case{"gru", "joint"},
+                                           Case{"embedding_bag", "forward"}, Case{"embedding_bag", "joint"},
+                                           Case{"convnext", "forward"}, Case{"convnext", "joint"},
+                                           Case{"swin", "forward"}, Case{"swin", "joint"}),
                          [](const ::testing::TestParamInfo<Case>& info) { return PrintTo(info.param); });
 
 TEST(FxImportErrorsTest, MalformedFilesNameTheProblem) {
@@ -197,6 +178,147 @@ TEST(FxImportErrorsTest, InPlaceOpsBecomeFunctional) {
   }
 }
 )");
+}
+
+// y = x.clone(); y[0].add_(1); return y: the write through the view reaches y (it was
+// lost before: only the view was rebound), and a later read of another view of y sees it.
+TEST(FxImportAliasTest, WriteThroughAViewReachesTheBaseAndItsOtherViews) {
+  auto imported = ImportFxJson(R"({"format": "magi-fx", "version": 1, "graph_name": "forward", "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [2, 3]}]},
+      {"name": "y", "op": "call_function", "target": "aten::clone", "args": [{"node": "x"}],
+       "meta": [{"dtype": "float32", "shape": [2, 3]}]},
+      {"name": "col", "op": "call_function", "target": "aten::select.int", "args": [{"node": "y"}, {"i": 1}, {"i": 0}],
+       "meta": [{"dtype": "float32", "shape": [2], "stride": [3]}]},
+      {"name": "row", "op": "call_function", "target": "aten::select.int", "args": [{"node": "y"}, {"i": 0}, {"i": 0}],
+       "meta": [{"dtype": "float32", "shape": [3]}]},
+      {"name": "add_", "op": "call_function", "target": "aten::add_.Tensor", "args": [{"node": "row"}, {"f": 1.0}],
+       "meta": [{"dtype": "float32", "shape": [3]}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "y"}, {"node": "col"}]}}]}],
+      "output_names": ["y", "col"]})",
+                               "view_write.json");
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(PrintModule(*imported->module), R"(module @forward {
+  graph @forward {
+    input %x: f32[2,3]
+    %y = aten::clone(%x, memory_format = none) : f32[2,3]
+    %col = aten::select.int(%y, 1, 0) : f32[2]strides[3]
+    %row = aten::select.int(%y, 0, 0) : f32[3]
+    %add_ = aten::add.Scalar(%row, 1.0, 1) : f32[3]
+    %y.0 = aten::select_scatter(%y, %add_, 0, 0) : f32[2,3]
+    %col.1 = aten::select.int(%y.0, 1, 0) : f32[2]strides[3]
+    output y = %y.0
+    output col = %col.1
+  }
+}
+)");
+  // Run it: y[0] is x[0] + 1, and so is col[0].
+  at::Tensor x = at::arange(6, at::kFloat).reshape({2, 3});
+  auto executable = CompileForTorch("interpreter", *imported->module, imported->graph_name);
+  ASSERT_TRUE(executable.ok()) << executable.status();
+  auto outputs = (*executable)->Run({x});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  at::Tensor expected = x.clone();
+  expected[0].add_(1);
+  EXPECT_TRUE(at::equal((*outputs)[0], expected));
+  EXPECT_TRUE(at::equal((*outputs)[1], expected.select(1, 0)));
+}
+
+// A buffer written through a slice comes back as "<buffer>.updated".
+TEST(FxImportAliasTest, BufferWrittenThroughASliceIsUpdated) {
+  auto imported = ImportFxJson(R"({"format": "magi-fx", "version": 1, "graph_name": "forward", "nodes": [
+      {"name": "count", "op": "placeholder", "role": "buffer", "meta": [{"dtype": "float32", "shape": [4]}]},
+      {"name": "head", "op": "call_function", "target": "aten::slice.Tensor",
+       "args": [{"node": "count"}, {"i": 0}, {"i": 0}, {"i": 2}], "meta": [{"dtype": "float32", "shape": [2]}]},
+      {"name": "add_", "op": "call_function", "target": "aten::add_.Tensor", "args": [{"node": "head"}, {"i": 1}],
+       "meta": [{"dtype": "float32", "shape": [2]}]},
+      {"name": "double", "op": "call_function", "target": "aten::mul.Tensor", "args": [{"node": "count"}, {"node": "count"}],
+       "meta": [{"dtype": "float32", "shape": [4]}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "double"}]}}]}],
+      "output_names": ["y"]})",
+                               "slice_write.json");
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  std::string text = PrintModule(*imported->module);
+  EXPECT_NE(text.find("%count.0 = aten::slice_scatter(%count, %add_, 0, 0, 2, 1) : f32[4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("%double = aten::mul.Tensor(%count.0, %count.0) : f32[4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("output count.updated = %count.0"), std::string::npos) << text;
+}
+
+TEST(FxImportAliasTest, WritesThatCannotBeMadeFunctionalAreErrorsNamingTheNode) {
+  // Through an expanded view: several elements are one memory location.
+  auto expanded = ImportFxJson(R"({"format": "magi-fx", "version": 1, "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [3]}]},
+      {"name": "wide", "op": "call_function", "target": "aten::expand", "args": [{"node": "x"}, {"list": {"items": [{"i": 2}, {"i": 3}]}}],
+       "meta": [{"dtype": "float32", "shape": [2, 3], "stride": [0, 1]}]},
+      {"name": "add_", "op": "call_function", "target": "aten::add_.Tensor", "args": [{"node": "wide"}, {"i": 1}],
+       "meta": [{"dtype": "float32", "shape": [2, 3], "stride": [0, 1]}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "x"}]}}]}]})",
+                               "expand.json");
+  EXPECT_EQ(expanded.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(expanded.status().message(),
+            "expand.json: node 'add_' (call_function aten::add_.Tensor): it writes through a view made by "
+            "aten::expand (wide): several of its elements are one memory location");
+  // The exporter saw 'other' share x's memory (storage 1), but no schema says it is a view:
+  // the write to x would not reach it, so the importer refuses instead of guessing.
+  auto hidden = ImportFxJson(R"({"format": "magi-fx", "version": 1, "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [3], "storage": 1}]},
+      {"name": "other", "op": "call_function", "target": "aten::relu", "args": [{"node": "x"}],
+       "meta": [{"dtype": "float32", "shape": [3], "storage": 1}]},
+      {"name": "add_", "op": "call_function", "target": "aten::add_.Tensor", "args": [{"node": "x"}, {"i": 1}],
+       "meta": [{"dtype": "float32", "shape": [3], "storage": 1}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "other"}]}}]}]})",
+                             "hidden.json");
+  EXPECT_EQ(hidden.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(hidden.status().message().find("node 'add_' (call_function aten::add_.Tensor): it writes to 'x', whose "
+                                           "memory node 'other' (read later) also uses"),
+            std::string::npos)
+      << hidden.status();
+  // An output autograd did not make is an error naming it, never a silently shorter result.
+  auto none = ImportFxJson(R"({"format": "magi-fx", "version": 1, "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [3]}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "x"}, {"none": true}]}}]}],
+      "output_names": ["loss", "w.grad"]})",
+                           "none.json");
+  EXPECT_EQ(none.status().message(), "none.json: node 'output' (output): output 'w.grad' is None");
+}
+
+TEST(FxImportAliasTest, ComplexTensorsImport) {
+  auto imported = ImportFxJson(R"({"format": "magi-fx", "version": 1, "graph_name": "forward", "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [4]}]},
+      {"name": "f", "op": "call_function", "target": "aten::_fft_r2c", "args": [{"node": "x"}, {"list": {"items": [{"i": 0}]}}, {"i": 0}, {"b": true}],
+       "meta": [{"dtype": "complex64", "shape": [3]}]},
+      {"name": "r", "op": "call_function", "target": "aten::view_as_real", "args": [{"node": "f"}],
+       "meta": [{"dtype": "float32", "shape": [3, 2]}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "f"}, {"node": "r"}]}}]}],
+      "output_names": ["f", "r"]})",
+                               "complex.json");
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  at::Tensor x = at::arange(4, at::kFloat);
+  auto executable = CompileForTorch("interpreter", *imported->module, imported->graph_name);
+  ASSERT_TRUE(executable.ok()) << executable.status();
+  auto outputs = (*executable)->Run({x});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_TRUE(at::allclose((*outputs)[0], at::fft_rfft(x)));
+  auto chalf = ImportFxJson(R"({"format": "magi-fx", "version": 1, "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "complex32", "shape": [3]}]}]})",
+                            "chalf.json");
+  EXPECT_EQ(chalf.status().message(),
+            "chalf.json: node 'x' (placeholder): complex32 (chalf) tensors are not supported: the IR has no such dtype");
+}
+
+// The runner compares every value PyTorch recorded; one the graph does not return fails it.
+TEST(FxImportAliasTest, ComparingFewerOutputsThanRecordedIsAnError) {
+  auto imported = ImportFxJson(R"({"format": "magi-fx", "version": 1, "graph_name": "forward", "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [3]}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "x"}]}}]}],
+      "output_names": ["y"]})",
+                               "fewer.json");
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  imported->tensors["x"] = at::ones({3});
+  imported->tensors["expected:y"] = at::ones({3});
+  ASSERT_TRUE(RunAndCompare(*imported).ok());
+  imported->tensors["expected:count.updated"] = at::ones({3});
+  EXPECT_EQ(RunAndCompare(*imported).status().message(),
+            "PyTorch recorded 'count.updated', which the graph does not return");
 }
 
 // A graph with functional collectives (FSDP-style: gather the weight shard, reduce-scatter

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -14,7 +15,9 @@
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
-#include "magi/frontend/capture/functional_variants.h"
+#include "magi/frontend/common/alias_tracker.h"
+#include "magi/frontend/common/aten_arguments.h"
+#include "magi/frontend/common/functional_variants.h"
 #include "magi/frontend/fx/fx_graph.pb.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph.h"
@@ -35,8 +38,13 @@ absl::StatusOr<DType> TorchDType(absl::string_view name) {
       {"bfloat16", DType::kBFloat16}, {"int64", DType::kInt64},     {"long", DType::kInt64},
       {"int32", DType::kInt32},       {"int", DType::kInt32},       {"int16", DType::kInt16},
       {"int8", DType::kInt8},         {"uint8", DType::kUInt8},     {"bool", DType::kBool},
+      {"complex64", DType::kComplex64}, {"cfloat", DType::kComplex64}, {"complex128", DType::kComplex128},
+      {"cdouble", DType::kComplex128},
   };
   absl::string_view bare = absl::StripPrefix(name, "torch.");
+  if (bare == "complex32" || bare == "chalf") {
+    return absl::UnimplementedError("complex32 (chalf) tensors are not supported: the IR has no such dtype");
+  }
   auto it = names->find(bare);
   if (it == names->end()) return absl::InvalidArgumentError(absl::StrCat("unsupported dtype '", name, "'"));
   return it->second;
@@ -86,6 +94,17 @@ absl::StatusOr<double> FloatOf(const FxArg& arg) {
   return absl::InvalidArgumentError("expected a number");
 }
 
+bool IsContiguousFrom0(const FxTensorMeta& meta) {
+  if (meta.storage_offset() != 0) return false;
+  if (meta.stride_size() == 0) return true;
+  std::vector<int64_t> sizes(meta.shape().begin(), meta.shape().end());
+  std::vector<int64_t> strides(meta.stride().begin(), meta.stride().end());
+  TensorType type;
+  type.sizes = sizes;
+  type.strides = strides;
+  return type.IsContiguous();
+}
+
 class Importer {
  public:
   Importer(const FxExport& proto, std::string source) : proto_(proto), source_(std::move(source)) {}
@@ -105,7 +124,10 @@ class Importer {
       module_->AddProcessGroup({ir_name, ir_name, size, {}});
     }
     graph_ = module_->AddGraph(graph_name);
-    for (const FxNode& node : proto_.nodes()) {
+    aliases_ = std::make_unique<AliasTracker>(graph_);
+    ComputeLastUses();
+    for (position_ = 0; position_ < proto_.nodes_size(); ++position_) {
+      const FxNode& node = proto_.nodes(position_);
       absl::Status status = ImportNode(node);
       if (!status.ok()) {
         return absl::Status(status.code(),
@@ -128,6 +150,20 @@ class Importer {
   }
 
  private:
+  // The last node position that reads each FX node (for the aliasing check in Write).
+  void ComputeLastUses() {
+    std::function<void(const FxArg&, int)> visit = [&](const FxArg& arg, int position) {
+      if (arg.kind_case() == FxArg::kNode) last_use_[arg.node()] = position;
+      if (arg.kind_case() == FxArg::kList) {
+        for (const FxArg& item : arg.list().items()) visit(item, position);
+      }
+    };
+    for (int i = 0; i < proto_.nodes_size(); ++i) {
+      for (const FxArg& arg : proto_.nodes(i).args()) visit(arg, i);
+      for (const auto& [name, arg] : proto_.nodes(i).kwargs()) visit(arg, i);
+    }
+  }
+
   absl::Status ImportNode(const FxNode& node) {
     if (node.name().empty()) return absl::InvalidArgumentError("a node without a name");
     if (values_.contains(node.name())) return absl::InvalidArgumentError("the name is used twice");
@@ -162,15 +198,16 @@ class Importer {
     InputRole role = InputRole::kData;
     if (node.role() == "param") {
       role = InputRole::kParam;
-    } else if (node.role() == "buffer") {
-      role = InputRole::kBuffer;
+    } else if (node.role() == "buffer" || node.role() == "constant") {
+      role = InputRole::kBuffer;  // the IR has no constant role: a constant is a buffer nobody writes
     } else if (!node.role().empty() && node.role() != "data") {
       return absl::InvalidArgumentError(absl::StrCat("unknown placeholder role '", node.role(), "'"));
     }
     if (graph_->FindValue(node.name()) != nullptr) return absl::InvalidArgumentError("the name is used twice");
     Value* input = graph_->AddInput(node.name(), Type::Tensor(std::move(type)), role);
-    values_[node.name()] = {input};
-    root_of_[input] = input;
+    AliasTracker::RootOptions options;
+    options.starts_storage = IsContiguousFrom0(node.meta(0));
+    AddRoot(node.name(), input, &node.meta(0), options);
     return absl::OkStatus();
   }
 
@@ -186,15 +223,17 @@ class Importer {
     for (size_t k = 0; k < items.size(); ++k) {
       std::string name =
           k < static_cast<size_t>(proto_.output_names_size()) ? proto_.output_names(k) : absl::StrCat("output.", k);
-      if (items[k]->kind_case() == FxArg::kNone) continue;  // e.g. a gradient that does not exist
+      // A None output (a gradient autograd did not make) would silently drop a result the
+      // caller expects; the exporter leaves such outputs out when the user allows it.
+      if (items[k]->kind_case() == FxArg::kNone) {
+        return absl::InvalidArgumentError(absl::StrCat("output '", name, "' is None"));
+      }
       MAGI_ASSIGN_OR_RETURN(Value * value, TensorOperand(*items[k]));
       graph_->AddOutput(name, value);
     }
-    // Inputs written in place (BatchNorm running statistics): their final values.
-    for (Value* input : graph_->inputs()) {
-      auto it = latest_.find(input);
-      if (it != latest_.end()) graph_->AddOutput(input->name() + ".updated", it->second);
-    }
+    // Inputs written in place, directly or through views (BatchNorm running statistics,
+    // buffers updated through a slice): their final values.
+    for (const auto& [input, value] : aliases_->WrittenInputs()) graph_->AddOutput(input->name() + ".updated", value);
     return absl::OkStatus();
   }
 
@@ -210,7 +249,14 @@ class Importer {
       return absl::InvalidArgumentError(
           absl::StrCat("index ", index, " of a node with ", it->second.size(), " results"));
     }
-    values_[node.name()] = {it->second[index]};  // null: a None result (an error only if used as a tensor)
+    int alias = it->second[index];  // -1: a None result (an error only if used as a tensor)
+    values_[node.name()] = {alias};
+    if (alias >= 0) {
+      auto meta = metas_.find(node.args(0).node());
+      if (meta != metas_.end() && index < static_cast<int64_t>(meta->second.size()))
+        metas_[node.name()] = {meta->second[index]};
+      fx_names_of_root_[aliases_->RootOf(alias)].push_back(node.name());
+    }
     return absl::OkStatus();
   }
 
@@ -228,7 +274,7 @@ class Importer {
         return absl::InvalidArgumentError(absl::StrCat("waits on '", node.args(0).node(), "', which is no collective"));
       }
       Node* wait = AddWait(*graph_, it->second);
-      values_[node.name()] = {wait->result(0)};
+      AddRoot(node.name(), wait->result(0), nullptr, AliasTracker::RootOptions());
       return absl::OkStatus();
     }
     CollectiveKind kind;
@@ -270,8 +316,15 @@ class Importer {
     MAGI_ASSIGN_OR_RETURN(Value * input, TensorOperand(node.args(0)));
     MAGI_ASSIGN_OR_RETURN(Node * start, AddCollectiveStart(*graph_, kind, {input}, *group, reduce_op));
     pending_[node.name()] = start;
-    values_[node.name()] = {};  // only wait_tensor may read it
+    values_[node.name()] = {-1};  // only wait_tensor may read it
     return absl::OkStatus();
+  }
+
+  // The op's argument `i` (positional, else by keyword), or null when omitted.
+  static const FxArg* GivenArgument(const FxNode& node, const c10::FunctionSchema& schema, size_t i) {
+    if (i < static_cast<size_t>(node.args_size())) return &node.args(static_cast<int>(i));
+    auto kw = node.kwargs().find(schema.arguments()[i].name());
+    return kw == node.kwargs().end() ? nullptr : &kw->second;
   }
 
   absl::Status ImportAtenOp(const FxNode& node) {
@@ -282,11 +335,16 @@ class Importer {
       return absl::NotFoundError(absl::StrCat("LibTorch ", TORCH_VERSION, " has no operator ", node.target(),
                                               " (the graph was exported with torch ", proto_.torch_version(), ")"));
     }
-    MAGI_RETURN_IF_ERROR(IsolateRunningStatistics(*op, node));
     // make_fx records Python numbers passed where the schema wants a Tensor (x.add_(1));
     // eager wraps them, Magi uses the op's Scalar overload, which computes the same.
     if (std::optional<c10::OperatorHandle> scalar_variant = ScalarVariant(*op, node)) op = *scalar_variant;
     const c10::FunctionSchema& schema = op->schema();
+    if (node.args_size() > static_cast<int>(schema.arguments().size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.args_size(), " arguments for a schema of ", schema.arguments().size()));
+    }
+    using StatCopies = std::vector<std::pair<int, Value*>>;
+    MAGI_ASSIGN_OR_RETURN(StatCopies running_stats, IsolateRunningStatistics(*op, node));
     std::vector<size_t> mutated = MutatedArguments(schema);
     const c10::FunctionSchema* node_schema = &schema;
     c10::optional<c10::OperatorHandle> functional;
@@ -295,29 +353,43 @@ class Importer {
       if (!functional) return absl::UnimplementedError("it writes to its inputs and has no functional variant");
       node_schema = &functional->schema();
     }
-    std::vector<NodeArg> args;
-    size_t functional_index = 0;
-    for (size_t i = 0; i < schema.arguments().size(); ++i) {
-      if (!mutated.empty() && IsOutArgument(schema, i)) continue;
-      const c10::Argument& argument = node_schema->arguments().at(functional_index++);
-      const FxArg* given = i < static_cast<size_t>(node.args_size()) ? &node.args(i) : nullptr;
-      auto kw = node.kwargs().find(argument.name());
-      if (given == nullptr && kw != node.kwargs().end()) given = &kw->second;
-      std::string arg_name = argument.kwarg_only() ? argument.name() : std::string();
-      absl::StatusOr<NodeArg> arg =
-          given != nullptr ? ArgumentOf(argument, *given, arg_name) : DefaultOf(argument, arg_name);
-      if (!arg.ok())
-        return absl::Status(arg.status().code(),
-                            absl::StrCat("argument '", argument.name(), "': ", arg.status().message()));
-      args.push_back(*std::move(arg));
+    // as_strided addresses its input's storage, not its elements: it reads the storage's
+    // root in the traced layout (and becomes a view of the root).
+    int strided_base = -1;
+    Value* strided_input = nullptr;
+    if ((schema.name() == "aten::as_strided" || schema.name() == "aten::as_strided_") && node.args_size() > 0 &&
+        node.args(0).kind_case() == FxArg::kNode && values_.contains(node.args(0).node()) &&
+        values_.at(node.args(0).node()).size() == 1 && values_.at(node.args(0).node())[0] >= 0) {
+      int alias = values_.at(node.args(0).node())[0];
+      if (aliases_->StartsStorage(alias)) {
+        strided_base = aliases_->RootOf(alias);
+        MAGI_ASSIGN_OR_RETURN(strided_input, aliases_->StorageBase(alias));
+      } else if (!aliases_->LayoutIsFaithful(alias)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "as_strided of '", node.args(0).node(),
+            "', whose storage was written in place and does not start contiguously: its layout cannot be reproduced"));
+      }
     }
-    if (node.args_size() > static_cast<int>(schema.arguments().size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(node.args_size(), " arguments for a schema of ", schema.arguments().size()));
-    }
+    MAGI_ASSIGN_OR_RETURN(
+        std::vector<NodeArg> args,
+        ConvertCallArguments(schema, functional ? node_schema : nullptr,
+                             [&](size_t i) -> absl::StatusOr<std::optional<AtenArg>> {
+                               if (i == 0 && strided_input != nullptr) {
+                                 return std::optional<AtenArg>(AtenArg::Tensor(strided_input));
+                               }
+                               for (const auto& [index, copy] : running_stats) {
+                                 if (static_cast<size_t>(index) == i) return std::optional<AtenArg>(AtenArg::Tensor(copy));
+                               }
+                               const FxArg* given = GivenArgument(node, schema, i);
+                               if (given == nullptr) return std::optional<AtenArg>();
+                               MAGI_ASSIGN_OR_RETURN(AtenArg value, ToAtenArg(*given));
+                               return std::optional<AtenArg>(std::move(value));
+                             }));
     std::vector<Type> types;
     std::vector<int> position_of_result;  // return position -> result index (-1: absent)
+    std::vector<const FxTensorMeta*> metas;
     for (const FxTensorMeta& meta : node.meta()) {
+      metas.push_back(meta.absent() ? nullptr : &meta);
       if (meta.absent()) {
         position_of_result.push_back(-1);
         continue;
@@ -338,39 +410,146 @@ class Importer {
       if (graph_->FindValue(result_name) != nullptr) result_name = graph_->FreshName(result_name + ".");
     }
     Node* created = graph_->AddNode(op_name, std::move(args), std::move(types), nullptr, std::move(names));
-    std::vector<Value*>& results = values_[node.name()];
-    for (int index : position_of_result) results.push_back(index < 0 ? nullptr : created->result(index));
-    // Later uses of what an in-place op wrote read the new value.
-    for (size_t k = 0; k < mutated.size(); ++k) {
-      const FxArg* written = mutated[k] < static_cast<size_t>(node.args_size()) ? &node.args(mutated[k]) : nullptr;
-      if (written == nullptr || written->kind_case() != FxArg::kNode) {
-        return absl::UnimplementedError("writes to a tensor that is not a positional node argument");
-      }
-      Value* old_value = values_.at(written->node()).at(0);
-      Value* new_value = created->result(static_cast<int>(k));
-      values_[written->node()] = {new_value};
-      auto root = root_of_.find(old_value);
-      if (root != root_of_.end()) {
-        root_of_[new_value] = root->second;
-        latest_[root->second] = new_value;
-      }
+
+    // Batch norm wrote the copies of its running statistics: they are the buffers' new values.
+    for (const auto& [index, copy] : running_stats) {
+      MAGI_RETURN_IF_ERROR(WriteTo(node.args(index), copy));
     }
+    if (!mutated.empty() && !ViewSources(*node_schema).empty() && ViewSources(*node_schema)[0] >= 0) {
+      // An in-place view op (as_strided_, transpose_, squeeze_, ...) changes which part of
+      // its storage the tensor shows, not the data: from here on the tensor is that view.
+      const FxArg* target = GivenArgument(node, schema, mutated[0]);
+      if (mutated.size() != 1 || target == nullptr || target->kind_case() != FxArg::kNode) {
+        return absl::UnimplementedError("an in-place view op on something other than one tensor");
+      }
+      int alias = aliases_->AddView(strided_base >= 0 ? strided_base : values_.at(target->node()).at(0), created, 0);
+      fx_names_of_root_[aliases_->RootOf(alias)].push_back(node.name());
+      values_[target->node()] = {alias};
+      metas_[target->node()] = metas;
+      values_[node.name()] = {alias};
+      metas_[node.name()] = metas;
+      return absl::OkStatus();
+    }
+    if (!mutated.empty()) {
+      // The functional variant returns what the in-place op wrote; the node's own results
+      // are the written tensors (aliases of its arguments).
+      std::vector<int>& results = values_[node.name()];
+      for (size_t k = 0; k < mutated.size(); ++k) {
+        const FxArg* written = GivenArgument(node, schema, mutated[k]);
+        if (written == nullptr || written->kind_case() != FxArg::kNode) {
+          return absl::UnimplementedError("it writes to a tensor that is not a node argument");
+        }
+        MAGI_RETURN_IF_ERROR(WriteTo(*written, created->result(static_cast<int>(k))));
+        results.push_back(values_.at(written->node()).at(0));
+      }
+      metas_[node.name()] = metas;
+      return absl::OkStatus();
+    }
+    // Results that are views of an argument join its storage; the others are new storages.
+    std::vector<int> sources = ViewSources(schema);
+    bool list_return = schema.returns().size() == 1 && position_of_result.size() != 1;
+    std::vector<int>& results = values_[node.name()];
+    for (size_t p = 0; p < position_of_result.size(); ++p) {
+      int index = position_of_result[p];
+      if (index < 0) {
+        results.push_back(-1);
+        continue;
+      }
+      int source = list_return ? sources.at(0) : (p < sources.size() ? sources[p] : -1);
+      int base = -1;
+      if (source >= 0) {
+        const FxArg* arg = GivenArgument(node, schema, source);
+        if (arg != nullptr && arg->kind_case() == FxArg::kNode) base = values_.at(arg->node()).at(0);
+        if (strided_base >= 0) base = strided_base;
+      }
+      Value* value = created->result(index);
+      if (base < 0) {
+        AliasTracker::RootOptions options;
+        options.starts_storage = metas[p] == nullptr || IsContiguousFrom0(*metas[p]);
+        AddRoot(node.name(), value, metas[p], options);
+        continue;
+      }
+      if (MayOrMayNotAlias(schema)) {
+        // Only the storages the exporter saw can say whether this one is a view.
+        const FxTensorMeta* in = MetaOf(*GivenArgument(node, schema, source));
+        if (metas[p] == nullptr || in == nullptr || metas[p]->storage() == 0 || in->storage() == 0) {
+          AliasTracker::RootOptions options;
+          options.uncertain = absl::StrCat(op_name, " (node '", node.name(), "') may return a view or a copy");
+          AddRoot(node.name(), value, metas[p], options);
+          aliases_->MarkUncertain(base, options.uncertain);
+          continue;
+        }
+        if (metas[p]->storage() != in->storage()) {
+          AddRoot(node.name(), value, metas[p], AliasTracker::RootOptions());
+          continue;
+        }
+      }
+      int alias = aliases_->AddView(base, created, index);
+      results.push_back(alias);
+      fx_names_of_root_[aliases_->RootOf(alias)].push_back(node.name());
+    }
+    metas_[node.name()] = metas;
     return absl::OkStatus();
   }
 
+  // Registers `value` as a new storage and as the next result of FX node `name`.
+  void AddRoot(const std::string& name, Value* value, const FxTensorMeta* meta, AliasTracker::RootOptions options) {
+    int alias = aliases_->AddRoot(value, std::move(options));
+    values_[name].push_back(alias);
+    metas_[name].push_back(meta);
+    fx_names_of_root_[alias].push_back(name);
+    if (meta != nullptr && meta->storage() != 0) roots_of_storage_[meta->storage()].push_back(alias);
+  }
+
+  const FxTensorMeta* MetaOf(const FxArg& arg) const {
+    if (arg.kind_case() != FxArg::kNode) return nullptr;
+    auto it = metas_.find(arg.node());
+    return it == metas_.end() || it->second.size() != 1 ? nullptr : it->second[0];
+  }
+
+  // The in-place write of `value` into the tensor `written` names.
+  absl::Status WriteTo(const FxArg& written, Value* value) {
+    if (written.kind_case() != FxArg::kNode) return absl::UnimplementedError("it writes to a tensor that is no node");
+    auto it = values_.find(written.node());
+    if (it == values_.end() || it->second.size() != 1 || it->second[0] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("it writes to '", written.node(), "', which is not a tensor"));
+    }
+    int alias = it->second[0];
+    // Memory the exporter saw shared with tensors that Magi does not know as views of this
+    // one (and that are read later) would miss the write: refuse instead of guessing.
+    const FxTensorMeta* meta = MetaOf(written);
+    if (meta != nullptr && meta->storage() != 0) {
+      int root = aliases_->RootOf(alias);
+      for (int other : roots_of_storage_[meta->storage()]) {
+        if (other == root) continue;
+        for (const std::string& name : fx_names_of_root_[other]) {
+          auto last = last_use_.find(name);
+          if (last != last_use_.end() && last->second > position_) {
+            return absl::UnimplementedError(absl::StrCat(
+                "it writes to '", written.node(), "', whose memory node '", name,
+                "' (read later) also uses without being a view Magi knows of; the write cannot be made functional"));
+          }
+        }
+      }
+    }
+    return aliases_->Write(alias, value);
+  }
+
   // Batch norm in training updates running_mean / running_var inside the kernel (1.13's
-  // schema does not say so). The op gets copies of them, which then are the buffers'
-  // new values (outputs "<buffer>.updated"), so graph inputs are never written.
-  absl::Status IsolateRunningStatistics(const c10::OperatorHandle& op, const FxNode& node) {
+  // schema does not say so). The op gets copies of them (argument index, copy), which
+  // after the op are the statistics' new values; graph inputs are never written.
+  absl::StatusOr<std::vector<std::pair<int, Value*>>> IsolateRunningStatistics(const c10::OperatorHandle& op,
+                                                                              const FxNode& node) {
+    std::vector<std::pair<int, Value*>> copies;
     const std::string& name = op.schema().name();
-    if (name != "aten::native_batch_norm" && name != "aten::_native_batch_norm_legit") return absl::OkStatus();
+    if (name != "aten::native_batch_norm" && name != "aten::_native_batch_norm_legit") return copies;
     const auto& arguments = op.schema().arguments();
     int training = -1;
     for (size_t i = 0; i < arguments.size(); ++i)
       training = arguments[i].name() == "training" ? static_cast<int>(i) : training;
     if (training < 0 || training >= node.args_size() || node.args(training).kind_case() != FxArg::kB ||
         !node.args(training).b()) {
-      return absl::OkStatus();
+      return copies;
     }
     for (int i = 0; i < std::min(training, node.args_size()); ++i) {
       const std::string& arg_name = arguments[i].name();
@@ -379,24 +558,14 @@ class Importer {
       MAGI_ASSIGN_OR_RETURN(Value * stat, TensorOperand(node.args(i)));
       Node* copy = graph_->AddNode("aten::clone", {NodeArg(stat), NodeArg(Attribute(NoneAttr{}), "memory_format")},
                                    {stat->type()}, nullptr, {graph_->FreshName(stat->name() + ".")});
-      values_[node.args(i).node()] = {copy->result(0)};
-      auto root = root_of_.find(stat);
-      if (root != root_of_.end()) {
-        root_of_[copy->result(0)] = root->second;
-        latest_[root->second] = copy->result(0);
-      }
+      copies.emplace_back(i, copy->result(0));
     }
-    return absl::OkStatus();
+    return copies;
   }
 
   static bool IsNumber(const FxArg& arg) {
     return arg.kind_case() == FxArg::kI || arg.kind_case() == FxArg::kF || arg.kind_case() == FxArg::kB ||
            arg.kind_case() == FxArg::kSpecialFloat;
-  }
-
-  bool IsNoneResult(const std::string& node_name) const {
-    auto it = values_.find(node_name);
-    return it != values_.end() && it->second.size() == 1 && it->second[0] == nullptr && !pending_.contains(node_name);
   }
 
   // The overload that takes Scalars where `node` passes numbers for Tensor arguments
@@ -427,157 +596,71 @@ class Importer {
     return std::nullopt;
   }
 
+  // The current value of the tensor `arg` names (regenerated if its memory was written since).
   absl::StatusOr<Value*> TensorOperand(const FxArg& arg) {
     if (arg.kind_case() != FxArg::kNode) return absl::InvalidArgumentError("expected a tensor (a node reference)");
     auto it = values_.find(arg.node());
     if (it == values_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown node '", arg.node(), "'"));
-    if (it->second.size() != 1 || it->second[0] == nullptr) {
+    if (it->second.size() != 1 || it->second[0] < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("node '", arg.node(), "' is not a single tensor",
                        pending_.contains(arg.node()) ? " (a collective not yet waited for)" : ""));
     }
-    return it->second[0];
+    return aliases_->Read(it->second[0]);
   }
 
-  absl::StatusOr<NodeArg> ArgumentOf(const c10::Argument& argument, const FxArg& arg, const std::string& name) {
-    compat::ArgType type = compat::ClassifyArgument(argument);
-    if (arg.kind_case() == FxArg::kNone) {
-      if (!type.optional && type.kind != compat::ArgKind::kTensor)
-        return absl::InvalidArgumentError("None for a non-optional argument");
-      return NodeArg(Attribute(NoneAttr{}), name);
-    }
-    auto list_items = [&]() -> absl::StatusOr<const google::protobuf::RepeatedPtrField<FxArg>*> {
-      if (arg.kind_case() != FxArg::kList) return absl::InvalidArgumentError("expected a list");
-      return &arg.list().items();
-    };
-    switch (type.kind) {
-      case compat::ArgKind::kTensor: {
-        if (IsNumber(arg)) return absl::InvalidArgumentError("a number where the schema wants a tensor");
-        if (type.optional && arg.kind_case() == FxArg::kNode && IsNoneResult(arg.node())) {
-          return NodeArg(Attribute(NoneAttr{}), name);
+  // An FX argument as the shared converter's neutral value.
+  absl::StatusOr<AtenArg> ToAtenArg(const FxArg& arg) {
+    switch (arg.kind_case()) {
+      case FxArg::kNone:
+        return AtenArg::None();
+      case FxArg::kB:
+        return AtenArg::Bool(arg.b());
+      case FxArg::kI:
+        return AtenArg::Int(arg.i());
+      case FxArg::kF:
+        return AtenArg::Float(arg.f());
+      case FxArg::kSpecialFloat: {
+        MAGI_ASSIGN_OR_RETURN(double value, FloatOf(arg));
+        return AtenArg::Float(value);
+      }
+      case FxArg::kS:
+        return AtenArg::String(arg.s());
+      case FxArg::kNode: {
+        auto it = values_.find(arg.node());
+        if (it == values_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown node '", arg.node(), "'"));
+        // A None result of a multi-output op (an absent gradient) passes as an undefined tensor.
+        if (it->second.size() == 1 && it->second[0] < 0 && !pending_.contains(arg.node())) {
+          return AtenArg::Tensor(nullptr);
         }
         MAGI_ASSIGN_OR_RETURN(Value * value, TensorOperand(arg));
-        return NodeArg(value, name);
+        return AtenArg::Tensor(value);
       }
-      case compat::ArgKind::kTensorList:
-      case compat::ArgKind::kOptionalTensorList: {
-        MAGI_ASSIGN_OR_RETURN(auto items, list_items());
-        std::vector<Value*> values;
-        for (const FxArg& item : *items) {
-          if (item.kind_case() == FxArg::kNone) {
-            values.push_back(nullptr);
-            continue;
-          }
-          MAGI_ASSIGN_OR_RETURN(Value * value, TensorOperand(item));
-          values.push_back(value);
+      case FxArg::kList: {
+        std::vector<AtenArg> items;
+        for (const FxArg& item : arg.list().items()) {
+          MAGI_ASSIGN_OR_RETURN(AtenArg converted, ToAtenArg(item));
+          items.push_back(std::move(converted));
         }
-        return NodeArg(std::move(values), name);
+        return AtenArg::List(std::move(items));
       }
-      case compat::ArgKind::kInt:
-        if (arg.kind_case() != FxArg::kI) return absl::InvalidArgumentError("expected an int");
-        return NodeArg(Attribute(arg.i()), name);
-      case compat::ArgKind::kLayout:
-      case compat::ArgKind::kMemoryFormat: {
-        MAGI_ASSIGN_OR_RETURN(int64_t value, EnumValue(arg));
-        return NodeArg(Attribute(value), name);
-      }
-      case compat::ArgKind::kFloat: {
-        MAGI_ASSIGN_OR_RETURN(double value, FloatOf(arg));
-        return NodeArg(Attribute(value), name);
-      }
-      case compat::ArgKind::kBool:
-        if (arg.kind_case() != FxArg::kB) return absl::InvalidArgumentError("expected a bool");
-        return NodeArg(Attribute(arg.b()), name);
-      case compat::ArgKind::kString:
-        if (arg.kind_case() != FxArg::kS) return absl::InvalidArgumentError("expected a string");
-        return NodeArg(Attribute(arg.s()), name);
-      case compat::ArgKind::kScalar:
-        if (arg.kind_case() == FxArg::kB) return NodeArg(Attribute(arg.b()), name);
-        if (arg.kind_case() == FxArg::kI) return NodeArg(Attribute(arg.i()), name);
-        {
-          MAGI_ASSIGN_OR_RETURN(double value, FloatOf(arg));
-          return NodeArg(Attribute(value), name);
-        }
-      case compat::ArgKind::kScalarType: {
-        if (arg.kind_case() != FxArg::kDtype) return absl::InvalidArgumentError("expected a dtype");
+      case FxArg::kDtype: {
         MAGI_ASSIGN_OR_RETURN(DType dtype, TorchDType(arg.dtype()));
-        return NodeArg(Attribute(dtype), name);
+        return AtenArg::OfDType(dtype);
       }
-      case compat::ArgKind::kDevice: {
-        if (arg.kind_case() != FxArg::kDevice) return absl::InvalidArgumentError("expected a device");
+      case FxArg::kDevice: {
         MAGI_ASSIGN_OR_RETURN(Device device, Device::Parse(arg.device()));
-        return NodeArg(Attribute(device), name);
+        return AtenArg::OfDevice(device);
       }
-      case compat::ArgKind::kIntList: {
-        std::vector<int64_t> ints;
-        if (arg.kind_case() == FxArg::kI) {
-          ints.push_back(arg.i());  // int[1] arguments accept a single int
-        } else {
-          MAGI_ASSIGN_OR_RETURN(auto items, list_items());
-          for (const FxArg& item : *items) {
-            if (item.kind_case() != FxArg::kI) return absl::InvalidArgumentError("expected a list of ints");
-            ints.push_back(item.i());
-          }
-        }
-        return NodeArg(Attribute(std::move(ints)), name);
+      case FxArg::kLayout:
+      case FxArg::kMemoryFormat: {
+        MAGI_ASSIGN_OR_RETURN(int64_t value, EnumValue(arg));
+        return AtenArg::Enum(value);
       }
-      case compat::ArgKind::kFloatList: {
-        MAGI_ASSIGN_OR_RETURN(auto items, list_items());
-        std::vector<double> floats;
-        for (const FxArg& item : *items) {
-          MAGI_ASSIGN_OR_RETURN(double value, FloatOf(item));
-          floats.push_back(value);
-        }
-        return NodeArg(Attribute(std::move(floats)), name);
-      }
-      case compat::ArgKind::kBoolList: {
-        MAGI_ASSIGN_OR_RETURN(auto items, list_items());
-        std::vector<bool> bools;
-        for (const FxArg& item : *items) {
-          if (item.kind_case() != FxArg::kB) return absl::InvalidArgumentError("expected a list of bools");
-          bools.push_back(item.b());
-        }
-        return NodeArg(Attribute(std::move(bools)), name);
-      }
-      case compat::ArgKind::kGenerator:
-        return absl::UnimplementedError("explicit generators are not supported");
-      case compat::ArgKind::kUnsupported:
+      case FxArg::KIND_NOT_SET:
         break;
     }
-    return absl::UnimplementedError(
-        absl::StrCat("arguments of type ", argument.real_type()->str(), " are not supported"));
-  }
-
-  // The schema's default for an argument the FX node left out.
-  absl::StatusOr<NodeArg> DefaultOf(const c10::Argument& argument, const std::string& name) {
-    if (!argument.default_value().has_value()) return absl::InvalidArgumentError("missing and without a default");
-    const c10::IValue& value = *argument.default_value();
-    compat::ArgType type = compat::ClassifyArgument(argument);
-    if (value.isNone()) return NodeArg(Attribute(NoneAttr{}), name);
-    if (type.kind == compat::ArgKind::kScalarType && value.isInt()) {
-      MAGI_ASSIGN_OR_RETURN(DType dtype, compat::FromScalarType(static_cast<c10::ScalarType>(value.toInt())));
-      return NodeArg(Attribute(dtype), name);
-    }
-    if (value.isBool()) return NodeArg(Attribute(value.toBool()), name);
-    if (compat::IsIntLike(value)) {
-      MAGI_ASSIGN_OR_RETURN(int64_t i, compat::ToInt(value));
-      if (type.kind == compat::ArgKind::kFloat) return NodeArg(Attribute(static_cast<double>(i)), name);
-      if (type.kind == compat::ArgKind::kIntList) return NodeArg(Attribute(std::vector<int64_t>{i}), name);
-      return NodeArg(Attribute(i), name);
-    }
-    if (value.isDouble()) return NodeArg(Attribute(value.toDouble()), name);
-    if (value.isString()) return NodeArg(Attribute(value.toStringRef()), name);
-    if (type.kind == compat::ArgKind::kIntList) {
-      MAGI_ASSIGN_OR_RETURN(std::vector<int64_t> ints, compat::ToIntList(value));
-      return NodeArg(Attribute(std::move(ints)), name);
-    }
-    if (value.isDoubleList()) return NodeArg(Attribute(value.toDoubleVector()), name);
-    if (value.isBoolList()) {
-      std::vector<bool> bools;
-      for (bool b : value.toBoolList()) bools.push_back(b);
-      return NodeArg(Attribute(std::move(bools)), name);
-    }
-    return absl::UnimplementedError(absl::StrCat("the default value ", value.tagKind(), " is not supported"));
+    return absl::InvalidArgumentError("an argument with no value");
   }
 
   const FxExport& proto_;
@@ -585,11 +668,15 @@ class Importer {
   Module* module_ = nullptr;
   Graph* graph_ = nullptr;
   bool saw_output_ = false;
-  absl::flat_hash_map<std::string, std::vector<Value*>> values_;  // FX node -> results by return position
+  int position_ = 0;  // of the node being imported
+  std::unique_ptr<AliasTracker> aliases_;
+  absl::flat_hash_map<std::string, std::vector<int>> values_;  // FX node -> alias per return position (-1: None)
+  absl::flat_hash_map<std::string, std::vector<const FxTensorMeta*>> metas_;  // FX node -> its metas
+  absl::flat_hash_map<std::string, int> last_use_;                            // FX node -> last reader's position
+  absl::flat_hash_map<int, std::vector<std::string>> fx_names_of_root_;       // root alias -> FX nodes in it
+  absl::flat_hash_map<int64_t, std::vector<int>> roots_of_storage_;           // exporter storage -> root aliases
   absl::flat_hash_map<std::string, Node*> pending_;               // functional collective -> its start
   absl::flat_hash_map<std::string, std::string> group_names_;     // FX process group -> IR process group
-  absl::flat_hash_map<const Value*, Value*> root_of_;             // value -> the input it is a new version of
-  absl::flat_hash_map<Value*, Value*> latest_;                    // mutated input -> its final value
 };
 
 absl::StatusOr<FxExport> ParseExport(absl::string_view json, absl::string_view source) {
@@ -621,14 +708,34 @@ absl::StatusOr<FxImport> ImportFxFile(const std::string& json_path) {
   for (const fx::FxTensorRecord& record : proto.tensors()) {
     MAGI_ASSIGN_OR_RETURN(DType dtype, TorchDType(record.dtype()));
     std::vector<int64_t> shape(record.shape().begin(), record.shape().end());
-    at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(compat::ToScalarType(dtype)));
-    if (record.offset() < 0 || record.nbytes() != static_cast<int64_t>(tensor.nbytes()) ||
+    std::vector<int64_t> stride(record.stride().begin(), record.stride().end());
+    at::TensorOptions options = at::TensorOptions().dtype(compat::ToScalarType(dtype));
+    // With strides, the bytes are the storage the tensor views (a non-contiguous input).
+    const bool has_layout = !stride.empty() || record.storage_offset() != 0 || record.storage_numel() != 0;
+    at::Tensor storage = has_layout ? at::empty({record.storage_numel()}, options) : at::empty(shape, options);
+    if (record.offset() < 0 || record.nbytes() != static_cast<int64_t>(storage.nbytes()) ||
         record.offset() + record.nbytes() > static_cast<int64_t>(bytes.size())) {
       return absl::InvalidArgumentError(
           absl::StrCat(tensors_path, ": tensor '", record.name(), "' (", record.nbytes(), " bytes at ", record.offset(),
                        ") does not fit its shape or the file (", bytes.size(), " bytes)"));
     }
-    if (record.nbytes() > 0) std::memcpy(tensor.data_ptr(), bytes.data() + record.offset(), record.nbytes());
+    if (record.nbytes() > 0) std::memcpy(storage.data_ptr(), bytes.data() + record.offset(), record.nbytes());
+    at::Tensor tensor = storage;
+    if (has_layout) {
+      int64_t last = record.storage_offset();
+      bool empty = false;
+      for (size_t d = 0; d < shape.size() && d < stride.size(); ++d) {
+        empty |= shape[d] == 0;
+        last += (shape[d] - 1) * stride[d];
+      }
+      if (stride.size() != shape.size() || record.storage_offset() < 0 ||
+          (!empty && last >= record.storage_numel())) {
+        return absl::InvalidArgumentError(absl::StrCat(tensors_path, ": tensor '", record.name(),
+                                                       "': its strides and offset reach past its ",
+                                                       record.storage_numel(), " stored elements"));
+      }
+      tensor = storage.as_strided(shape, stride, record.storage_offset());
+    }
     imported.tensors[record.name()] = tensor;
   }
   return imported;

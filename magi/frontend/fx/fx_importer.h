@@ -3,13 +3,20 @@
 // tools/fx_export.py writes NAME.fx.json (an FxExport message as protobuf JSON, see
 // fx_graph.proto) and NAME.tensors (raw tensor bytes). The importer turns
 //  - placeholders into named graph inputs (role param / buffer / data),
+//  - placeholders with role "constant" (tensors made inside forward) into buffers,
 //  - call_function nodes on ATen overloads into nodes whose arguments follow the
 //    operator's schema in the LibTorch it runs on (missing optional arguments take the
-//    schema's defaults), with result types from the node's tensor metadata,
+//    schema's defaults; magi/frontend/common/aten_arguments.h, shared with capture), with
+//    result types from the node's tensor metadata,
 //  - operator.getitem into the selected result of a multi-output node,
-//  - in-place ops (aten::add_, aten::relu_ ...) into their functional variants, later
-//    uses reading the new value; a mutated graph input becomes an extra output
-//    "<input>.updated" (BatchNorm running statistics in training graphs),
+//  - in-place ops (aten::add_, aten::relu_ ...) into their functional variants with
+//    PyTorch's functionalization semantics (magi/frontend/common/alias_tracker.h): a write
+//    to a view is written back into its base through the inverse view ops, other views
+//    of that memory are regenerated from the new base, and a graph input written directly
+//    or through a view becomes an extra output "<input>.updated" (BatchNorm running
+//    statistics, buffers updated through a slice). Writes it cannot make exact (through
+//    expand, or into memory that another tensor shares without being a known view, as the
+//    file's storage ids tell) are errors naming the node,
 //  - _c10d_functional / c10d_functional collectives (all_gather_into_tensor,
 //    reduce_scatter_tensor, all_reduce, wait_tensor) into Magi's start/wait collectives
 //    on a process group named after the FX group name,

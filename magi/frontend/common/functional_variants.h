@@ -6,8 +6,8 @@
 //   aten::_foreach_add_.Scalar-> aten::_foreach_add.Scalar
 // Two schemas match when their non-out arguments have the same names and types
 // (alias annotations ignored). Results are cached; lookups are thread-safe.
-#ifndef MAGI_FRONTEND_CAPTURE_FUNCTIONAL_VARIANTS_H_
-#define MAGI_FRONTEND_CAPTURE_FUNCTIONAL_VARIANTS_H_
+#ifndef MAGI_FRONTEND_COMMON_FUNCTIONAL_VARIANTS_H_
+#define MAGI_FRONTEND_COMMON_FUNCTIONAL_VARIANTS_H_
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -24,6 +24,16 @@ bool IsOutArgument(const c10::FunctionSchema& schema, size_t i);
 // The functional variant of `op`, or nullopt if `op` mutates nothing or has none.
 c10::optional<c10::OperatorHandle> FindFunctionalVariant(const c10::OperatorHandle& op);
 
+// For each return of `schema`, the index of the argument it is a view of (alias
+// annotation without '!', e.g. `select(Tensor(a) self, ...) -> Tensor(a)` or
+// `split(Tensor(a -> *) self, ...) -> Tensor(a)[]`; also the unannotated "unsafe" views
+// such as _unsafe_view and unsafe_split, whose results share memory all the same), or -1.
+std::vector<int> ViewSources(const c10::FunctionSchema& schema);
+
+// True for ops whose schema says "alias" but that return a view only sometimes
+// (reshape, contiguous, to, ...): whether the result shares memory depends on the input.
+bool MayOrMayNotAlias(const c10::FunctionSchema& schema);
+
 }  // namespace magi
 
-#endif  // MAGI_FRONTEND_CAPTURE_FUNCTIONAL_VARIANTS_H_
+#endif  // MAGI_FRONTEND_COMMON_FUNCTIONAL_VARIANTS_H_

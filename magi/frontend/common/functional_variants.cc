@@ -1,4 +1,4 @@
-#include "magi/frontend/capture/functional_variants.h"
+#include "magi/frontend/common/functional_variants.h"
 
 #include <mutex>
 #include <string>
@@ -69,6 +69,71 @@ c10::optional<c10::OperatorHandle> FindFunctionalVariant(const c10::OperatorHand
   }
   (*cache)[key] = found;
   return found;
+}
+
+namespace {
+
+// The alias sets an argument or return belongs to (a list's element sets for `Tensor(a)[]`).
+std::vector<c10::Symbol> AliasSets(const c10::AliasInfo* info) {
+  std::vector<c10::Symbol> sets;
+  if (info == nullptr) return sets;
+  for (const c10::Symbol& set : info->beforeSets()) {
+    if (set != c10::AliasInfo::wildcardSet()) sets.push_back(set);
+  }
+  for (const c10::AliasInfo& contained : info->containedTypes()) {
+    for (const c10::Symbol& set : contained.beforeSets()) {
+      if (set != c10::AliasInfo::wildcardSet()) sets.push_back(set);
+    }
+  }
+  return sets;
+}
+
+bool IsWrite(const c10::AliasInfo* info) {
+  if (info == nullptr) return false;
+  if (info->isWrite()) return true;
+  for (const c10::AliasInfo& contained : info->containedTypes()) {
+    if (contained.isWrite()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<int> ViewSources(const c10::FunctionSchema& schema) {
+  // Views whose schemas carry no alias annotation ("unsafe": autograd does not track them
+  // as views), but whose results share the input's memory all the same.
+  static const auto* unannotated = new std::vector<std::string>{
+      "aten::_unsafe_view", "aten::unsafe_split", "aten::unsafe_split_with_sizes", "aten::unsafe_chunk"};
+  for (const std::string& name : *unannotated) {
+    if (schema.name() == name) return std::vector<int>(schema.returns().size(), 0);
+  }
+  std::vector<int> sources;
+  for (const c10::Argument& ret : schema.returns()) {
+    int source = -1;
+    if (!IsWrite(ret.alias_info())) {
+      for (const c10::Symbol& set : AliasSets(ret.alias_info())) {
+        for (size_t i = 0; i < schema.arguments().size() && source < 0; ++i) {
+          for (const c10::Symbol& arg_set : AliasSets(schema.arguments()[i].alias_info())) {
+            if (arg_set == set) source = static_cast<int>(i);
+          }
+        }
+      }
+    }
+    sources.push_back(source);
+  }
+  return sources;
+}
+
+bool MayOrMayNotAlias(const c10::FunctionSchema& schema) {
+  static const auto* names = new std::vector<std::string>{
+      "aten::reshape", "aten::reshape_as", "aten::contiguous", "aten::to", "aten::flatten", "aten::ravel",
+      "aten::resolve_conj", "aten::resolve_neg", "aten::cpu", "aten::cuda", "aten::pin_memory", "aten::coalesce",
+      "aten::_autocast_to_full_precision", "aten::_autocast_to_reduced_precision", "aten::as_tensor",
+      "aten::conj", "aten::tensor_split", "aten::type_as"};
+  for (const std::string& name : *names) {
+    if (schema.name() == name) return true;
+  }
+  return false;
 }
 
 }  // namespace magi

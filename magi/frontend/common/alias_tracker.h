@@ -1,0 +1,112 @@
+// Functionalization of writes through views, for frontends that build a functional IR
+// graph from a program that mutates tensors in place (the FX importer today).
+//
+// It follows PyTorch's functionalization: every tensor is an alias of one storage,
+// described by its view chain from the storage's root tensor (a graph input or the
+// result of a non-view op). The frontend reports what the program does:
+//
+//   AliasTracker tracker(graph);
+//   int x = tracker.AddRoot(x_value);                                // input %x
+//   int row = tracker.AddView(x, select_node, 0);                     // x[0]
+//   // x[0].add_(1): the frontend emits add(row_value, 1) and reports the write:
+//   MAGI_RETURN_IF_ERROR(tracker.Write(row, add_node->result(0)));
+//   MAGI_ASSIGN_OR_RETURN(Value* x_now, tracker.Read(x));             // sees the write
+//
+// Write() turns a write to a view into a write to the root, emitting the inverse of each
+// view step (select_scatter, slice_scatter, diagonal_scatter, as_strided_scatter, a
+// reshape or permute back, ...) from the view up to the root; Read() regenerates an alias
+// whose storage was written since its value was taken by replaying its view chain on the
+// root's new value. Written roots that are graph inputs are listed by WrittenInputs(), so
+// the frontend can return their final values ("<input>.updated").
+//
+// It does NOT decide what is a view (the frontend knows the schemas) and refuses, with
+// an error naming the view op, writes it cannot express exactly: through expand (several
+// elements share memory), unfold, as_strided of anything but a root that starts its
+// storage, an as_strided reaching past its root, an op whose aliasing is uncertain, or a
+// view op it does not know. Nodes are appended at the end of the graph. No LibTorch.
+#ifndef MAGI_FRONTEND_COMMON_ALIAS_TRACKER_H_
+#define MAGI_FRONTEND_COMMON_ALIAS_TRACKER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/ir/graph.h"
+
+namespace magi {
+
+class AliasTracker {
+ public:
+  struct RootOptions {
+    // The root's layout is its storage: contiguous from storage offset 0, so an
+    // as_strided view of it can be written back with as_strided_scatter.
+    bool starts_storage = false;
+    // Non-empty: whether the root shares memory with another alias is not known (an op
+    // that may or may not return a view); writes to it are refused with this reason.
+    std::string uncertain;
+  };
+  
+  explicit AliasTracker(Graph* graph) : graph_(graph) {}
+  AliasTracker(const AliasTracker&) = delete;
+  AliasTracker& operator=(const AliasTracker&) = delete;
+
+  // A tensor with its own storage: a graph input or the result of an op that is no view.
+  int AddRoot(Value* value, RootOptions options);
+  int AddRoot(Value* value);
+  // Result `result_index` of `view_node` (already in the graph, reading `base`'s current
+  // value as its operand 0) is a view of alias `base`.
+  int AddView(int base, const Node* view_node, int result_index);
+  // Marks the storage of `alias` as one whose aliasing is uncertain (see RootOptions).
+  void MarkUncertain(int alias, std::string reason);
+
+  // The current value of `alias`, regenerated from its root if the storage was written
+  // since (emits the view ops of its chain).
+  absl::StatusOr<Value*> Read(int alias);
+  // `alias` now holds `value` (the functional result of an in-place op on it): writes it
+  // back into the storage's root and makes every other alias of that storage stale.
+  absl::Status Write(int alias, Value* value);
+
+  // The storage root alias of `alias`; two aliases share memory iff their roots match.
+  int RootOf(int alias) const;
+  // True while the root's value is the traced program's own tensor (a graph input or the
+  // result of one of its ops), so its memory layout at run time is the traced one.
+  bool LayoutIsFaithful(int alias) const;
+  bool StartsStorage(int alias) const;
+  // A value of `alias`'s root with the traced layout, for ops that address memory directly
+  // (as_strided): the root itself while faithful, else a contiguous copy when the root
+  // starts its storage; an error otherwise.
+  absl::StatusOr<Value*> StorageBase(int alias);
+  // Graph inputs whose storage was written, in input order, with the root's final value.
+  std::vector<std::pair<Value*, Value*>> WrittenInputs() const;
+
+ private:
+  struct Storage {
+    Value* value = nullptr;  // the root tensor's current value
+    int version = 0;
+    bool starts_storage = false;
+    std::string uncertain;
+    Value* input = nullptr;  // the graph input owning this storage, if any
+    bool written = false;
+    bool faithful = true;  // see LayoutIsFaithful
+  };
+  struct Alias {
+    int storage = 0;
+    int parent = -1;  // -1: the storage's root
+    const Node* view = nullptr;
+    int result_index = 0;
+    Value* value = nullptr;
+    int version = 0;
+  };
+
+  // Emits the write of `updated` (a new value for `alias`) into `parent_value`.
+  absl::StatusOr<Value*> Inverse(const Alias& alias, Value* parent_value, Value* updated);
+  Node* Emit(std::string op, std::vector<NodeArg> args, const Type& type, const std::string& hint);
+
+  Graph* graph_;
+  std::vector<Storage> storages_;
+  std::vector<Alias> aliases_;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_FRONTEND_COMMON_ALIAS_TRACKER_H_
