@@ -62,6 +62,11 @@ struct CompileContext {
   // The compiled partitions that `magi::call` nodes of the graph call, by callee graph
   // name. Identical partitions share one executable. Empty when nothing was outlined.
   std::map<std::string, std::shared_ptr<Executable>> callees;
+  // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): the
+  // executable must give bitwise-identical results run after run on the same hardware:
+  // no autotuning, no nondeterministic kernels, reductions in a fixed order. A backend
+  // that cannot promise it fails Compile with FailedPrecondition saying why.
+  bool deterministic = false;
 };
 
 class Backend {

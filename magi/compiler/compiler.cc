@@ -8,6 +8,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/auto_recompute_registration.h"
+#include "magi/passes/batch_invariant.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
 #include "magi/search/strategy_search.h"
@@ -68,6 +69,12 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
     MAGI_RETURN_IF_ERROR(ShardForFsdp(*module, *graph, *options.sharding));
     MAGI_RETURN_IF_ERROR(VerifyModule(*module));
   }
+  if (options.batch_invariant_sequences > 1) {
+    // After sharding, so the parameter all-gathers stay once for all sequences.
+    BatchInvariant unroll(options.batch_invariant_sequences);
+    MAGI_RETURN_IF_ERROR(unroll.Run(*module).status());
+    MAGI_RETURN_IF_ERROR(VerifyModule(*module));
+  }
   if (!optimization.canonicalize.empty()) MAGI_RETURN_IF_ERROR(RunPipeline(optimization.canonicalize, model, *module));
   OptimizedStep step;
   step.graph_name = graph_name;
@@ -117,16 +124,25 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> primary,
                         Registry<Backend>::Global().Create(primary_spec.first, primary_options));
   MAGI_RETURN_IF_ERROR(CheckPrimaryCapability(*primary, step_module, graph));
+  compiled.plan_hash = PlanHash(step_module, options);
+  if (!options.expected_plan_hash.empty() && options.expected_plan_hash != compiled.plan_hash) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the compiled plan of @", graph_name, " is ", compiled.plan_hash, ", not the expected ",
+        options.expected_plan_hash, ": the model, world size, compile options or Magi version differ"));
+  }
 
   // Stage 5: identical partitions share one executable.
   CompileContext context;
+  context.deterministic = options.deterministic;
   std::map<std::string, std::shared_ptr<Executable>> by_key;
   for (const Partition& partition : compiled.partitions) {
     std::shared_ptr<Executable>& executable = by_key[partition.backend + "\n" + partition.structural_key];
     if (executable == nullptr) {
       const Graph* callee = step_module.FindGraph(partition.callee);
+      CompileContext partition_context;
+      partition_context.deterministic = options.deterministic;
       absl::StatusOr<std::unique_ptr<Executable>> built =
-          partition_backends.at(partition.backend)->Compile(step_module, *callee, CompileContext());
+          partition_backends.at(partition.backend)->Compile(step_module, *callee, partition_context);
       if (!built.ok()) {
         return absl::Status(built.status().code(), absl::StrCat("backend '", partition.backend, "' on @",
                                                                 partition.callee, ": ", built.status().message()));

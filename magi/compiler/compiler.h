@@ -9,7 +9,9 @@
 //   absl::StatusOr<CompiledStep> step = Compile(std::move(module), "train_step", options);
 //
 // Stages, in order:
-//   1. shard: ShardForFsdp with `options.sharding`, then the verifier;
+//   1. shard: ShardForFsdp with `options.sharding`, then the verifier; with
+//      `options.batch_invariant_sequences` > 1, the batch-invariant pass unrolls the
+//      one-sequence graph to that many sequences (the all-gathers stay shared);
 //   2. optimize: the canonicalization pipeline (elide-copies, dce), then the pass pipeline, or the strategy search under the memory budget; the
 //      search hands back the very module it evaluated and predicted (no re-run from
 //      text), and every pass that needs a cost model (auto-recompute) gets the same
@@ -20,7 +22,10 @@
 //      the primary backend must accept everything left, else FailedPrecondition lists
 //      what it declines and why;
 //   5. backend compile: each distinct partition once with its backend, then the step with
-//      the primary backend, which receives the partitions' executables.
+//      the primary backend, which receives the partitions' executables (and, in
+//      CompileContext, whether the step must be deterministic).
+// The compiled module's plan hash (plan_hash.h) is computed between stages 4 and 5 and
+// checked against `options.expected_plan_hash` when one is given.
 // No LibTorch: backends are found in the registry, and the Executable is abstract
 // (frontends that run LibTorch tensors cast it to TorchExecutable).
 #ifndef MAGI_COMPILER_COMPILER_H_
@@ -34,6 +39,7 @@
 #include "magi/backend/backend.h"
 #include "magi/compiler/compile_options.h"
 #include "magi/compiler/partitioner.h"
+#include "magi/compiler/plan_hash.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/cost_model.h"
 #include "magi/cost/simulator.h"
@@ -68,6 +74,8 @@ struct CompiledStep {
   OptimizedStep optimized;
   std::vector<Partition> partitions;
   std::unique_ptr<Executable> executable;
+  // PlanHash(module, options): equal hashes mean the same plan, options and Magi plan format.
+  std::string plan_hash;
   const Module& module() const { return *optimized.module; }
   const Graph& graph() const { return optimized.graph(); }
 };
