@@ -17,10 +17,16 @@
 //   magi compare /tmp/one /tmp/eight                 # "identical: ..."
 // Sampling draws from one generator per prompt (seeded --seed + prompt index), so sampled
 // text does not depend on the batch either.
+//
+// Throughput on the GPU (tools/deterministic_gpu.sh): --device=cuda --dtype=bf16 --model=1b
+// --checkpoint_dir= runs the 1b shape (byte vocabulary) on random weights; --warmup_forwards
+// leaves compilation and CUDA start-up out of the timed "magi: generated" line.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+
+#include <torch/cuda.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -37,8 +43,16 @@
 #include "magi/runtime/distributed/rendezvous.h"
 
 ABSL_FLAG(int, world_size, 2, "Processes: the number of shards in the checkpoint");
-ABSL_FLAG(std::string, model, "tiny", "The --model the checkpoint was trained with");
-ABSL_FLAG(std::string, checkpoint_dir, "/tmp/magi_train/checkpoint", "Where examples:train wrote rank<r>.pt");
+ABSL_FLAG(std::string, model, "tiny",
+          "The --model the checkpoint was trained with: tiny, small, or 1b (the 1b shape with a byte vocabulary, "
+          "random weights only: for throughput)");
+ABSL_FLAG(std::string, checkpoint_dir, "/tmp/magi_train/checkpoint",
+          "Where examples:train wrote rank<r>.pt; empty: random weights (seeded by --init_seed)");
+ABSL_FLAG(int, init_seed, 0, "Seed of the random weights when --checkpoint_dir is empty");
+ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo) or cuda (NCCL; needs a --config=cuda build)");
+ABSL_FLAG(std::string, dtype, "f32", "f32 or bf16 (weights and compute)");
+ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi registry`)");
+ABSL_FLAG(int, warmup_forwards, 0, "Untimed forwards before generating (compilation, allocator, CUDA start-up)");
 ABSL_FLAG(std::string, prompt, "Sonnet 155\n\n", "Text to continue");
 ABSL_FLAG(std::string, prompts_file, "",
           "Continue every line of this file instead of --prompt (\"\\n\" in a line stands for a newline)");
@@ -87,11 +101,27 @@ int Generate(const magi::DistributedEnv& env) {
     if (!settings.ok()) return Fail(rank, settings.status().message());
     if (rank == 0) std::fprintf(stderr, "magi: deterministic mode: %s\n", settings->c_str());
   }
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
+  const std::string dtype_flag = absl::GetFlag(FLAGS_dtype);
+  if (dtype_flag != "f32" && dtype_flag != "bf16") return Fail(rank, "--dtype must be f32 or bf16");
+  const torch::Device device =
+      device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   absl::StatusOr<std::vector<std::string>> prompts = Prompts();
   if (!prompts.ok()) return Fail(rank, prompts.status().message());
   const int batch = std::max(1, std::min(absl::GetFlag(FLAGS_batch_size), static_cast<int>(prompts->size())));
-  magi::models::LlamaConfig config =
-      absl::GetFlag(FLAGS_model) == "small" ? magi::models::LlamaConfig::Small() : magi::models::LlamaConfig::Tiny();
+  const std::string model_flag = absl::GetFlag(FLAGS_model);
+  magi::models::LlamaConfig config = magi::models::LlamaConfig::Tiny();
+  if (model_flag == "small") {
+    config = magi::models::LlamaConfig::Small();
+  } else if (model_flag == "1b") {
+    // examples:train's 1b checkpoints have a 32000-token vocabulary; this one is bytes.
+    if (!checkpoint_dir.empty()) return Fail(rank, "--model=1b runs random weights only: pass --checkpoint_dir=");
+    config = magi::models::LlamaConfig::Llama1B();
+  } else if (model_flag != "tiny") {
+    return Fail(rank, absl::StrCat("unknown --model=", model_flag, " (tiny, small or 1b)"));
+  }
   config.vocab_size = 256;
   const int seq = absl::GetFlag(FLAGS_seq_len);
   config.max_seq_len = std::max<int64_t>(config.max_seq_len, seq);
@@ -104,26 +134,39 @@ int Generate(const magi::DistributedEnv& env) {
   communicator_options.size = env.world_size;
   communicator_options.timeout = timeout;
   communicator_options.deterministic = deterministic;
-  auto communicator = magi::CreateCommunicator("gloo", communicator_options);
+  communicator_options.group_name = "dp";
+  communicator_options.device_index = env.local_rank;
+  absl::StatusOr<std::string> communicator_name = magi::DefaultCommunicatorFor(device_flag);
+  if (!communicator_name.ok()) return Fail(rank, communicator_name.status().message());
+  auto communicator = magi::CreateCommunicator(*communicator_name, communicator_options);
   if (!communicator.ok()) return Fail(rank, communicator.status().message());
   auto mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
   if (!mesh.ok()) return Fail(rank, mesh.status().message());
-  magi::models::Llama model(config);
+  torch::manual_seed(absl::GetFlag(FLAGS_init_seed));
+  magi::models::Llama model(config, torch::TensorOptions().device(device).dtype(
+                                        dtype_flag == "bf16" ? torch::kBFloat16 : torch::kFloat));
   for (auto& layer : model->layers) magi::FullyShard(*layer, *mesh);
   magi::FullyShard(*model, *mesh);
   model->eval();
 
-  at::Tensor example = torch::full({batch, seq}, static_cast<int64_t>(' '), torch::kLong);
+  at::Tensor example = torch::full({batch, seq}, static_cast<int64_t>(' '), torch::dtype(torch::kLong).device(device));
   magi::ForwardFunction forward = [&](const std::vector<at::Tensor>& in) {
     return std::vector<at::Tensor>{model->forward(in[0])};
   };
   magi::InferenceOptions inference_options;
   inference_options.deterministic = deterministic;
+  inference_options.backend = absl::GetFlag(FLAGS_backend);
   auto inference = magi::FsdpInference::Create(*model, forward, {example}, *communicator, inference_options);
   if (!inference.ok()) return Fail(rank, inference.status().message());
-  absl::Status loaded = (*inference)->LoadShardsFromCheckpoint(
-      absl::StrCat(absl::GetFlag(FLAGS_checkpoint_dir), "/rank", rank, ".pt"));
-  if (!loaded.ok()) return Fail(rank, loaded.message());
+  if (!checkpoint_dir.empty()) {
+    absl::Status loaded = (*inference)->LoadShardsFromCheckpoint(absl::StrCat(checkpoint_dir, "/rank", rank, ".pt"));
+    if (!loaded.ok()) return Fail(rank, loaded.message());
+  }
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup_forwards); ++i) {
+    auto outputs = (*inference)->Run({example});
+    if (!outputs.ok()) return Fail(rank, outputs.status().message());
+  }
+  if (device.is_cuda()) torch::cuda::synchronize();
   if (rank == 0 && deterministic) std::fprintf(stderr, "magi: plan %s\n", (*inference)->plan_hash().c_str());
 
   const int length = absl::GetFlag(FLAGS_length);
@@ -152,14 +195,15 @@ int Generate(const magi::DistributedEnv& env) {
           window[r * seq + (seq - take + j)] = static_cast<unsigned char>(text[text.size() - take + j]);
         }
       }
-      at::Tensor tokens = torch::tensor(window, torch::kLong).view({batch, seq});
+      at::Tensor tokens = torch::tensor(window, torch::kLong).view({batch, seq}).to(device);
       auto outputs = (*inference)->Run({tokens});
       if (!outputs.ok()) return Fail(rank, outputs.status().message());
       ++forwards;
       for (int r = 0; r < batch; ++r) {
         if (first + r >= texts.size()) break;  // padding
         const size_t p = rows[r];
-        at::Tensor logits = (*outputs)[0][r][seq - 1].clone();
+        at::Tensor logits = (*outputs)[0][r][seq - 1].to(torch::kCPU, torch::kFloat, /*non_blocking=*/false,
+                                                           /*copy=*/true);
         int64_t next = 0;
         if (temperature <= 0) {
           next = logits.argmax().item<int64_t>();

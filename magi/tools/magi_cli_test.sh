@@ -149,6 +149,10 @@ check "compare: identical dumps" test "$($MAGI compare "$TMP/run1" "$TMP/run2.js
 expect_failure "compare: the first differing element" 3 "first difference: tensor 'w' (float32[2,2]) element [1,1] (flat 3): $TMP/run1 4 (0x40800000), $TMP/run3 4.5 (0x40900000); 1 of 4 elements differ" -- $MAGI compare "$TMP/run1" "$TMP/run3"
 expect_failure "compare: checkpoints need LibTorch" 1 "a.pt is a LibTorch archive; compare checkpoints with: bazel run //magi/frontend/fsdp:compare_checkpoints" -- $MAGI compare "$TMP/a.pt" "$TMP/b.pt"
 expect_failure "compare: a missing dump" 1 "cannot open $TMP/none.json" -- $MAGI compare "$TMP/none" "$TMP/run1"
+# magi_compare, the same command without Protobuf (built on the GPU machine), says the same.
+check "magi_compare: identical dumps" test "$(magi/tools/magi_compare "$TMP/run1" "$TMP/run2")" = "identical: 2 tensors, 0.000 MB"
+expect_failure "magi_compare: the first differing element" 3 "first difference: tensor 'w' (float32[2,2]) element [1,1] (flat 3)" -- magi/tools/magi_compare "$TMP/run1" "$TMP/run3"
+expect_failure "magi_compare: usage" 2 "usage: magi_compare A B" -- magi/tools/magi_compare "$TMP/run1"
 
 # --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
 COMMANDS=(verify fmt convert dot opt simulate plan registry compare)

@@ -50,7 +50,7 @@
 #include "magi/registry/registry.h"
 #include "magi/search/strategy_search.h"
 #include "magi/tools/ir_io.h"
-#include "magi/tools/tensor_file_reader.h"
+#include "magi/tools/compare_command.h"
 
 namespace magi {
 namespace {
@@ -343,26 +343,9 @@ absl::Status Run(const CommandLine& line) {
   return absl::InternalError(absl::StrCat("command '", command, "' has no implementation"));
 }
 
-// `magi compare A B`: 0 when identical, 3 when not (the report goes to stdout either way).
-absl::StatusOr<int> RunCompare(const CommandLine& line) {
-  std::vector<std::unique_ptr<TensorFile>> files;
-  for (const std::string& path : line.positional) {
-    if (absl::EndsWith(path, ".pt")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, " is a LibTorch archive; compare checkpoints with: bazel run //magi/frontend/fsdp:compare_checkpoints "
-                "-- A B"));
-    }
-    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<TensorFile> file, ReadTensorFile(path));
-    files.push_back(std::move(file));
-  }
-  TensorDiff diff = CompareTensors(files[0]->tensors, files[1]->tensors, line.positional[0], line.positional[1]);
-  std::printf("%s\n", diff.report.c_str());
-  return diff.identical ? 0 : 3;
-}
-
 // The exit status of a valid command line (failures are returned as a Status: exit 1).
 absl::StatusOr<int> RunCommand(const CommandLine& line) {
-  if (line.command == "compare") return RunCompare(line);
+  if (line.command == "compare") return CompareTensorFiles(line.positional[0], line.positional[1]);
   MAGI_RETURN_IF_ERROR(Run(line));
   return 0;
 }
