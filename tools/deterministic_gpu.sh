@@ -14,7 +14,7 @@
 #
 # Environment: OUT_DIR (default /tmp/magi_det), BUILD=0 to use existing binaries (TRAIN, GENERATE,
 # COMPARE override their bazel-bin paths), SMOKE=1 runs the same sequence on the CPU with the tiny
-# model (//tools:deterministic_gpu_smoke_test: keeps this script working between GPU sessions).
+# model (//examples:deterministic_gpu_smoke_test: keeps this script working between GPU sessions).
 set -uo pipefail
 OUT_DIR=${OUT_DIR:-/tmp/magi_det}
 mkdir -p "$OUT_DIR"
