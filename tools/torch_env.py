@@ -9,6 +9,8 @@
 SERIES names a lock file, tools/torch_env/SERIES.txt (2.12: torch 2.12.1, 2.11: torch 2.11.0): the exact
 version and sha256 of torch, torchvision, their pure-Python dependencies and expecttest, installed with
 `pip install --no-deps --require-hashes` into a venv of Debian's /usr/bin/python3 (CPython 3.11).
+A lock without torch (1.13) makes a venv that also sees Debian's packages (python3-torch 1.13 and
+torchvision) and adds only what Debian lacks (expecttest); its LibTorch stays Debian's libtorch-dev.
 
 PyPI's Linux torch wheels are CUDA 13.0 builds, and their libraries need CUDA's shared libraries even for
 CPU work (libtorch_cpu.so links libcudart and libcupti; `import torch` loads libtorch_cuda.so and with it
@@ -240,11 +242,19 @@ class Plan:
             self.locks.append(os.path.join(_LOCK_DIR, series + "-cuda-wheels.txt"))
         self.requirements = [r for lock in self.locks for r in parse_lock(lock)]
         torch = [r for r in self.requirements if r.name == "torch"]
-        if len(torch) != 1:
-            raise EnvError("%s must pin torch exactly once" % self.lock)
-        self.version = torch[0].version
+        if len(torch) > 1:
+            raise EnvError("%s pins torch more than once" % self.lock)
+        # No torch in the lock: the base Python's own (Debian's python3-torch) is used.
+        self.system_torch = not torch
+        if self.system_torch:
+            self.cuda_wheels = cuda_wheels = False
+            self.version = _run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                                "importing Debian's torch (apt install python3-torch)").strip()
+        else:
+            self.version = torch[0].version
         key = hashlib.sha256()
-        for part in [_FORMAT, sys.version, os.path.realpath(sys.executable), "cuda-wheels" if cuda_wheels else self.cuda_home]:
+        for part in [_FORMAT, sys.version, os.path.realpath(sys.executable), self.version,
+                     "cuda-wheels" if cuda_wheels else self.cuda_home]:
             key.update(part.encode() + b"\0")
         for lock in self.locks:
             with open(lock, "rb") as f:
@@ -252,7 +262,8 @@ class Plan:
         self.cache = cache
         self.wheels = os.path.join(cache, "wheels")
         self.envs = os.path.join(cache, "torch-envs")
-        self.name = "torch-%s-%s-%s" % (self.version, "cuda-wheels" if cuda_wheels else "cuda-home", key.hexdigest()[:12])
+        flavour = "system" if self.system_torch else "cuda-wheels" if cuda_wheels else "cuda-home"
+        self.name = "torch-%s-%s-%s" % (self.version, flavour, key.hexdigest()[:12])
         self.dir = os.path.join(self.envs, self.name)
         self.marker = os.path.join(self.dir, "magi-env.json")
 
@@ -284,18 +295,22 @@ class Plan:
         if os.path.exists(self.dir):
             _log("removing the incomplete environment %s" % self.dir)
             shutil.rmtree(self.dir)
-        _log("making PyTorch %s (%s) in %s" % (self.version, "all CUDA wheels" if self.cuda_wheels else
-                                                "CUDA libraries from " + self.cuda_home, self.dir))
+        _log("making PyTorch %s (%s) in %s" % (
+            self.version, "Debian's torch, with the lock's additions" if self.system_torch else
+            "all CUDA wheels" if self.cuda_wheels else "CUDA libraries from " + self.cuda_home, self.dir))
         download_bytes, download_seconds = download_missing(self.requirements, self.wheels)
         install_start = time.time()
-        _run([sys.executable, "-m", "venv", "--without-pip", self.dir], "python3 -m venv (Debian: apt install python3-venv)")
+        _run([sys.executable, "-m", "venv", "--without-pip"] + (["--system-site-packages"] if self.system_torch else []) +
+             [self.dir], "python3 -m venv (Debian: apt install python3-venv)")
         python = os.path.join(self.dir, "bin", "python3")
         _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index", "--find-links", self.wheels,
               "--no-deps", "--require-hashes", "--only-binary=:all:", "--disable-pip-version-check", "-q"] +
              [a for lock in self.locks for a in ("-r", lock)], "pip install")
         site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"], "python3").strip()
-        home = os.path.join(site, "torch")
-        cuda = _torch_cuda_version(home)
+        # The LibTorch to build against: the wheel's torch folder, or (system torch) Debian's
+        # libtorch-dev, which the configure rule finds by itself.
+        home = "" if self.system_torch else os.path.join(site, "torch")
+        cuda = "" if self.system_torch else _torch_cuda_version(home)
         linked = []
         if cuda and not self.cuda_wheels:
             linked = link_cuda_libraries(site, self.cuda_home, cuda.split(".")[0])
@@ -305,14 +320,14 @@ class Plan:
         env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME")}
         probe = _run([python, "-c", "import torch, torchvision, expecttest, numpy; "
                       "print(torch.__version__, int(torch._C._GLIBCXX_USE_CXX11_ABI))"], "importing torch", env=env).split()
-        if probe[-2].split("+")[0] != self.version:
+        if probe[-2].split("+")[0] != self.version.split("+")[0]:
             raise EnvError("the environment imports torch %s, not the pinned %s" % (probe[-2], self.version))
         record = {
             "series": self.series,
             "torch_version": probe[-2],
             "cxx11_abi": int(probe[-1]),
             "cuda": cuda,
-            "cuda_libraries": "wheels" if self.cuda_wheels else self.cuda_home,
+            "cuda_libraries": "" if not cuda else "wheels" if self.cuda_wheels else self.cuda_home,
             "linked_from_cuda_home": linked,
             "libtorch_home": home,
             "python": python,
@@ -336,7 +351,7 @@ class Plan:
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("series", help="PyTorch series with a lock file in tools/torch_env/ (2.12, 2.11)")
+    parser.add_argument("series", help="PyTorch series with a lock file in tools/torch_env/ (2.12, 2.11, 1.13)")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--shell", action="store_true", help="print export lines for LIBTORCH_HOME, MAGI_TORCH_PYTHON, ...")
     what.add_argument("--info", action="store_true", help="print what making the environment cost")
@@ -351,15 +366,16 @@ def main(argv):
         _log("error: %s" % e)
         return 1
     if args.shell:
+        # LIBTORCH_HOME empty (system torch): unset, so the configure rule takes Debian's.
         for key, value in (("LIBTORCH_HOME", record["libtorch_home"]), ("MAGI_TORCH_PYTHON", record["python"]),
                            ("MAGI_TORCH_VERSION", record["torch_version"].split("+")[0])):
-            print("export %s='%s'" % (key, value))
+            print("export %s='%s'" % (key, value) if value else "unset %s" % key)
     elif args.info:
         print("%s (%s)" % (plan.dir, plan.name))
         for key in sorted(record):
             print("  %-22s %s" % (key, record[key]))
     else:
-        print(record["libtorch_home"])
+        print(record["libtorch_home"] or "/usr")
     return 0
 
 
