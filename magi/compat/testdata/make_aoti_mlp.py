@@ -14,15 +14,21 @@ import shutil
 import sys
 import tempfile
 
-import torch
-import torch.nn as nn
-from torch.fx.experimental.proxy_tensor import make_fx
+# Everything Inductor writes goes to a private folder that is removed at the end, not to the
+# shared /tmp/torchinductor_$USER: its compile cache (TORCHINDUCTOR_CACHE_DIR) and its
+# precompiled headers (~0.5 GB each, placed under tempfile.gettempdir() when torch._inductor
+# is imported, whatever TORCHINDUCTOR_CACHE_DIR says; seen with 2.12), so TMPDIR is set too.
+_PRIVATE = tempfile.mkdtemp(prefix="magi-aoti-")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_PRIVATE, "inductor")
+os.environ["TMPDIR"] = _PRIVATE
+tempfile.tempdir = None
+
+import torch  # noqa: E402  (after the environment above)
+import torch.nn as nn  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 
 def main(out_dir):
-    # Inductor's caches go to a private folder, not the shared /tmp/torchinductor_$USER.
-    cache = tempfile.mkdtemp(prefix="magi-aoti-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
     try:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
@@ -44,7 +50,7 @@ def main(out_dir):
         os.replace(tmp, os.path.join(out_dir, "mlp_io.pt"))
         print("make_aoti_mlp: torch %s, aten ops %s -> %s" % (torch.__version__, ", ".join(ops), path))
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(_PRIVATE, ignore_errors=True)
 
 
 if __name__ == "__main__":
