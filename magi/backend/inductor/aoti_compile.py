@@ -57,14 +57,16 @@ def _write_atomically(path, text):
 
 
 def _example(entry, torch):
+    """An example input of the declared dtype, sizes and strides (strides may overlap: an
+    expanded tensor has stride 0), viewed from a storage of its own. Values only shape
+    tracing; they are deterministic so that a compile is reproducible."""
     _, dtype, sizes, strides, device = entry
-    t = torch.empty_strided(sizes, strides, dtype=dtype, device=device)
-    # Values only shape tracing; they are deterministic so that a compile is reproducible.
+    storage = 1 + sum((n - 1) * s for n, s in zip(sizes, strides)) if all(n > 0 for n in sizes) else 0
     if dtype.is_floating_point:
-        t.copy_(torch.linspace(-1, 1, steps=max(t.numel(), 1), dtype=torch.float64)[: t.numel()].reshape(sizes))
+        base = torch.linspace(-1, 1, steps=max(storage, 1), dtype=torch.float64)[:storage].to(dtype)
     else:
-        t.zero_()
-    return t
+        base = torch.zeros(storage, dtype=dtype)
+    return base.to(device).as_strided(sizes, strides)
 
 
 def _compile(torch, program_path, package_path):

@@ -86,6 +86,8 @@ class InductorBackend : public Backend {
   // Probes the Python once per backend object (a disk-cached probe: see python_env.h).
   absl::Status Availability() const;
 
+  // The interpreter that compiles, as probed ("" when unavailable).
+  std::string python() const { return Env().status.ok() ? Env().torch.python : ""; }
   const InductorOptions& options() const { return options_; }
   // The cache folder in use.
   std::string CacheDir() const;

@@ -24,6 +24,23 @@ bool HasStrides(const at::Tensor& tensor, const std::vector<int64_t>& strides) {
   return true;
 }
 
+// `tensor`'s values in a tensor of `strides`, which may overlap (stride 0 of an expanded
+// tensor: copy_ refuses to write there, so every element goes to its storage offset; the
+// elements that share one hold equal values in a tensor that was expanded).
+at::Tensor Restride(const at::Tensor& tensor, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t storage = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) storage = 0;
+    if (storage > 0) storage += (sizes[d] - 1) * strides[d];
+  }
+  at::Tensor base = at::empty({storage}, tensor.options());
+  at::Tensor offsets = at::arange(std::max<int64_t>(storage, 1), tensor.options().dtype(at::kLong))
+                           .as_strided(sizes, strides)
+                           .reshape({-1});
+  base.index_put_({offsets}, tensor.reshape({-1}));
+  return base.as_strided(sizes, strides);
+}
+
 }  // namespace
 
 InductorExecutable::InductorExecutable(std::unique_ptr<compat::AotiPackage> package,
@@ -63,9 +80,7 @@ absl::StatusOr<std::vector<at::Tensor>> InductorExecutable::Run(const std::vecto
                      info_.graph.c_str(), input_names_[i].c_str(), absl::StrJoin(got.strides(), ",").c_str(),
                      absl::StrJoin(strides, ",").c_str());
       }
-      at::Tensor copy = at::empty_strided(want.sizes, strides, got.options());
-      copy.copy_(got);
-      arguments[i] = std::move(copy);
+      arguments[i] = Restride(got, want.sizes, strides);
       ++restrided_inputs_;
     }
   }
