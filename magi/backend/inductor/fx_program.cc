@@ -18,7 +18,7 @@
 namespace magi::inductor {
 namespace {
 
-std::optional<c10::OperatorHandle> FindSchema(const Node& node) {
+c10::optional<c10::OperatorHandle> FindSchema(const Node& node) {  // c10::optional: std::optional on 2.x only
   std::vector<std::string> parts = absl::StrSplit(node.op(), absl::MaxSplits('.', 1));
   return c10::Dispatcher::singleton().findSchema({parts[0], parts.size() > 1 ? parts[1] : ""});
 }
@@ -256,7 +256,7 @@ std::string PythonString(absl::string_view text) {
 
 std::string WhyNotFxExpressible(const Node& node) {
   if (node.op_namespace() != "aten") return "not an aten op";
-  std::optional<c10::OperatorHandle> op = FindSchema(node);
+  c10::optional<c10::OperatorHandle> op = FindSchema(node);
   if (!op) return absl::StrCat("LibTorch ", TORCH_VERSION, " has no operator ", node.op());
   const c10::FunctionSchema& schema = op->schema();
   if (schema.is_vararg() || schema.is_varret()) return "has a variadic schema";
