@@ -28,7 +28,7 @@ struct AotiPackage::Impl {
 namespace {
 
 // LibTorch's message without the C++ stack trace c10::Error appends.
-std::string MessageOf(const std::exception& e) {
+[[maybe_unused]] std::string MessageOf(const std::exception& e) {
   if (const auto* error = dynamic_cast<const c10::Error*>(&e)) return error->what_without_backtrace();
   return e.what();
 }

@@ -32,9 +32,10 @@ MlpData ReadMlpData() {
   EXPECT_TRUE(in.good());
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   c10::Dict<c10::IValue, c10::IValue> saved = torch::pickle_load(bytes).toGenericDict();
+  c10::IValue inputs = saved.at("inputs"), expected = saved.at("expected");  // own the lists iterated below
   MlpData data;
-  for (const c10::IValue& t : saved.at("inputs").toListRef()) data.inputs.push_back(t.toTensor());
-  for (const c10::IValue& t : saved.at("expected").toListRef()) data.expected.push_back(t.toTensor());
+  for (const c10::IValue& t : inputs.toListRef()) data.inputs.push_back(t.toTensor());
+  for (const c10::IValue& t : expected.toListRef()) data.expected.push_back(t.toTensor());
   return data;
 }
 
@@ -45,9 +46,10 @@ TensorType Type(DType dtype, std::vector<int64_t> sizes) {
   return type;
 }
 
+// 0.weight, 0.bias, 2.weight, 2.bias, input.0 (make_aoti_mlp.py: parameters first).
 std::vector<TensorType> MlpInputTypes() {
-  return {Type(DType::kFloat32, {4, 16}), Type(DType::kFloat32, {32, 16}), Type(DType::kFloat32, {32}),
-          Type(DType::kFloat32, {8, 32}), Type(DType::kFloat32, {8})};
+  return {Type(DType::kFloat32, {32, 16}), Type(DType::kFloat32, {32}), Type(DType::kFloat32, {8, 32}),
+          Type(DType::kFloat32, {8}), Type(DType::kFloat32, {4, 16})};
 }
 
 TEST(AotiPackageTest, RunsTheCompiledMlpLikeEager) {
@@ -65,7 +67,10 @@ TEST(AotiPackageTest, RunsTheCompiledMlpLikeEager) {
   const at::Tensor& got = (*outputs)[0];
   ASSERT_EQ(got.sizes(), data.expected[0].sizes());
   double diff = (got - data.expected[0]).abs().max().item<double>();
-  std::cout << "AOTInductor CPU package vs eager (LibTorch " << TORCH_VERSION << "): max |diff| " << diff << std::endl;
+  std::cout << "AOTInductor CPU package (AOTI_CPU_ISA " << (*package)->metadata().at("AOTI_CPU_ISA")
+            << ") vs eager (LibTorch " << TORCH_VERSION << "): max |diff| " << diff << std::endl;
+  // Vectorized code (see make_aoti_mlp.py: Inductor's own probe would fail in that process).
+  EXPECT_NE((*package)->metadata().at("AOTI_CPU_ISA"), "INVALID_VEC_ISA");
   // Inductor fuses and vectorizes GELU and the bias adds: not bitwise, within float rounding.
   EXPECT_LE(diff, 1e-5);
   // Run again with the single-threaded runner (the CUDA-graph mode) on the same package.
@@ -103,18 +108,29 @@ TEST(AotiPackageTest, WrongInputsAreRejectedBeforeTheyRun) {
   // Without the check the generated code would read a [32,17] weight as [32,16] and
   // return wrong numbers without a word (seen with 2.12).
   std::vector<at::Tensor> wrong_size = data.inputs;
-  wrong_size[1] = at::zeros({32, 17});
+  wrong_size[0] = at::zeros({32, 17});
   EXPECT_EQ((*package)->Run(wrong_size).status(),
             absl::InvalidArgumentError(
-                "magi/compat/aoti_mlp/mlp.pt2: input 1 is f32[32,17] but the package was compiled for f32[32,16]"));
+                "magi/compat/aoti_mlp/mlp.pt2: input 0 is f32[32,17] but the package was compiled for f32[32,16]"));
   std::vector<at::Tensor> wrong_dtype = data.inputs;
-  wrong_dtype[0] = wrong_dtype[0].to(at::kDouble);
-  EXPECT_EQ((*package)->Run(wrong_dtype).status().code(), absl::StatusCode::kInvalidArgument);
+  wrong_dtype[4] = wrong_dtype[4].to(at::kDouble);
+  EXPECT_EQ((*package)->Run(wrong_dtype).status(),
+            absl::InvalidArgumentError(
+                "magi/compat/aoti_mlp/mlp.pt2: input 4 is f64[4,16] but the package was compiled for f32[4,16]"));
+  // A transposed weight would be read as if contiguous (seen with 2.12: 0.6 off, no error).
   std::vector<at::Tensor> transposed = data.inputs;
-  transposed[0] = at::zeros({16, 4}).t();
+  transposed[0] = at::zeros({16, 32}).t();
   EXPECT_EQ((*package)->Run(transposed).status(),
-            absl::InvalidArgumentError("magi/compat/aoti_mlp/mlp.pt2: input 0 is f32[4,16]strides[1,4] but the "
-                                       "package was compiled for f32[4,16]"));
+            absl::InvalidArgumentError("magi/compat/aoti_mlp/mlp.pt2: input 0 is f32[32,16]strides[1,32] but the "
+                                       "package was compiled for f32[32,16]"));
+  // A dimension of size 1 is never stepped over, so its stride passes the check (and the
+  // package's own count check then fails: it wants 5 inputs).
+  AotiOptions row_options;
+  row_options.input_types = {Type(DType::kFloat32, {1, 16})};
+  absl::StatusOr<std::unique_ptr<AotiPackage>> row_package = AotiPackage::Load(kPackage, row_options);
+  ASSERT_TRUE(row_package.ok()) << row_package.status();
+  absl::Status odd_stride = (*row_package)->Run({at::zeros({16}).as_strided({1, 16}, {7, 1})}).status();
+  EXPECT_EQ(odd_stride.code(), absl::StatusCode::kInternal) << odd_stride;
   EXPECT_EQ((*package)->Run({data.inputs[0]}).status(),
             absl::InvalidArgumentError("magi/compat/aoti_mlp/mlp.pt2: expected 5 inputs, got 1"));
   // Without input_types the package's own count check still becomes a Status.
