@@ -172,8 +172,12 @@ def _libtorch_configure_impl(ctx):
     # must be linked even when no symbol of theirs is referenced directly. libtorch.so is a
     # stub that only links both (1.13 and 2.x): CPU binaries leave it out, so that they do
     # not load libtorch_cuda.so and with it CUDA's libraries (PyPI's wheels are CUDA builds).
-    cpu_libs = ["-Wl,--no-as-needed", "-ltorch_cpu", "-lc10", "-Wl,--as-needed"]
-    cuda_libs = ["-Wl,--no-as-needed", "-ltorch", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed"]
+    # --push-state/--pop-state restore the linker's mode afterwards: a trailing --as-needed
+    # would turn it on for every library after these (Debian's default is off) and drop, e.g.,
+    # Abseil's str_format from binaries whose own objects do not call it although a shared
+    # library they load does (undefined symbol at run time).
+    cpu_libs = ["-Wl,--push-state,--no-as-needed", "-ltorch_cpu", "-lc10", "-Wl,--pop-state"]
+    cuda_libs = ["-Wl,--push-state,--no-as-needed", "-ltorch", "-ltorch_cuda", "-lc10_cuda", "-Wl,--pop-state"]
 
     python, tried = _find_python(ctx, home, version)
     if python:

@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/frontend/fx/fx_importer.h"
-#include "magi/runtime/torch_executable.h"
+#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {
