@@ -86,6 +86,22 @@ class Backend {
   absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph) const {
     return Compile(module, graph, CompileContext());
   }
+  // Compiles the partition graphs `graphs` (graphs of `module` that call nothing), one
+  // result per graph in order; a failure is that graph's alone. The compile driver calls
+  // it once per partition backend with the distinct partitions, so a backend whose
+  // compiles are slow (inductor) can run them in parallel; the default compiles them one
+  // after another. `context` is the same for all (partitions call nothing: no callees).
+  virtual std::vector<absl::StatusOr<std::unique_ptr<Executable>>> CompileAll(
+      const Module& module, const std::vector<const Graph*>& graphs, const CompileContext& context) const {
+    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> results;
+    results.reserve(graphs.size());
+    for (const Graph* graph : graphs) results.push_back(Compile(module, *graph, context));
+    return results;
+  }
+  std::vector<absl::StatusOr<std::unique_ptr<Executable>>> CompileAll(const Module& module,
+                                                                      const std::vector<const Graph*>& graphs) const {
+    return CompileAll(module, graphs, CompileContext());
+  }
 };
 
 }  // namespace magi
