@@ -85,11 +85,16 @@ void ExpectClose(const Trained& reference, const Trained& other, double toleranc
         << what << ": loss of step " << i;
   }
   if (state_tolerance <= 0) return;
+  double worst = 0;
+  std::string worst_name;
   for (const auto& [name, tensor] : reference.state) {
     double scale = tensor.abs().max().item<double>() + 1e-12;
     double diff = (other.state.at(name) - tensor).abs().max().item<double>();
     EXPECT_LE(diff / scale, state_tolerance) << what << ": " << name;
+    if (diff / scale > worst) worst = diff / scale, worst_name = name;
   }
+  std::fprintf(stderr, "%s: largest parameter/moment difference %.3g of the tensor's largest value (%s)\n",
+               what.c_str(), worst, worst_name.c_str());
 }
 
 // The inductor backend took the compute (no fallback, nothing declined for being
@@ -142,7 +147,9 @@ TEST_F(InductorTrainingTest, MatchesTheInterpreterInBf16MixedPrecision) {
   ASSERT_EQ(reference.losses.size(), static_cast<size_t>(steps));
   Trained graph = Train("nccl_stream{cuda_graph=true}", {"inductor"}, true, steps);
   ExpectInductorRan(graph, /*graph=*/true, "bf16 cuda graph");
-  ExpectClose(reference, graph, 2e-2, "bf16 nccl_stream + CUDA graph + inductor");
+  // Parameters: bf16 compute with fp32 master weights; AdamW's sign-like first updates bound
+  // a flipped near-zero gradient's effect by 2 lr per step (see the fp32 test).
+  ExpectClose(reference, graph, 2e-2, "bf16 nccl_stream + CUDA graph + inductor", 5e-2);
 }
 
 }  // namespace
