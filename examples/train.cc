@@ -171,6 +171,12 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (!settings.ok()) return Fail(rank, settings.status().message());
     if (rank == 0) std::fprintf(stderr, "magi: deterministic mode: %s\n", settings->c_str());
   }
+  // Made before training so that an unwritable --out_dir fails now, not after the last step.
+  if (rank == 0) {
+    std::error_code error;
+    std::filesystem::create_directories(absl::GetFlag(FLAGS_out_dir), error);
+    if (error) return Fail(rank, absl::StrCat("cannot create --out_dir ", absl::GetFlag(FLAGS_out_dir), ": ", error.message()));
+  }
   const torch::Device device =
       device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
   const std::string model_flag = absl::GetFlag(FLAGS_model);
@@ -504,10 +510,6 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         losses_json);
-    // With --checkpoint=false nothing else has created --out_dir.
-    std::error_code error;
-    std::filesystem::create_directories(out_dir, error);
-    if (error) return Fail(rank, absl::StrCat("cannot create ", out_dir, ": ", error.message()));
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);
