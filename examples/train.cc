@@ -10,6 +10,14 @@
 // magi/frontend/fsdp). Rank 0 shows a progress line and writes, under --out_dir,
 // loss.csv, loss.svg, summary.json (also --summary_json) and, with every rank, a
 // sharded checkpoint (checkpoint/rank<r>.pt, written atomically).
+//
+// --deterministic (docs/deterministic.md): bitwise-identical losses and parameters run
+// after run on the same hardware kind and world size. The process settings are applied
+// first (magi/runtime/deterministic), the step is compiled in deterministic mode, and
+// rank 0 prints the settings and the plan hash every rank agreed on:
+//   tools/bazel run //examples:train -- --deterministic --steps=20 --dump_dir=/tmp/run1
+//   tools/bazel run //examples:train -- --deterministic --steps=20 --dump_dir=/tmp/run2
+//   tools/bazel run //magi/tools:magi -- compare /tmp/run1/losses /tmp/run2/losses   # "identical: ..."
 #include <unistd.h>
 
 #include <chrono>
@@ -36,6 +44,7 @@
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/ir/printer.h"
 #include "magi/models/llama.h"
+#include "magi/runtime/deterministic/deterministic.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 #include "magi/backend/communicator.h"
@@ -54,7 +63,14 @@ ABSL_FLAG(int, warmup_steps, 1, "Steps left out of the timing (compilation, allo
 ABSL_FLAG(std::string, trace, "", "Write a Chrome/Perfetto timeline of the last step here (backends that can)");
 ABSL_FLAG(std::string, dump_dir, "",
           "Write the initial full weights (weights.{json,bin}) and the global batches of every step "
-          "(batches.{json,bin}) here as magi-tensors-v1 files, for PyTorch runs on the same init and data");
+          "(batches.{json,bin}) here as magi-tensors-v1 files, for PyTorch runs on the same init and data; after "
+          "training also every step's mean loss (losses.{json,bin}, float64) and the final full parameters "
+          "(final_weights.{json,bin}), which `magi compare` compares bitwise");
+ABSL_FLAG(bool, deterministic, false,
+          "Deterministic mode (docs/deterministic.md): bitwise-identical losses and parameters run after run on the "
+          "same hardware kind and world size; prints the plan hash");
+ABSL_FLAG(std::string, plan_hash, "",
+          "Fail unless the compiled plan has this hash (e.g. the one an earlier --deterministic run printed)");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
 ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo collectives) or cuda (NCCL; needs a --config=cuda build)");
 ABSL_FLAG(bool, check_eager, false,
@@ -148,6 +164,13 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   }
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
+  const bool deterministic = absl::GetFlag(FLAGS_deterministic);
+  if (deterministic) {
+    // Before anything touches CUDA, cuBLAS or NCCL (they read these settings when they start).
+    absl::StatusOr<std::string> settings = magi::EnableDeterministicMode();
+    if (!settings.ok()) return Fail(rank, settings.status().message());
+    if (rank == 0) std::fprintf(stderr, "magi: deterministic mode: %s\n", settings->c_str());
+  }
   // Made before training so that an unwritable --out_dir fails now, not after the last step.
   if (rank == 0) {
     std::error_code error;
@@ -201,6 +224,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   communicator_options.group_name = "dp";
   communicator_options.device_index = env.local_rank;
   communicator_options.timeout = timeout;
+  communicator_options.deterministic = deterministic;
   absl::StatusOr<std::shared_ptr<magi::Communicator>> communicator =
       magi::CreateCommunicator(communicator_name, communicator_options);
   if (!communicator.ok()) {
@@ -285,6 +309,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       spec += c;
     }
   }
+  optimization.deterministic = deterministic;
+  optimization.expected_plan_hash = absl::GetFlag(FLAGS_plan_hash);
   optimization.partition_min_nodes = absl::GetFlag(FLAGS_partition_min_nodes);
   optimization.partition_max_nodes = absl::GetFlag(FLAGS_partition_max_nodes);
   if (rank == 0 && optimization.memory_budget_bytes > 0) {
@@ -320,6 +346,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::fprintf(stderr, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile)\n",
                  (*trainer)->applied_pipeline().empty() ? "(none)" : (*trainer)->applied_pipeline().c_str(),
                  predicted.step_seconds * 1e3, predicted.peak_bytes / 1e6, optimization.device_profile.c_str());
+    std::fprintf(stderr, "magi: plan %s: %s per step%s\n", (*trainer)->plan_hash().c_str(),
+                 magi::DescribeCollectives((*trainer)->graph()).c_str(),
+                 deterministic ? absl::StrFormat(" (the same on all %d ranks)", env.world_size).c_str() : "");
   }
 
   // The eager reference: same initial weights, the global batch, LibTorch's AdamW.
@@ -348,6 +377,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (rank == 0) std::fprintf(stderr, "magi: resumed from %s at step %d\n", checkpoint_dir.c_str(), first_step);
   }
   std::vector<std::pair<int, double>> curve;
+  std::vector<double> step_losses;  // the mean loss of every step run here, for --dump_dir
   int64_t peak_bytes = 0;
   auto start = std::chrono::steady_clock::now();
   double initial_loss = 0, final_loss = 0;
@@ -415,6 +445,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     }
     if (step == first_step) initial_loss = loss;
     final_loss = loss;
+    step_losses.push_back(loss);
     curve.emplace_back(step + 1, loss);
     if (rank == 0) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -433,6 +464,23 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double tokens_per_s = (steps - first_step) * static_cast<double>(env.world_size) * local * seq / seconds;
   if (rank == 0 && tty) std::fprintf(stderr, "\n");
+
+  // The losses and final parameters as magi-tensors-v1, for `magi compare` (a collective).
+  if (!absl::GetFlag(FLAGS_dump_dir).empty()) {
+    absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> final_weights = (*trainer)->GatherFullParameters();
+    if (!final_weights.ok()) return Fail(rank, final_weights.status().message());
+    if (rank == 0) {
+      const std::string dir = absl::GetFlag(FLAGS_dump_dir);
+      std::error_code error;
+      std::filesystem::create_directories(dir, error);
+      if (error) return Fail(rank, absl::StrCat("cannot create ", dir, ": ", error.message()));
+      at::Tensor losses = torch::tensor(step_losses, torch::kDouble);
+      for (absl::Status written : {magi::WriteTensorFile(dir + "/losses", {{"losses", losses}}),
+                                   magi::WriteTensorFile(dir + "/final_weights", *final_weights)}) {
+        if (!written.ok()) return Fail(rank, written.message());
+      }
+    }
+  }
 
   // Sharded checkpoint: every rank its own shards, moments and step (temp file + rename).
   std::string out_dir = absl::GetFlag(FLAGS_out_dir);
@@ -454,13 +502,14 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\", \"backend\": \"%s\", "
         "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
-        "\"partitions\": %d, \"losses\": [%s]}\n",
+        "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
         dtype_flag, static_cast<int64_t>(env.world_size) * local * seq, timed_steps,
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
-        static_cast<int>((*trainer)->partitions().size()), losses_json);
+        static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
+        losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);

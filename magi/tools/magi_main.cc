@@ -14,12 +14,16 @@
 //                                        strategy search: the fastest pipeline that fits B GB
 //                                        per rank, with every candidate's prediction; -o writes
 //                                        the optimized module
-//   magi registry                        list every registered pass, backend, ... by kind
+//   magi registry                        list every registered pass, backend, ... by kind, and the
+//                                        compile options of deterministic mode
+//   magi compare A B                     bitwise comparison of two magi-tensors-v1 dumps (PREFIX,
+//                                        PREFIX.json or PREFIX.bin): "identical" or the first
+//                                        differing tensor and element; exit status 3 if they differ
 //   magi --help | -h | help [COMMAND]    list the commands, or one command's usage
 //   magi COMMAND --help | -h             one command's usage
 //
 // Exit status: 0 on success (and for --help), 1 on bad input (with a message naming
-// file and line), 2 on bad usage.
+// file and line), 2 on bad usage, 3 when `compare` finds a difference.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -37,6 +41,7 @@
 #include "magi/compiler/partition_map.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/cost_model.h"
+#include "magi/compiler/compile_options.h"
 #include "magi/cost/simulator.h"
 #include "magi/ir/dot_export.h"
 #include "magi/ir/printer.h"
@@ -46,6 +51,7 @@
 #include "magi/registry/registry.h"
 #include "magi/search/strategy_search.h"
 #include "magi/tools/ir_io.h"
+#include "magi/tools/compare_command.h"
 
 namespace magi {
 namespace {
@@ -149,7 +155,15 @@ const std::vector<CommandSpec>& CommandSpecs() {
        "  --calibration=CSV    measured op times that replace the formulas\n"
        "  --graph=NAME         the graph (default: the module's first)\n"
        "  -o OUT               write the optimized module\n"},
-      {"registry", 0, {}, {}, "", "Lists every registered component (passes, backends, ...) by kind.\n"},
+      {"registry", 0, {}, {}, "",
+       "Lists every registered component (passes, backends, ...) by kind, one line per kind\n"
+       "(\"pass: cse, dce, ...\"), and the compile options of deterministic mode (\"compile-option: ...\";\n"
+       "docs/deterministic.md).\n"},
+      {"compare", 2, {}, {}, "A B",
+       "Compares two magi-tensors-v1 dumps bitwise (examples:train --dump_dir, examples:generate --logits_out;\n"
+       "A and B are PREFIX, PREFIX.json or PREFIX.bin). Prints \"identical: ...\" (exit 0) or the first\n"
+       "differing tensor and element with both values and their bits (exit 3). Checkpoints (LibTorch\n"
+       "archives) are compared by //magi/frontend/fsdp:compare_checkpoints.\n"},
   };
   return *specs;
 }
@@ -341,9 +355,19 @@ absl::Status Run(const CommandLine& line) {
   if (command == "registry") {
     for (const auto& [kind, names] : AllRegistries())
       std::printf("%s: %s\n", kind.c_str(), absl::StrJoin(names, ", ").c_str());
+    std::vector<std::string> options;
+    for (const CompileOptionDoc& doc : DocumentedCompileOptions()) options.push_back(doc.name);
+    std::printf("compile-option: %s\n", absl::StrJoin(options, ", ").c_str());
     return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat("command '", command, "' has no implementation"));
+}
+
+// The exit status of a valid command line (failures are returned as a Status: exit 1).
+absl::StatusOr<int> RunCommand(const CommandLine& line) {
+  if (line.command == "compare") return CompareTensorFiles(line.positional[0], line.positional[1]);
+  MAGI_RETURN_IF_ERROR(Run(line));
+  return 0;
 }
 
 }  // namespace
@@ -380,10 +404,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "magi: %s\n%s", std::string(usage.message()).c_str(), magi::GeneralUsage().c_str());
     return 2;
   }
-  absl::Status status = magi::Run(*line);
-  if (!status.ok()) {
-    std::fprintf(stderr, "magi: %s\n", std::string(status.message()).c_str());
+  absl::StatusOr<int> code = magi::RunCommand(*line);
+  if (!code.ok()) {
+    std::fprintf(stderr, "magi: %s\n", std::string(code.status().message()).c_str());
     return 1;
   }
-  return 0;
+  return *code;
 }

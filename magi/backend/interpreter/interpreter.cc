@@ -9,6 +9,7 @@
 #include "magi/backend/common/step_plan.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
@@ -244,6 +245,9 @@ Capability InterpreterBackend::GetCapability(const Module& module, const Graph& 
 
 absl::StatusOr<std::unique_ptr<Executable>> InterpreterBackend::Compile(const Module& module, const Graph& graph,
                                                                         const CompileContext& context) const {
+  // ATen's kernels are the interpreter's: deterministic when ATen's deterministic
+  // algorithms are on (an op without a deterministic kernel then fails naming itself).
+  if (context.deterministic) MAGI_RETURN_IF_ERROR(compat::CheckDeterministicAlgorithms(name()));
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<InterpreterExecutable> exe, InterpreterExecutable::Build(graph, context));
   return std::unique_ptr<Executable>(std::move(exe));
 }

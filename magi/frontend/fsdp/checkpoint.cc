@@ -81,4 +81,24 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadShardArchive(const std::st
   return loaded;
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadArchiveTensors(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const std::string& key : archive.keys()) {
+      at::Tensor tensor;
+      if (!archive.try_read(key, tensor)) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": entry '", key, "' is not a tensor"));
+      }
+      tensors.emplace_back(key, tensor.cpu().contiguous());
+    }
+    return tensors;
+  } catch (const c10::Error& error) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what_without_backtrace()));
+  } catch (const std::exception& error) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what()));
+  }
+}
+
 }  // namespace magi

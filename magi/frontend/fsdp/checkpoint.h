@@ -7,6 +7,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +36,11 @@ absl::Status SaveShardArchive(const std::string& path, const std::map<std::strin
 absl::StatusOr<std::map<std::string, at::Tensor>> LoadShardArchive(const std::string& path,
                                                                     const std::map<std::string, at::Tensor>& like,
                                                                     CheckpointExtras* extras = nullptr);
+
+// Every tensor of the archive at `path` (shards, moments, "magi.step", "magi.rng.cpu"), in
+// the archive's order, on the CPU: what compare_checkpoints compares. NotFound if the
+// file cannot be read.
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadArchiveTensors(const std::string& path);
 
 }  // namespace magi
 

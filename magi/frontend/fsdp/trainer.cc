@@ -9,6 +9,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fsdp/plan_check.h"
 #include "magi/frontend/fsdp/step_inputs.h"
 
 namespace magi {
@@ -52,6 +53,8 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.partitioning.min_nodes = optimization.partition_min_nodes;
   options.partitioning.max_nodes = optimization.partition_max_nodes;
   options.backend = backend;
+  options.deterministic = optimization.deterministic;
+  options.expected_plan_hash = optimization.expected_plan_hash;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
   MAGI_RETURN_IF_ERROR(trainer->executable_->BindCommunicator(trainer->plan_.process_group, communicator));
 
@@ -68,6 +71,10 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
       trainer->state_[name + ".exp_avg"] = at::zeros_like(shard);
       trainer->state_[name + ".exp_avg_sq"] = at::zeros_like(shard);
     }
+  }
+  if (optimization.deterministic && !trainer->state_.empty()) {
+    MAGI_RETURN_IF_ERROR(
+        CheckRanksAgreeOnPlan(*communicator, trainer->plan_hash(), trainer->state_.begin()->second.device()));
   }
   return trainer;
 }

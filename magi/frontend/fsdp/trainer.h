@@ -49,6 +49,13 @@ struct StepOptimization {
   std::vector<std::string> partition_backends;
   int partition_min_nodes = 1;
   int partition_max_nodes = 0;
+  // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): bitwise-
+  // identical steps run after run. The process must have called
+  // magi::EnableDeterministicMode() first (the backend checks); the ranks check that
+  // they compiled the same plan (plan_hash()) and fail naming those that did not.
+  bool deterministic = false;
+  // Non-empty: the plan hash the step must compile to (an earlier run's), else Create fails.
+  std::string expected_plan_hash;
 };
 
 class FsdpTrainer {
@@ -89,6 +96,9 @@ class FsdpTrainer {
   const std::string& strategy_report() const { return compiled_.optimized.strategy_report; }
   const SimulationResult& prediction() const { return compiled_.optimized.prediction; }
   const std::vector<Partition>& partitions() const { return compiled_.partitions; }
+  // The compiled plan's fingerprint (magi/compiler/plan_hash.h): two runs that print the
+  // same hash ran the same buckets, collective sizes, schedule and backends.
+  const std::string& plan_hash() const { return compiled_.plan_hash; }
 
   // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
   const std::map<std::string, at::Tensor>& state() const { return state_; }
