@@ -165,6 +165,12 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   }
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
+  // Made before training so that an unwritable --out_dir fails now, not after the last step.
+  if (rank == 0) {
+    std::error_code error;
+    std::filesystem::create_directories(absl::GetFlag(FLAGS_out_dir), error);
+    if (error) return Fail(rank, absl::StrCat("cannot create --out_dir ", absl::GetFlag(FLAGS_out_dir), ": ", error.message()));
+  }
   const torch::Device device =
       device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
   const std::string model_flag = absl::GetFlag(FLAGS_model);

@@ -85,11 +85,16 @@ void ExpectClose(const Trained& reference, const Trained& other, double toleranc
         << what << ": loss of step " << i;
   }
   if (state_tolerance <= 0) return;
+  double worst = 0;
+  std::string worst_name;
   for (const auto& [name, tensor] : reference.state) {
     double scale = tensor.abs().max().item<double>() + 1e-12;
     double diff = (other.state.at(name) - tensor).abs().max().item<double>();
     EXPECT_LE(diff / scale, state_tolerance) << what << ": " << name;
+    if (diff / scale > worst) worst = diff / scale, worst_name = name;
   }
+  std::fprintf(stderr, "%s: largest parameter/moment difference %.3g of the tensor's largest value (%s)\n",
+               what.c_str(), worst, worst_name.c_str());
 }
 
 // The inductor backend took the compute (no fallback, nothing declined for being
@@ -118,14 +123,20 @@ TEST_F(InductorTrainingTest, MatchesTheInterpreterInFp32) {
   Trained reference = Train("interpreter", {}, /*bf16=*/false, steps);
   ASSERT_EQ(reference.losses.size(), static_cast<size_t>(steps));
   // Inductor's Triton kernels fuse and reorder reductions (fp32, no TF32): the losses agree
-  // to ~1e-6; Adam's normalized update amplifies last-bit gradient differences of
-  // near-zero gradients, hence the looser bound on parameters and moments.
+  // to ~1e-6. Parameters are compared loosely: AdamW's first updates are lr * sign(g) for
+  // any |g|, so a near-zero gradient whose last bits differ moves a weight by up to 2 lr
+  // (seen on one H200: 2.3e-3 of the embedding's largest weight after 8 steps at lr 3e-3).
   Trained stream = Train("nccl_stream", {"inductor"}, false, steps);
   ExpectInductorRan(stream, /*graph=*/false, "stream mode");
-  ExpectClose(reference, stream, 1e-4, "nccl_stream + inductor", 1e-3);
+  ExpectClose(reference, stream, 1e-4, "nccl_stream + inductor", 1e-2);
+  // fp32 SDPA runs the memory-efficient kernel, whose philox seed and offset are CPU
+  // tensors: nccl_stream cannot replay them in a CUDA graph, so it stays in stream mode
+  // and says which node is why (bf16 takes flash attention and is captured: next test).
   Trained graph = Train("nccl_stream{cuda_graph=true,graph_warmup=2}", {"inductor"}, false, steps);
-  ExpectInductorRan(graph, /*graph=*/true, "cuda graph");
-  ExpectClose(reference, graph, 1e-4, "nccl_stream + CUDA graph + inductor", 1e-3);
+  ExpectInductorRan(graph, /*graph=*/false, "cuda graph requested");
+  EXPECT_NE(graph.log.find("stays in stream mode"), std::string::npos) << graph.log;
+  EXPECT_NE(graph.log.find("_scaled_dot_product_efficient_attention"), std::string::npos) << graph.log;
+  ExpectClose(reference, graph, 1e-4, "nccl_stream{cuda_graph=true} + inductor", 1e-2);
   // Packages were compiled once (the second run found them in the cache).
   EXPECT_NE(graph.log.find("0 compiled in"), std::string::npos) << graph.log;
 }
@@ -136,7 +147,9 @@ TEST_F(InductorTrainingTest, MatchesTheInterpreterInBf16MixedPrecision) {
   ASSERT_EQ(reference.losses.size(), static_cast<size_t>(steps));
   Trained graph = Train("nccl_stream{cuda_graph=true}", {"inductor"}, true, steps);
   ExpectInductorRan(graph, /*graph=*/true, "bf16 cuda graph");
-  ExpectClose(reference, graph, 2e-2, "bf16 nccl_stream + CUDA graph + inductor");
+  // Parameters: bf16 compute with fp32 master weights; AdamW's sign-like first updates bound
+  // a flipped near-zero gradient's effect by 2 lr per step (see the fp32 test).
+  ExpectClose(reference, graph, 2e-2, "bf16 nccl_stream + CUDA graph + inductor", 5e-2);
 }
 
 }  // namespace
