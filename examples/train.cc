@@ -37,6 +37,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "examples/tensor_file.h"
 #include "magi/base/file.h"
@@ -59,7 +60,23 @@ ABSL_FLAG(std::string, dtype, "f32",
 ABSL_FLAG(int, steps, 200, "Optimizer steps");
 ABSL_FLAG(int, batch_size, 0, "Sequences per rank per step (0: 8, or 4 for --model=1b)");
 ABSL_FLAG(int, seq_len, 0, "Tokens per sequence (0: 64, or 2048 for --model=1b)");
-ABSL_FLAG(int, warmup_steps, 1, "Steps left out of the timing (compilation, allocator warm-up, CUDA graph capture)");
+ABSL_FLAG(int, untimed_steps, 1,
+          "Steps left out of the timing (compilation, allocator warm-up, CUDA graph capture)");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "Learning-rate schedule: constant, or cosine (to --min_lr at --steps); both after --warmup_steps of "
+          "linear warm-up. The AdamW scalars are step inputs: nothing is recompiled");
+ABSL_FLAG(int, warmup_steps, 0, "Learning-rate warm-up steps (linear from lr / warmup_steps to lr)");
+ABSL_FLAG(double, min_lr, 0, "The learning rate --lr_schedule=cosine ends at");
+ABSL_FLAG(int, grad_accum, 1,
+          "Micro-batches per step: --batch_size sequences per rank are split into this many, their gradients "
+          "accumulated unsharded and reduce-scattered once per step (FSDP2's set_requires_gradient_sync)");
+ABSL_FLAG(double, clip_grad_norm, 0, "Clip the global gradient norm to this (torch.nn.utils.clip_grad_norm_; 0: off)");
+ABSL_FLAG(std::string, mesh, "",
+          "Device mesh: empty (1-D over all ranks), or RxS for HSDP: shard within groups of S ranks, all-reduce "
+          "gradients across the R groups (R * S = world size), e.g. 2x2");
+ABSL_FLAG(std::string, init, "device",
+          "device (build the model on --device, then shard it) or meta (build it on the meta device; each rank "
+          "materializes only its shards, the same weights as --init=device for the same --seed)");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome/Perfetto timeline of the last step here (backends that can)");
 ABSL_FLAG(std::string, dump_dir, "",
           "Write the initial full weights (weights.{json,bin}) and the global batches of every step "
@@ -231,12 +248,38 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     return Fail(rank, absl::StrCat("--communicator=", communicator_name, ": ", communicator.status().message(),
                                    communicator_name == "nccl" ? " (NCCL needs a build with --config=cuda)" : ""));
   }
-  auto mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
+  // The mesh: 1-D over every rank (the communicator above), or R x S (HSDP) with one
+  // communicator per axis; `communicator` stays the all-ranks one the losses are averaged on.
+  const std::string mesh_flag = absl::GetFlag(FLAGS_mesh);
+  absl::StatusOr<magi::DeviceMesh> mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
+  magi::MeshCommunicators mesh_communicators = {{"dp", *communicator}};
+  if (!mesh_flag.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(mesh_flag, 'x');
+    int replicas = 0, shards = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &replicas) || !absl::SimpleAtoi(parts[1], &shards) ||
+        replicas * shards != env.world_size) {
+      return Fail(rank, absl::StrCat("--mesh=", mesh_flag, ": expected RxS with R * S = ", env.world_size));
+    }
+    mesh = magi::DeviceMesh::Create({replicas, shards}, {"replicate", "shard"}, rank);
+    if (!mesh.ok()) return Fail(rank, mesh.status().message());
+    absl::StatusOr<magi::MeshCommunicators> created =
+        magi::CreateMeshCommunicators(*mesh, communicator_name, communicator_options);
+    if (!created.ok()) return Fail(rank, created.status().message());
+    mesh_communicators = *std::move(created);
+  }
   if (!mesh.ok()) return Fail(rank, mesh.status().message());
+  const std::string init_flag = absl::GetFlag(FLAGS_init);
+  if (init_flag != "device" && init_flag != "meta") return Fail(rank, "--init must be device or meta");
+  const bool meta_init = init_flag == "meta";
+  const int grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  if (grad_accum < 1 || local % grad_accum != 0) {
+    return Fail(rank, absl::StrCat("--grad_accum=", grad_accum, " must divide the ", local, " sequences per rank"));
+  }
 
   torch::manual_seed(absl::GetFlag(FLAGS_seed));
-  magi::models::Llama model(config, torch::TensorOptions().device(device).dtype(bf16 ? torch::kBFloat16
-                                                                                      : torch::kFloat));
+  magi::models::Llama model(config, torch::TensorOptions()
+                                        .device(meta_init ? torch::Device(torch::kMeta) : device)
+                                        .dtype(bf16 ? torch::kBFloat16 : torch::kFloat));
   magi::FullyShardOptions shard_options;
   if (bf16) {
     shard_options.mixed_precision.param_dtype = magi::DType::kBFloat16;
@@ -275,6 +318,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::filesystem::create_directories(dir, error);
     if (error) return Fail(rank, absl::StrCat("cannot create ", dir, ": ", error.message()));
     std::vector<std::pair<std::string, at::Tensor>> weights, batches;
+    if (meta_init) return Fail(rank, "--dump_dir needs --init=device (the weights are written from the module)");
     for (const auto& item : model->named_parameters()) weights.emplace_back(item.key(), item.value().to(torch::kFloat));
     for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
       std::vector<at::Tensor> global = rows(step, 0, env.world_size * local);
@@ -316,8 +360,23 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   if (rank == 0 && optimization.memory_budget_bytes > 0) {
     std::fprintf(stderr, "magi: searching a strategy for %.3f GB per rank...\n", absl::GetFlag(FLAGS_budget_gb));
   }
-  auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {},
-                                           absl::GetFlag(FLAGS_backend), optimization);
+  magi::TrainingOptions training;
+  training.grad_accum = grad_accum;
+  training.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  absl::StatusOr<magi::LrSchedule::Kind> schedule_kind = magi::ParseLrScheduleKind(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule_kind.ok()) return Fail(rank, schedule_kind.status().message());
+  training.lr_schedule.kind = *schedule_kind;
+  training.lr_schedule.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  training.lr_schedule.total_steps = absl::GetFlag(FLAGS_steps);
+  training.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
+  if (meta_init) training.init_seed = absl::GetFlag(FLAGS_seed);
+  magi::CaptureOptions capture_options;
+  if (meta_init) capture_options.device = device.is_cuda() ? magi::Device{magi::DeviceType::kCuda, device.index()}
+                                                           : magi::Device{magi::DeviceType::kCpu, -1};
+  std::vector<at::Tensor> example = batch(0);  // one micro-batch
+  for (at::Tensor& tensor : example) tensor = tensor.narrow(0, 0, local / grad_accum).contiguous();
+  auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, example, mesh_communicators, adamw, capture_options,
+                                           absl::GetFlag(FLAGS_backend), optimization, training);
   if (!trainer.ok()) return Fail(rank, trainer.status().message());
   (*trainer)->ReleaseModuleParameters();  // the trainer holds this rank's shards; the replica only costs memory
   if (rank == 0 && !(*trainer)->strategy_report().empty())
@@ -386,9 +445,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   double host_seconds_sum = 0;  // host time issuing those steps
   int timed_steps = 0;
   int64_t allocator_peak_bytes = -1;  // CUDA builds on a GPU only
-  const int warmup_steps = std::max(0, absl::GetFlag(FLAGS_warmup_steps));
+  const int warmup_steps = std::max(0, absl::GetFlag(FLAGS_untimed_steps));
   for (int step = first_step; step < steps; ++step) {
     std::vector<at::Tensor> local_batch = batch(step);
+    const double step_lr = (*trainer)->next_learning_rate();
     if (step + 1 == steps && !absl::GetFlag(FLAGS_trace).empty() && rank == 0) {
       absl::Status traced = (*trainer)->TraceNextStep(absl::GetFlag(FLAGS_trace));
       if (!traced.ok()) return Fail(rank, traced.message());
@@ -437,6 +497,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       reference_optimizer->zero_grad();
       at::Tensor eager_loss = magi::models::LanguageModelLoss(reference->forward(global[0]), global[1]);
       eager_loss.backward();
+      if (training.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(reference->parameters(), training.clip_grad_norm);
+      static_cast<torch::optim::AdamWOptions&>(reference_optimizer->param_groups()[0].options()).lr(step_lr);
       reference_optimizer->step();
       double expected = eager_loss.item<double>();
       double relative = std::abs(loss - expected) / std::max(1e-12, std::abs(expected));
@@ -492,6 +554,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (!saved.ok()) return Fail(rank, saved.message());
   }
   if (rank == 0) {
+    std::error_code dir_error;  // with --checkpoint=false nothing above created it
+    std::filesystem::create_directories(out_dir, dir_error);
+    if (dir_error) return Fail(rank, absl::StrCat("cannot create ", out_dir, ": ", dir_error.message()));
     std::string losses_json;
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&losses_json, "%s%.8f", losses_json.empty() ? "" : ", ", loss);
     std::string csv = "step,loss\n";

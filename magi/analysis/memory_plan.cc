@@ -17,8 +17,8 @@ int64_t MemoryPlan::total_buffer_bytes() const {
   return total;
 }
 
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers) {
-  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers, const LivenessOptions& options) {
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph, options);
   if (!liveness.ok()) return liveness.status();
   const int n = liveness->num_nodes;
   const std::vector<StorageLifetime>& storages = liveness->storages;

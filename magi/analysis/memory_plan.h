@@ -41,7 +41,8 @@ struct MemoryPlan {
 // the node, if a byte count (one value's, or the bytes live at a node) does not fit in
 // int64. Without `assign_buffers` only the peak and live_after are computed (what
 // schedulers and searches need; much cheaper).
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true);
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true,
+                                      const LivenessOptions& options = {});
 
 }  // namespace magi
 

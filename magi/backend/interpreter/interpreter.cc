@@ -53,6 +53,18 @@ class InterpreterExecutable : public TorchExecutable {
   }
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    std::vector<at::Tensor> held = inputs;
+    return RunImpl(held, /*donated=*/false);
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> RunDonating(std::vector<at::Tensor> inputs) override {
+    return RunImpl(inputs, /*donated=*/true);
+  }
+
+ private:
+  // `inputs` is emptied once its tensors are in the slots when they are donated, so each
+  // is freed after its last read.
+  absl::StatusOr<std::vector<at::Tensor>> RunImpl(std::vector<at::Tensor>& inputs, bool donated) {
     for (const std::string& group : step_.groups) {
       if (!communicators_.contains(group)) {
         return absl::FailedPreconditionError(
@@ -69,6 +81,8 @@ class InterpreterExecutable : public TorchExecutable {
     storage_refs_.clear();
     slots_.assign(step_.num_slots, at::Tensor());
     for (size_t i = 0; i < inputs.size(); ++i) Hold(step_.input_slots[i], inputs[i]);
+    if (donated) inputs.clear();
+    donated_ = donated;
     if (step_.rng_slot >= 0) MAGI_RETURN_IF_ERROR(SetGeneratorState(step_, slots_[step_.rng_slot]));
 
     handles_.clear();
@@ -114,7 +128,6 @@ class InterpreterExecutable : public TorchExecutable {
     return outputs;
   }
 
- private:
   InterpreterExecutable() = default;
 
   std::vector<at::Tensor> Operands(const NodePlan& plan) const {
@@ -135,8 +148,10 @@ class InterpreterExecutable : public TorchExecutable {
     std::vector<at::Tensor> o = Operands(plan);
     std::vector<at::Tensor> results;
     try {
+      // In place only over donated inputs: a caller of Run keeps its tensors unchanged.
       results = AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
-                               o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw);
+                               o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw,
+                               donated_ ? plan.adamw_in_place : nullptr);
     } catch (const c10::Error& error) {
       return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
     }
@@ -224,6 +239,7 @@ class InterpreterExecutable : public TorchExecutable {
   absl::flat_hash_map<const c10::StorageImpl*, int> storage_refs_;
   int64_t live_bytes_ = 0;
   bool profile_nodes_ = false;
+  bool donated_ = false;  // this run's inputs were handed over (RunDonating)
   struct InFlight {
     std::vector<at::Tensor> inputs;
     int64_t result_bytes = 0;

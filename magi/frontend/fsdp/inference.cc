@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
                                                                      std::shared_ptr<Communicator> communicator,
                                                                      const InferenceOptions& inference_options) {
   auto inference = std::unique_ptr<FsdpInference>(new FsdpInference());
-  inference->root_ = &root;
+  inference->buffers_ = TakeBuffers(root);
   MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
   if (plan.world_size != communicator->size()) {
     return absl::InvalidArgumentError(
@@ -78,7 +78,7 @@ absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& path) {
 
 absl::StatusOr<std::vector<at::Tensor>> FsdpInference::Run(const std::vector<at::Tensor>& inputs) {
   std::map<std::string, at::Tensor> named = shards_;
-  AddBuffersAndConstants(*root_, constants_, named);
+  AddBuffersAndConstants(buffers_, constants_, named);
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherStepInputs(graph(), named, inputs));
   return executable_->Run(bound);
 }

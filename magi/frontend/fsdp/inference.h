@@ -65,7 +65,7 @@ class FsdpInference {
 
  private:
   FsdpInference() = default;
-  torch::nn::Module* root_ = nullptr;
+  std::map<std::string, at::Tensor> buffers_;  // the module's, owned from Create on
   std::vector<std::pair<std::string, at::Tensor>> constants_;
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;

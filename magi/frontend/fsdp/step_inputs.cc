@@ -37,10 +37,16 @@ absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
   return inputs;
 }
 
-void AddBuffersAndConstants(torch::nn::Module& root,
+std::map<std::string, at::Tensor> TakeBuffers(torch::nn::Module& root) {
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& item : root.named_buffers()) buffers[item.key()] = item.value();
+  return buffers;
+}
+
+void AddBuffersAndConstants(const std::map<std::string, at::Tensor>& buffers,
                             const std::vector<std::pair<std::string, at::Tensor>>& constants,
                             std::map<std::string, at::Tensor>& named) {
-  for (const auto& item : root.named_buffers()) named[item.key()] = item.value();
+  for (const auto& [name, tensor] : buffers) named[name] = tensor;
   for (const auto& [name, tensor] : constants) named[name] = tensor;
 }
 

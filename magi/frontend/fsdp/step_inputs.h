@@ -19,8 +19,11 @@ absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
                                                          const std::map<std::string, at::Tensor>& named,
                                                          const std::vector<at::Tensor>& data);
 
-// Adds `root`'s buffers and the lifted constants to `named`.
-void AddBuffersAndConstants(torch::nn::Module& root,
+// The module's buffers by name, referenced (not copied).
+std::map<std::string, at::Tensor> TakeBuffers(torch::nn::Module& root);
+
+// Adds `buffers` and the lifted constants to `named`.
+void AddBuffersAndConstants(const std::map<std::string, at::Tensor>& buffers,
                             const std::vector<std::pair<std::string, at::Tensor>>& constants,
                             std::map<std::string, at::Tensor>& named);
 
