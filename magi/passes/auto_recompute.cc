@@ -67,23 +67,27 @@ std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const NodeCo
   return nodes;
 }
 
-// The peak after recomputing the first `count` candidates (given by position), on a copy.
-absl::StatusOr<int64_t> ProbePeak(const Module& module, const Graph& graph, const std::vector<int>& candidate_positions,
-                                  int count) {
-  std::unique_ptr<Module> copy = CloneModule(module);
-  Graph* copy_graph = copy->FindGraph(graph.name());
-  std::vector<Node*> nodes = copy_graph->nodes();
-  std::vector<Node*> chosen;
-  for (int i = 0; i < count; ++i) chosen.push_back(nodes[candidate_positions[i]]);
-  RecomputeForBackward(*copy_graph, chosen);
-  absl::StatusOr<MemoryPlan> plan = PlanMemory(*copy_graph, /*assign_buffers=*/false);
+// The peak after recomputing the first `count` candidates: the rewrite is made in place,
+// planned and taken back (cheaper than rewriting a copy of the module: no clone).
+absl::StatusOr<int64_t> ProbePeak(Graph& graph, const std::vector<Node*>& candidates, int count) {
+  RecomputeUndo undo;
+  RecomputeForBackward(graph, std::vector<Node*>(candidates.begin(), candidates.begin() + count), &undo);
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(graph, /*assign_buffers=*/false);
+  UndoRecompute(graph, undo);
   if (!plan.ok()) return plan.status();
   return plan->peak_bytes;
 }
 
 }  // namespace
 
-std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& chosen) {
+void UndoRecompute(Graph& graph, RecomputeUndo& undo) {
+  for (auto it = undo.uses.rbegin(); it != undo.uses.rend(); ++it) std::get<0>(*it)->ReplaceOperand(std::get<1>(*it), std::get<2>(*it));
+  for (auto it = undo.copies.rbegin(); it != undo.copies.rend(); ++it) graph.EraseNode(*it);
+  for (auto it = undo.remat.rbegin(); it != undo.remat.rend(); ++it) it->first->mutable_annotations().remat = it->second;
+  undo = RecomputeUndo();
+}
+
+std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& chosen, RecomputeUndo* undo) {
   int boundary = BackwardBoundary(graph);
   if (boundary < 0 || chosen.empty()) return {};
   absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
@@ -98,7 +102,9 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
     }
   }
   for (Node* node : nodes) {
-    if (recompute.contains(node)) node->mutable_annotations().remat = RematDecision::kRecompute;
+    if (!recompute.contains(node)) continue;
+    if (undo != nullptr) undo->remat.emplace_back(node, node->annotations().remat);
+    node->mutable_annotations().remat = RematDecision::kRecompute;
   }
   absl::flat_hash_map<Value*, Value*> regathers = BackwardRegathers(graph);
   absl::flat_hash_map<const Value*, Value*> copy_of;
@@ -125,6 +131,7 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
     copy->mutable_annotations().remat = RematDecision::kRecompute;
     copy->mutable_annotations().schedule = -1;
     copies.push_back(copy);
+    if (undo != nullptr) undo->copies.push_back(copy);
     for (int i = 0; i < producer->num_results(); ++i) copy_of[producer->result(i)] = copy->result(i);
     return copy_of.at(value);
   };
@@ -135,7 +142,9 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
       if (operand->producer() == nullptr || !recompute.contains(operand->producer())) continue;
       // Positions of nodes copied in before `user` are not needed: copies only read
       // values made before the boundary or other copies.
-      user->ReplaceOperand(k, materialize(operand, user));
+      Value* copy = materialize(operand, user);
+      if (undo != nullptr) undo->uses.emplace_back(user, k, operand);
+      user->ReplaceOperand(k, copy);
     }
   }
   return copies;
@@ -155,13 +164,8 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   }
   std::vector<Node*> candidates = RankCandidates(graph, boundary, *model_);
   report_.candidates = static_cast<int>(candidates.size());
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
-  std::vector<int> candidate_positions;
-  for (const Node* node : candidates) candidate_positions.push_back(positions.at(node));
-
   const int n = static_cast<int>(candidates.size());
-  absl::StatusOr<int64_t> all =
-      n == 0 ? absl::StatusOr<int64_t>(before->peak_bytes) : ProbePeak(module, graph, candidate_positions, n);
+  absl::StatusOr<int64_t> all = n == 0 ? absl::StatusOr<int64_t>(before->peak_bytes) : ProbePeak(graph, candidates, n);
   if (!all.ok()) return all.status();
   report_.peak_floor = *all;
   if (*all > budget_bytes_) {
@@ -175,7 +179,7 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   int low = 1, high = n;
   while (low < high) {
     int mid = low + (high - low) / 2;
-    absl::StatusOr<int64_t> peak = ProbePeak(module, graph, candidate_positions, mid);
+    absl::StatusOr<int64_t> peak = ProbePeak(graph, candidates, mid);
     if (!peak.ok()) return peak.status();
     if (*peak <= budget_bytes_) {
       high = mid;
@@ -184,8 +188,11 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
     }
   }
   std::vector<Node*> chosen(candidates.begin(), candidates.begin() + low);
-  for (Node* node : candidates) node->mutable_annotations().remat = RematDecision::kSave;
-  std::vector<Node*> copies = RecomputeForBackward(graph, chosen);
+  for (Node* node : candidates) {
+    if (undo_ != nullptr) undo_->remat.emplace_back(node, node->annotations().remat);
+    node->mutable_annotations().remat = RematDecision::kSave;
+  }
+  std::vector<Node*> copies = RecomputeForBackward(graph, chosen, undo_);
   absl::StatusOr<MemoryPlan> after = PlanMemory(graph, /*assign_buffers=*/false);
   if (!after.ok()) return after.status();
   report_.peak_after = after->peak_bytes;
