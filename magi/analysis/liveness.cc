@@ -8,8 +8,9 @@
 
 namespace magi {
 
-absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph) {
-  std::vector<Node*> nodes = graph.nodes();
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph) { return ComputeLiveness(graph, graph.nodes()); }
+
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* const> nodes) {
   Liveness liveness;
   liveness.num_nodes = static_cast<int>(nodes.size());
   std::vector<StorageLifetime>& storages = liveness.storages;

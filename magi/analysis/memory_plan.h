@@ -42,6 +42,8 @@ struct MemoryPlan {
 // int64. Without `assign_buffers` only the peak and live_after are computed (what
 // schedulers and searches need; much cheaper).
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true);
+// The same with the program order given (`nodes` is graph.nodes()).
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const> nodes, bool assign_buffers);
 
 }  // namespace magi
 

@@ -10,6 +10,7 @@
 #include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
+#include "magi/passes/recompute_probe.h"
 #include "magi/passes/schedule_util.h"
 
 namespace magi {
@@ -23,15 +24,18 @@ bool IsOutput(const Graph& graph, const Value* value) {
 }
 
 // Forward nodes whose results backward reads and that may be recomputed, best first.
-std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const NodeCostOracle& model) {
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+std::vector<Node*> RankCandidates(const Graph& graph, const std::vector<Node*>& order, int boundary,
+                                  const NodeCostOracle& model) {
+  absl::flat_hash_map<const Node*, int> positions;
+  positions.reserve(order.size());
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) positions[order[i]] = i;
   struct Ranked {
     Node* node;
     double score;
     int position;
   };
   std::vector<Ranked> ranked;
-  for (Node* node : graph.nodes()) {
+  for (Node* node : order) {
     int position = positions.at(node);
     if (position >= boundary) break;
     if (!IsMovable(*node) || IsViewOp(node->op()) || node->num_results() == 0) continue;
@@ -67,17 +71,6 @@ std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const NodeCo
   return nodes;
 }
 
-// The peak after recomputing the first `count` candidates: the rewrite is made in place,
-// planned and taken back (cheaper than rewriting a copy of the module: no clone).
-absl::StatusOr<int64_t> ProbePeak(Graph& graph, const std::vector<Node*>& candidates, int count) {
-  RecomputeUndo undo;
-  RecomputeForBackward(graph, std::vector<Node*>(candidates.begin(), candidates.begin() + count), &undo);
-  absl::StatusOr<MemoryPlan> plan = PlanMemory(graph, /*assign_buffers=*/false);
-  UndoRecompute(graph, undo);
-  if (!plan.ok()) return plan.status();
-  return plan->peak_bytes;
-}
-
 }  // namespace
 
 void UndoRecompute(Graph& graph, RecomputeUndo& undo) {
@@ -88,12 +81,15 @@ void UndoRecompute(Graph& graph, RecomputeUndo& undo) {
 }
 
 std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& chosen, RecomputeUndo* undo) {
-  int boundary = BackwardBoundary(graph);
-  if (boundary < 0 || chosen.empty()) return {};
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+  if (chosen.empty()) return {};
+  std::vector<Node*> nodes = graph.nodes();
+  int boundary = BackwardBoundary(nodes);
+  if (boundary < 0) return {};
+  absl::flat_hash_map<const Node*, int> positions;
+  positions.reserve(nodes.size());
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) positions[nodes[i]] = i;
   absl::flat_hash_set<const Node*> recompute(chosen.begin(), chosen.end());
   // Views of recomputed values are recomputed with them (else they would keep the base alive).
-  std::vector<Node*> nodes = graph.nodes();
   for (int i = 0; i < boundary; ++i) {
     Node* node = nodes[i];
     if (IsViewOp(node->op()) && node->num_operands() > 0 && node->operand(0)->producer() != nullptr &&
@@ -106,7 +102,7 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
     if (undo != nullptr) undo->remat.emplace_back(node, node->annotations().remat);
     node->mutable_annotations().remat = RematDecision::kRecompute;
   }
-  absl::flat_hash_map<Value*, Value*> regathers = BackwardRegathers(graph);
+  absl::flat_hash_map<Value*, Value*> regathers = BackwardRegathers(nodes);
   absl::flat_hash_map<const Value*, Value*> copy_of;
   std::vector<Node*> copies;
   // Makes (once) the copy of `value` for backward, inserted before `before`.
@@ -151,50 +147,77 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
 }
 
 absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
-  absl::StatusOr<MemoryPlan> before = PlanMemory(graph, /*assign_buffers=*/false);
+  const std::vector<Node*> nodes = graph.nodes();
+  absl::StatusOr<MemoryPlan> before = PlanMemory(graph, nodes, /*assign_buffers=*/false);
   if (!before.ok()) return before.status();
   report_.peak_before = before->peak_bytes;
   report_.peak_after = before->peak_bytes;
   if (before->peak_bytes <= budget_bytes_) return false;
-  int boundary = BackwardBoundary(graph);
+  int boundary = BackwardBoundary(nodes);
   if (boundary < 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "auto-recompute: graph @%s peaks at %d bytes, over the budget of %d, and has no backward to trade against",
         graph.name(), before->peak_bytes, budget_bytes_));
   }
-  std::vector<Node*> candidates = RankCandidates(graph, boundary, *model_);
+  std::vector<Node*> candidates = RankCandidates(graph, nodes, boundary, *model_);
   report_.candidates = static_cast<int>(candidates.size());
   const int n = static_cast<int>(candidates.size());
-  absl::StatusOr<int64_t> all = n == 0 ? absl::StatusOr<int64_t>(before->peak_bytes) : ProbePeak(graph, candidates, n);
-  if (!all.ok()) return all.status();
-  report_.peak_floor = *all;
-  if (*all > budget_bytes_) {
+  // Peaks of prefixes from the probe (no rewrite); the chosen rewrite is checked for real below.
+  absl::StatusOr<RecomputePeakProbe> probe = RecomputePeakProbe::Build(graph, nodes);
+  if (!probe.ok()) return probe.status();
+  auto prefix = [&](int count) { return std::vector<Node*>(candidates.begin(), candidates.begin() + count); };
+  const int64_t all = n == 0 ? before->peak_bytes : probe->Peak(prefix(n));
+  // Recomputing everything is not always the least memory (each copy keeps its inputs
+  // until backward needs it): when all of them do not fit, halving prefixes are tried.
+  int high = all <= budget_bytes_ ? n : 0;
+  int64_t floor = all;
+  for (int count = n / 2; high == 0 && count >= 1; count /= 2) {
+    int64_t peak = probe->Peak(prefix(count));
+    floor = std::min(floor, peak);
+    if (peak <= budget_bytes_) high = count;
+  }
+  report_.peak_floor = floor;
+  if (high == 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "auto-recompute: graph @%s cannot fit %d bytes: it peaks at %d, and at %d with all %d recomputable "
-        "activations recomputed",
-        graph.name(), budget_bytes_, before->peak_bytes, *all, n));
+        "auto-recompute: graph @%s cannot fit %d bytes: it peaks at %d, at %d with all %d recomputable "
+        "activations recomputed, and at %d at best",
+        graph.name(), budget_bytes_, before->peak_bytes, all, n, floor));
   }
   // Smallest prefix that fits (the peak falls as the prefix grows, up to the planner's
   // exact accounting; the final rewrite is checked below).
-  int low = 1, high = n;
+  int low = 1;
   while (low < high) {
     int mid = low + (high - low) / 2;
-    absl::StatusOr<int64_t> peak = ProbePeak(graph, candidates, mid);
-    if (!peak.ok()) return peak.status();
-    if (*peak <= budget_bytes_) {
+    if (probe->Peak(prefix(mid)) <= budget_bytes_) {
       high = mid;
     } else {
       low = mid + 1;
     }
   }
-  std::vector<Node*> chosen(candidates.begin(), candidates.begin() + low);
   for (Node* node : candidates) {
     if (undo_ != nullptr) undo_->remat.emplace_back(node, node->annotations().remat);
     node->mutable_annotations().remat = RematDecision::kSave;
   }
-  std::vector<Node*> copies = RecomputeForBackward(graph, chosen, undo_);
-  absl::StatusOr<MemoryPlan> after = PlanMemory(graph, /*assign_buffers=*/false);
-  if (!after.ok()) return after.status();
+  // The probe is exact (recompute_probe_test); should a rewrite ever plan higher than it
+  // predicted, it is taken back and a longer prefix tried, so the budget holds anyway.
+  std::vector<Node*> copies;
+  absl::StatusOr<MemoryPlan> after;
+  while (true) {
+    RecomputeUndo rewrite;
+    copies = RecomputeForBackward(graph, prefix(low), &rewrite);
+    after = PlanMemory(graph, /*assign_buffers=*/false);
+    if (!after.ok()) return after.status();
+    if (after->peak_bytes <= budget_bytes_ || low >= n) {
+      if (undo_ != nullptr) {
+        undo_->copies.insert(undo_->copies.end(), rewrite.copies.begin(), rewrite.copies.end());
+        undo_->uses.insert(undo_->uses.end(), rewrite.uses.begin(), rewrite.uses.end());
+        undo_->remat.insert(undo_->remat.end(), rewrite.remat.begin(), rewrite.remat.end());
+      }
+      break;
+    }
+    UndoRecompute(graph, rewrite);
+    ++low;
+  }
   report_.peak_after = after->peak_bytes;
   report_.recomputed = static_cast<int>(copies.size());
   for (const Node* copy : copies) report_.recompute_seconds += model_->NodeSeconds(*copy);

@@ -10,11 +10,13 @@
 // Choice: candidates (pure, deterministic forward nodes with a backward use; never
 // collectives, random or in-place ops; views follow their base) are ranked by bytes
 // freed per second of recompute (the NodeCostOracle's time: magi/cost's CostModel in
-// practice), and the shortest prefix of
-// that ranking whose rewritten graph the memory planner puts under the budget is taken
-// (binary search, each probe a real rewrite of a copy + plan). The result is
-// deterministic. FailedPrecondition if recomputing every candidate still does not fit,
-// naming the smallest peak reachable.
+// practice), and the shortest prefix of that ranking whose rewritten graph the memory
+// planner puts under the budget is taken: a binary search over peaks that
+// RecomputePeakProbe predicts exactly without rewriting (recompute_probe.h); the chosen
+// rewrite is then planned for real. Recomputing every candidate is not always the least
+// memory (each copy keeps what it reads alive until backward), so when all of them do
+// not fit, halving prefixes are tried first. The result is deterministic.
+// FailedPrecondition if none fits, naming the smallest peak found.
 //
 // Registered (by the :auto_recompute_registration target, which links the cost model)
 // as "auto-recompute{budget_mb=N}" or "{budget_gb=X}", with "profile=cpu|h200|<path>"
