@@ -79,6 +79,11 @@ std::string WhyNotRunnable(const Node& node);
 // Pushes `plan`'s arguments (kOp) onto `stack`, reading operands from `slots`.
 void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, torch::jit::Stack& stack);
 
+// Runs `plan`'s operator (kOp) on its arguments read from `slots`, using `stack` as
+// scratch; returns the result tensors, or Internal naming the node on a LibTorch error.
+absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
+                                                     torch::jit::Stack& stack);
+
 // The defined tensors among a kernel's returns, in order (as capture records them).
 std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack);
 
