@@ -211,7 +211,6 @@ int64_t RecomputePeakProbe::Peak(const std::vector<Node*>& chosen) const {
   std::vector<int> born(total), dies(total);
   for (int s = 0; s < storages; ++s) {
     born[s] = moved(born_[s]);
-    const int owner = owner_producer_[s];
     dies[s] = moved(affected[s] ? DeathAfterRewrite(s, recomputed) : dies_[s]);
   }
   for (size_t e = 0; e < extra_bytes.size(); ++e) {

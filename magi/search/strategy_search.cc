@@ -515,16 +515,17 @@ std::string FormatStrategyPlan(const StrategyPlan& plan) {
 }
 
 std::string FormatFrontier(const std::vector<FrontierPoint>& points) {
+  // Budgets and peaks with 6 significant digits: GB-sized steps and MB-sized test graphs alike.
   std::string out = absl::StrFormat("%10s %10s %10s %10s %10s %8s  %s\n", "budget_GB", "step_ms", "exposed_ms",
                                     "peak_GB", "recomputed", "search_s", "pipeline");
   for (const FrontierPoint& point : points) {
     if (!point.status.ok()) {
-      absl::StrAppendFormat(&out, "%10.3f %10s %10s %10s %10s %8s  (nothing fits: %s)\n", point.budget_bytes / 1e9,
+      absl::StrAppendFormat(&out, "%10.6g %10s %10s %10s %10s %8s  (nothing fits: %s)\n", point.budget_bytes / 1e9,
                             "-", "-", "-", "-", "-", point.status.message());
       continue;
     }
     const SimulationResult& p = point.plan.chosen.prediction;
-    absl::StrAppendFormat(&out, "%10.3f %10.3f %10.3f %10.3f %10d %8.2f  %s\n", point.budget_bytes / 1e9,
+    absl::StrAppendFormat(&out, "%10.6g %10.3f %10.3f %10.6g %10d %8.2f  %s\n", point.budget_bytes / 1e9,
                           p.step_seconds * 1e3, p.exposed_communication_seconds * 1e3, p.peak_bytes / 1e9,
                           point.plan.chosen.recomputed_nodes, point.plan.search_seconds, point.plan.pipeline);
   }
