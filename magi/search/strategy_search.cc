@@ -212,12 +212,22 @@ std::vector<Move> Neighbours(const StrategyKnobs& knobs, const PlanEvaluation& e
     add(next, kept ? "re-gather the root group in backward" : "keep the root group gathered for backward");
   }
   if (facts.bucket_sizes.size() > 1) {
-    StrategyKnobs next = knobs;
-    next.bucket_all_gather_mb = knobs.bucket_all_gather_mb > 0 ? 0 : facts.bucket_sizes[1];
-    add(next, next.bucket_all_gather_mb > 0 ? "bucket all-gathers" : "no all-gather buckets");
-    next = knobs;
-    next.bucket_reduce_scatter_mb = knobs.bucket_reduce_scatter_mb > 0 ? 0 : facts.bucket_sizes[1];
-    add(next, next.bucket_reduce_scatter_mb > 0 ? "bucket reduce-scatters" : "no reduce-scatter buckets");
+    // Per kind: buckets on or off, and an existing bucket limit doubled or halved (the
+    // grid's size is a guess; the best one depends on the budget).
+    auto bucket_moves = [&](double StrategyKnobs::*size, const char* kind) {
+      StrategyKnobs next = knobs;
+      next.*size = knobs.*size > 0 ? 0 : facts.bucket_sizes[1];
+      add(next, absl::StrCat(next.*size > 0 ? "bucket " : "no buckets for ", kind));
+      if (knobs.*size <= 0) return;
+      for (double factor : {2.0, 0.5}) {
+        next = knobs;
+        next.*size = std::ceil(knobs.*size * factor);
+        if (next.*size == knobs.*size) continue;
+        add(next, absl::StrFormat("%s buckets of %g MB", kind, next.*size));
+      }
+    };
+    bucket_moves(&StrategyKnobs::bucket_all_gather_mb, "all-gathers");
+    bucket_moves(&StrategyKnobs::bucket_reduce_scatter_mb, "reduce-scatters");
   }
   return moves;
 }

@@ -346,8 +346,12 @@ absl::Status RunFrontier(const CommandLine& line, const Module& module, const Gr
       }
       const double search_ms = point.plan.chosen.prediction.step_seconds * 1e3;
       const double exhaustive_ms = best.best.prediction.step_seconds * 1e3;
-      std::printf("%10.6g %10.3f %14.3f %+7.2f%% %9.2f  %s\n", point.budget_bytes / 1e9, search_ms, exhaustive_ms,
-                  100 * (search_ms / exhaustive_ms - 1), seconds, best.best.pipeline.c_str());
+      const std::string recompute =
+          best.best.recomputed ? absl::StrFormat(",auto-recompute{budget_mb=%.6f,profile=%s}",
+                                                 point.budget_bytes / 1e6, model.profile().name)
+                               : "";
+      std::printf("%10.6g %10.3f %14.3f %+7.2f%% %9.2f  %s%s\n", point.budget_bytes / 1e9, search_ms, exhaustive_ms,
+                  100 * (search_ms / exhaustive_ms - 1), seconds, best.best.pipeline.c_str(), recompute.c_str());
     }
   }
   if (!line.flags.count("svg")) return absl::OkStatus();
