@@ -393,8 +393,19 @@ absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& 
         fastest = i;
       }
     }
+    // With seeds (the frontier), the best grid point is a start of its own: a seed that
+    // recomputes is often a worse basin than a grid point the local search can shape.
+    size_t best_grid = 0;
+    for (size_t i = 1; i < grid.size(); ++i) {
+      if (grid[i].origin == "grid" && (grid[best_grid].origin != "grid" ||
+                                       Better(tried[i].evaluation, tried[best_grid].evaluation))) {
+        best_grid = i;
+      }
+    }
     std::vector<size_t> starts = {current};
-    if (fastest != current) starts.push_back(fastest);
+    for (size_t start : {best_grid, fastest}) {
+      if (std::find(starts.begin(), starts.end(), start) == starts.end()) starts.push_back(start);
+    }
     for (size_t start : starts) {
       MAGI_ASSIGN_OR_RETURN(size_t reached, local_search(start));
       if (Better(tried[reached].evaluation, tried[current].evaluation)) current = reached;
@@ -495,6 +506,29 @@ absl::StatusOr<std::vector<FrontierPoint>> SearchFrontier(const Module& module, 
     } else {
       return plan.status();
     }
+  }
+  // A plan found at one budget serves every budget its peak fits: each point takes the
+  // fastest such plan (the local search from another start may have found it only at a
+  // larger budget), so the step time never rises as the budget grows.
+  for (FrontierPoint& point : points) {
+    const FrontierPoint* best = point.status.ok() ? &point : nullptr;
+    for (const FrontierPoint& other : points) {
+      if (!other.status.ok() || other.plan.chosen.prediction.peak_bytes > point.budget_bytes) continue;
+      const SimulationResult& p = other.plan.chosen.prediction;
+      if (best == nullptr || p.step_seconds < best->plan.chosen.prediction.step_seconds ||
+          (p.step_seconds == best->plan.chosen.prediction.step_seconds &&
+           p.peak_bytes < best->plan.chosen.prediction.peak_bytes)) {
+        best = &other;
+      }
+    }
+    if (best == nullptr || best == &point) continue;
+    const double own_seconds = point.status.ok() ? point.plan.search_seconds : 0;
+    StrategyPlan taken = best->plan;
+    taken.budget_bytes = point.budget_bytes;
+    taken.search_seconds = own_seconds;
+    taken.chosen.origin = absl::StrFormat("found at the %.6g GB budget", best->budget_bytes / 1e9);
+    point.plan = std::move(taken);
+    point.status = absl::OkStatus();
   }
   return points;
 }

@@ -110,8 +110,10 @@ struct FrontierPoint {
 
 // Runs the search at every budget, sharing evaluations between budgets (what does not
 // depend on the budget is simulated once). Budgets are searched smallest first, each
-// search also trying the plans chosen at the smaller budgets (they fit), so the
-// predicted step time never rises with the budget. Points come back in `budgets` order.
+// search also trying the plans chosen at the smaller budgets (they fit); afterwards
+// each point takes the fastest plan found at any budget whose peak fits it (its
+// `chosen.origin` then names that budget). So the predicted step time never rises with
+// the budget. Points come back in `budgets` order.
 absl::StatusOr<std::vector<FrontierPoint>> SearchFrontier(const Module& module, const std::string& graph_name,
                                                           const CostModel& model, const std::vector<int64_t>& budgets,
                                                           const SearchOptions& options = {});

@@ -155,6 +155,33 @@ TEST(StrategySearchTest, FrontierHasAPlanPerBudgetAndNoTimeGoesDownAsMemoryShrin
   EXPECT_NE(table.find((*frontier)[0].plan.pipeline), std::string::npos) << table;
 }
 
+// On the 4-layer 8B step too (per-gather distances and kept groups in play): no frontier
+// point is slower than the search of its budget alone, or than a smaller budget's point.
+TEST(StrategySearchTest, FrontierOfTheFourLayer8BStepIsMonotoneAndNoWorseThanAlone) {
+  auto module = LoadTestdata("step8b_4layers.mir");
+  ASSERT_NE(module, nullptr);
+  CostModel model = H200();
+  std::vector<int64_t> budgets = {9200000000, 9600000000, 9800000000, 10500000000, 11000000000};
+  SearchOptions options;
+  options.threads = 2;
+  absl::StatusOr<std::vector<FrontierPoint>> frontier = SearchFrontier(*module, "train_step", model, budgets, options);
+  ASSERT_TRUE(frontier.ok()) << frontier.status();
+  for (size_t i = 0; i < budgets.size(); ++i) {
+    const FrontierPoint& point = (*frontier)[i];
+    ASSERT_TRUE(point.status.ok()) << point.status;
+    EXPECT_LE(point.plan.chosen.prediction.peak_bytes, budgets[i]);
+    options.memory_budget_bytes = budgets[i];
+    absl::StatusOr<StrategyPlan> alone = SearchStrategy(*module, "train_step", model, options);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_LE(point.plan.chosen.prediction.step_seconds, alone->chosen.prediction.step_seconds)
+        << budgets[i] << ": frontier " << point.plan.pipeline << " alone " << alone->pipeline;
+    if (i > 0) {
+      EXPECT_LE(point.plan.chosen.prediction.step_seconds,
+                (*frontier)[i - 1].plan.chosen.prediction.step_seconds);
+    }
+  }
+}
+
 // The local search lands within 5% of the best setting of a fixed space tried whole
 // (issue 19's target), at budgets from "no recompute needed" to "barely fits".
 TEST(StrategySearchTest, WithinFivePercentOfExhaustiveOnTheFourLayer8BStep) {
