@@ -43,4 +43,7 @@ if examples/generate --world_size=1 --checkpoint_dir="$out/straight/checkpoint" 
   echo "a 2-shard checkpoint on 1 rank should fail"; exit 1
 fi
 grep -q "does not match this run's shard" "$out/err3.txt"
+# Without a checkpoint the output folder (nested, new) is still made and written.
+examples/train --steps=2 --world_size=1 --checkpoint=false --out_dir="$out/new/nested" > /dev/null
+[[ -s "$out/new/nested/summary.json" && ! -e "$out/new/nested/checkpoint" ]]
 echo "train example ok"
