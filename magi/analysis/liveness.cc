@@ -10,7 +10,11 @@
 namespace magi {
 
 absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, const LivenessOptions& options) {
-  std::vector<Node*> nodes = graph.nodes();
+  return ComputeLiveness(graph, graph.nodes(), options);
+}
+
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* const> nodes,
+                                         const LivenessOptions& options) {
   Liveness liveness;
   liveness.num_nodes = static_cast<int>(nodes.size());
   std::vector<StorageLifetime>& storages = liveness.storages;

@@ -43,6 +43,9 @@ struct MemoryPlan {
 // schedulers and searches need; much cheaper).
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true,
                                       const LivenessOptions& options = {});
+// The same with the program order given (`nodes` is graph.nodes()).
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const> nodes, bool assign_buffers,
+                                      const LivenessOptions& options = {});
 
 }  // namespace magi
 

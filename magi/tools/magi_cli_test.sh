@@ -80,6 +80,21 @@ expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $
 expect_failure "bad budget" 1 "--budget_gb must be a positive, finite number" -- $MAGI plan $STEP --budget_gb=lots
 expect_failure "unknown device" 1 "no device profile 'tpu'; built in: cpu, h200" -- $MAGI simulate $STEP --device=tpu
 expect_failure "plan needs a budget" 2 "'plan' needs --budget_gb=..." -- $MAGI plan $STEP
+# The budget frontier: a row per budget (the plan of each), nothing fitting shown as such,
+# and the chart written whole.
+$MAGI plan $STEP --frontier=0.0017:0.0019:0.0001,0.001 --svg="$TMP/f.svg" > /dev/null 2>&1 && frontier_rc=0 || frontier_rc=$?
+check "frontier range and list do not mix" test "$frontier_rc" = 1
+$MAGI plan $STEP --frontier=0.00175,0.0018,0.0019,0.0001 --svg="$TMP/frontier.svg" --threads=2 > "$TMP/frontier.txt"
+check "frontier prints a row per budget" test "$(grep -c '^ *0\.00' "$TMP/frontier.txt")" = 4
+check "frontier rows carry the plan" grep -q '^ *0\.0019 .*reshard-after-forward' "$TMP/frontier.txt"
+check "frontier says where nothing fits" grep -q '^ *0\.0001 .*nothing fits' "$TMP/frontier.txt"
+check "frontier writes an SVG" grep -q '</svg>' "$TMP/frontier.svg"
+check "frontier SVG marks every plan" test "$(grep -c '<circle' "$TMP/frontier.svg")" = 3
+check "frontier leaves no temp file" test "$(ls "$TMP" | grep -c 'frontier.svg')" = 1
+expect_failure "frontier range backwards" 1 "--frontier=2:1:0.5: needs 0 < LO <= HI and STEP > 0" -- $MAGI plan $STEP --frontier=2:1:0.5
+expect_failure "frontier bad list" 1 "--frontier=1,x: 'x' is not a positive, finite number of GB" -- $MAGI plan $STEP --frontier=1,x
+expect_failure "frontier or budget" 2 "'plan' takes --budget_gb=... or --frontier=..., not both" -- $MAGI plan $STEP --frontier=1 --budget_gb=1
+expect_failure "svg needs frontier" 2 "'plan' takes --svg and --exhaustive only with --frontier" -- $MAGI plan $STEP --budget_gb=1 --svg=x.svg
 check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
 
 printf 'module @m {\n  graph @g {\n    %%y = aten::relu(%%x) : f32[2]\n  }\n}\n' > "$TMP/bad.mir"
@@ -191,7 +206,7 @@ for cmd in "${COMMANDS[@]}"; do
   done
 done
 check "opt --help explains --passes" grep -q -- '--passes=SPEC' <($MAGI opt --help)
-check "--help wins over other arguments" test "$($MAGI plan $STEP --budget_gb=1 --help | head -n 1)" = "usage: magi plan IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]"
+check "--help wins over other arguments" test "$($MAGI plan $STEP --budget_gb=1 --help | head -n 1)" = "usage: magi plan IN (--budget_gb=B | --frontier=LO:HI:STEP [--svg=OUT.svg] [--exhaustive=true]) [--device=...] [--calibration=CSV] [--graph=NAME] [--threads=N] [-o OUT]"
 check "magi help opt is opt's usage" test "$($MAGI help opt)" = "$($MAGI opt --help)"
 check "magi -h lists the commands" test "$($MAGI -h)" = "$help_out"
 expect_failure "unknown command with --help" 2 "unknown command 'frob'" -- $MAGI frob --help
