@@ -40,7 +40,7 @@ ModelCase CaseFor(const std::string& model) {
   if (model == "llama") {
     return {dir + "exported/llama_joint.fx.json", dir + "reference/llama", {"layers.0", "layers.1", ""}};
   }
-  return {dir + "exported/resnet18_joint.fx.json", dir + "reference/resnet18",
+  return {dir + "exported/resnet18_train_joint.fx.json", dir + "reference/resnet18_train",
           {"layer1", "layer2", "layer3", "layer4", ""}};
 }
 
@@ -83,11 +83,33 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Tolerances (fp32): losses relative 1e-5; parameters and buffers absolute 1e-5 scaled by
-// max(1, |reference|). Magi runs the same ATen kernels; what differs is the order of the
-// gradient average (reduce-scatter vs the reference's sum) and AdamW's fused update.
-constexpr double kLossTolerance = 1e-5;
-constexpr double kTensorTolerance = 1e-5;
+// Tolerances (fp32), relative to max(1, |PyTorch's value|). Magi runs the same ATen kernels;
+// what differs is rounding: the order of the gradient average (reduce-scatter vs the
+// reference's sum) and AdamW's fused update. On the Llama twin that stays at rounding level
+// (observed 3e-7), so 1e-5 holds for every step. resnet18 with BatchNorm on 4 images is
+// chaotic under AdamW: in PyTorch alone, multiplying every gradient element by
+// (1 + 1e-7 * randn), i.e. about one fp32 ulp, moves the losses of steps 2 and 3 by 2e-5 and
+// 7.5e-5 and parameters by up to ~lr where a gradient is at rounding level (AdamW's first
+// steps normalize it to +-lr), and running statistics by up to 1.2% (relative, elementwise).
+// Per tensor, though, the difference stays small in L2: at most 3% of the parameter's
+// movement over the 4 steps, 0.3% of a running statistic. So resnet18 is held to 1e-5 for
+// the losses of the first two steps, each parameter to 10% of its movement
+// in L2 (|magi - torch| <= 0.1 |torch - init|) and each buffer to 1% in L2 (|magi - torch| <=
+// 0.01 |torch|); the Llama twin checks AdamW itself elementwise. The late losses are held
+// to 5e-3: on world 2, the same one-ulp noise moves PyTorch's own step-3 loss of rank 1
+// from 2.39246 to 2.39640 (1.6e-3), which is where Magi's lands too.
+struct Tolerance {
+  double early_loss = 1e-5;  // steps 0 and 1
+  double late_loss = 1e-5;   // steps 2 on
+  double tensors = 1e-5;     // elementwise, final parameters and buffers (0: not checked)
+  double movement = 0;       // L2, parameters, relative to PyTorch's movement (0: not checked)
+  double buffers_l2 = 0;     // L2, buffers, relative to PyTorch's (0: not checked)
+};
+
+Tolerance ToleranceFor(const std::string& model) {
+  if (model == "llama") return {};
+  return {1e-5, 5e-3, 0, 0.1, 1e-2};
+}
 
 int RunWorker(const std::string& model) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
@@ -97,10 +119,15 @@ int RunWorker(const std::string& model) {
   auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(120));
   if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
   const ModelCase c = CaseFor(model);
+  const Tolerance tolerance = ToleranceFor(model);
   absl::StatusOr<std::map<std::string, at::Tensor>> ref = ReadReference(c.reference);
   if (!ref.ok()) return Fail(std::string(ref.status().message()));
   absl::StatusOr<FxImport> imported = ImportFxFile(c.joint);
   if (!imported.ok()) return Fail(std::string(imported.status().message()));
+  std::map<std::string, at::Tensor> initial;  // the imported parameters, before training
+  for (const Value* input : imported->graph().inputs()) {
+    if (input->role() == InputRole::kParam) initial[input->name()] = imported->tensors.at(input->name()).clone();
+  }
   FxTrainOptions options;
   options.shard_groups = c.groups;
   absl::StatusOr<std::unique_ptr<FxTrainer>> trainer = FxTrainer::Create(std::move(*imported), *communicator, options);
@@ -121,23 +148,36 @@ int RunWorker(const std::string& model) {
     double diff = std::abs(*loss - want);
     worst_loss = std::max(worst_loss, diff / std::max(1.0, std::abs(want)));
     std::cout << "rank " << env->rank << " step " << step << " loss " << *loss << " (PyTorch " << want << ")\n";
-    if (diff > kLossTolerance * std::max(1.0, std::abs(want))) {
+    const double allowed = step < 2 ? tolerance.early_loss : tolerance.late_loss;
+    if (diff > allowed * std::max(1.0, std::abs(want))) {
       return Fail(absl::StrCat("rank ", env->rank, " step ", step, ": loss ", *loss, " vs PyTorch ", want));
     }
   }
   auto params = (*trainer)->GatherFullParameters();
   if (!params.ok()) return Fail(std::string(params.status().message()));
   double worst = 0;
-  auto compare = [&](const std::string& what, const at::Tensor& got, const at::Tensor& want) -> bool {
+  // `init`: the parameter's initial value (movement check), undefined for buffers.
+  auto compare = [&](const std::string& what, const at::Tensor& got, const at::Tensor& want,
+                     const at::Tensor& init) -> bool {
     if (!got.sizes().equals(want.sizes())) {
       Fail(what + ": shape differs from PyTorch's");
       return false;
     }
-    double scale = std::max(1.0, want.to(at::kDouble).abs().max().item<double>());
-    double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() / scale;
+    at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
+    double diff = 0, allowed = 0;
+    if (tolerance.tensors > 0) {
+      diff = (g - w).abs().max().item<double>() / std::max(1.0, w.abs().max().item<double>());
+      allowed = tolerance.tensors;
+    } else if (init.defined()) {
+      diff = (g - w).norm().item<double>() / std::max(1e-12, (w - init.to(at::kDouble)).norm().item<double>());
+      allowed = tolerance.movement;
+    } else {
+      diff = (g - w).norm().item<double>() / std::max(1e-12, w.norm().item<double>());
+      allowed = tolerance.buffers_l2;
+    }
     worst = std::max(worst, diff);
-    if (diff > kTensorTolerance) {
-      Fail(what + " differs from PyTorch's by " + std::to_string(diff));
+    if (diff > allowed) {
+      Fail(what + " differs from PyTorch's by " + std::to_string(diff) + " (allowed " + std::to_string(allowed) + ")");
       return false;
     }
     return true;
@@ -146,7 +186,7 @@ int RunWorker(const std::string& model) {
   for (const auto& [name, value] : *params) {
     auto it = ref->find(w + "param/" + name);
     if (it == ref->end()) return Fail("the reference has no parameter " + name);
-    if (!compare(name, value, it->second)) return 1;
+    if (!compare(name, value, it->second, initial.at(name))) return 1;
     ++checked;
   }
   size_t buffers = 0;
@@ -156,11 +196,12 @@ int RunWorker(const std::string& model) {
     std::string name = key.substr(buffer_prefix.size());
     auto it = (*trainer)->buffers().find(name);
     if (it == (*trainer)->buffers().end()) return Fail("the trainer has no buffer " + name);
-    if (!compare(name, it->second, want)) return 1;
+    if (!compare(name, it->second, want, at::Tensor())) return 1;
     ++buffers;
   }
   std::cout << "rank " << env->rank << ": " << kSteps << " steps, losses within " << worst_loss << " (relative), "
-            << checked << " parameters and " << buffers << " buffers within " << worst << " of PyTorch\n";
+            << checked << " parameters and " << buffers << " buffers within " << worst
+            << (tolerance.tensors > 0 ? " (elementwise)" : " (L2, of the movement / of the buffer)") << " of PyTorch\n";
   return 0;
 }
 
@@ -173,9 +214,9 @@ int Launch(int world, const std::string& model) {
 TEST(FxTrainingTest, LlamaMatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "llama"), 0); }
 TEST(FxTrainingTest, LlamaMatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "llama"), 0); }
 TEST(FxTrainingTest, LlamaMatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "llama"), 0); }
-TEST(FxTrainingTest, Resnet18MatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "resnet18"), 0); }
-TEST(FxTrainingTest, Resnet18MatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "resnet18"), 0); }
-TEST(FxTrainingTest, Resnet18MatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "resnet18"), 0); }
+TEST(FxTrainingTest, Resnet18MatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "resnet18_train"), 0); }
+TEST(FxTrainingTest, Resnet18MatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "resnet18_train"), 0); }
+TEST(FxTrainingTest, Resnet18MatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "resnet18_train"), 0); }
 
 TEST(FsdpPlanFromModulePrefixesTest, LongestPrefixClaimsAndErrorsNameTheCause) {
   absl::StatusOr<FxImport> imported = ImportFxFile(CaseFor("llama").joint);
