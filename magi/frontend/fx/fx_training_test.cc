@@ -91,13 +91,14 @@ int Fail(const std::string& message) {
 // (1 + 1e-7 * randn), i.e. about one fp32 ulp, moves the losses of steps 2 and 3 by 2e-5 and
 // 7.5e-5 and parameters by up to ~lr where a gradient is at rounding level (AdamW's first
 // steps normalize it to +-lr), and running statistics by up to 1.2% (relative, elementwise).
-// Per tensor, though, the difference stays small in L2: at most 3% of the parameter's
-// movement over the 4 steps, 0.3% of a running statistic. So resnet18 is held to 1e-5 for
-// the losses of the first two steps, each parameter to 10% of its movement
-// in L2 (|magi - torch| <= 0.1 |torch - init|) and each buffer to 1% in L2 (|magi - torch| <=
-// 0.01 |torch|); the Llama twin checks AdamW itself elementwise. The late losses are held
-// to 5e-3: on world 2, the same one-ulp noise moves PyTorch's own step-3 loss of rank 1
-// from 2.39246 to 2.39640 (1.6e-3), which is where Magi's lands too.
+// Per tensor, though, the difference stays small in L2: at most 3% (world 1) and 8.1%
+// (world 2, bn1.bias) of the parameter's movement over the 4 steps, 0.3% of a running
+// statistic. So resnet18 is held to 1e-5 for the losses of the first two steps, each
+// parameter to 20% of its movement in L2 (|magi - torch| <= 0.2 |torch - init|) and each
+// buffer to 1% in L2 (|magi - torch| <= 0.01 |torch|); the Llama twin checks AdamW itself
+// elementwise. The late losses are held to 5e-3: on world 2, the same one-ulp noise moves
+// PyTorch's own step-3 loss of rank 1 from 2.39246 to 2.39640 (1.6e-3), which is where
+// Magi's lands too.
 struct Tolerance {
   double early_loss = 1e-5;  // steps 0 and 1
   double late_loss = 1e-5;   // steps 2 on
@@ -108,7 +109,7 @@ struct Tolerance {
 
 Tolerance ToleranceFor(const std::string& model) {
   if (model == "llama") return {};
-  return {1e-5, 5e-3, 0, 0.1, 1e-2};
+  return {1e-5, 5e-3, 0, 0.2, 1e-2};
 }
 
 int RunWorker(const std::string& model) {
