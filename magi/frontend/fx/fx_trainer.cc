@@ -89,7 +89,8 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
     if (input->role() == InputRole::kRng) continue;
     auto it = imported.tensors.find(name);
     if (it == imported.tensors.end()) {
-      return absl::NotFoundError(absl::StrCat("the tensors file of @", graph.name(), " has no value for input %", name));
+      return absl::NotFoundError(
+          absl::StrCat("the tensors file of @", graph.name(), " has no value for input %", name));
     }
     (input->role() == InputRole::kParam ? params : trainer->buffers_)[name] = it->second;
   }

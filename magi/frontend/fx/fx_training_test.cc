@@ -26,7 +26,7 @@
 namespace magi {
 namespace {
 
-std::string g_self;  // path of this binary
+std::string g_self;        // path of this binary
 constexpr int kSteps = 4;  // as in the BUILD's reference genrules
 
 struct ModelCase {
@@ -40,7 +40,8 @@ ModelCase CaseFor(const std::string& model) {
   if (model == "llama") {
     return {dir + "exported/llama_joint.fx.json", dir + "reference/llama", {"layers.0", "layers.1", ""}};
   }
-  return {dir + "exported/resnet18_train_joint.fx.json", dir + "reference/resnet18_train",
+  return {dir + "exported/resnet18_train_joint.fx.json",
+          dir + "reference/resnet18_train",
           {"layer1", "layer2", "layer3", "layer4", ""}};
 }
 
@@ -49,7 +50,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadReference(const std::strin
   std::ifstream bin(prefix + ".ref.bin", std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
   std::ifstream txt(prefix + ".ref.txt");
-  if (!bin.good() && bytes.empty()) return absl::NotFoundError(absl::StrCat("cannot read ", prefix, ".ref.bin"));
+  if (bytes.empty() || !txt.is_open()) return absl::NotFoundError(absl::StrCat("cannot read ", prefix, ".ref.*"));
   std::map<std::string, at::Tensor> out;
   std::string line;
   int line_number = 0;
@@ -61,13 +62,16 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadReference(const std::strin
     fields >> name >> dtype >> offset >> nbytes >> ndim;
     std::vector<int64_t> sizes(ndim);
     for (int64_t& s : sizes) fields >> s;
-    at::ScalarType type = dtype == "float32" ? at::kFloat : dtype == "int64" ? at::kLong : dtype == "float64"
-                                                                                  ? at::kDouble
-                                                                                  : at::kInt;
+    static const auto* kTypes = new std::map<std::string, at::ScalarType>{
+        {"float32", at::kFloat}, {"float64", at::kDouble}, {"int64", at::kLong}, {"int32", at::kInt}};
+    auto type = kTypes->find(dtype);
+    if (type == kTypes->end()) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, ".ref.txt:", line_number, ": unknown dtype ", dtype));
+    }
     if (fields.fail() || offset + nbytes > static_cast<int64_t>(bytes.size())) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, ".ref.txt:", line_number, ": malformed: ", line));
     }
-    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type));
+    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type->second));
     if (t.nbytes() != static_cast<size_t>(nbytes)) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, ".ref.txt:", line_number, ": size mismatch"));
     }
@@ -131,8 +135,13 @@ int RunWorker(const std::string& model) {
   }
   FxTrainOptions options;
   options.shard_groups = c.groups;
+  // A pass pipeline after sharding (MAGI_FX_PASSES): the same compile path as FsdpTrainer's.
+  if (const char* passes = std::getenv("MAGI_FX_PASSES")) options.optimization.passes = passes;
   absl::StatusOr<std::unique_ptr<FxTrainer>> trainer = FxTrainer::Create(std::move(*imported), *communicator, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
+  if (!options.optimization.passes.empty() && (*trainer)->applied_pipeline().empty()) {
+    return Fail("the pass pipeline " + options.optimization.passes + " was not applied");
+  }
   const std::string w = absl::StrCat("w", env->world_size, "/");
   double worst_loss = 0;
   for (int step = 0; step < kSteps; ++step) {
@@ -206,8 +215,9 @@ int RunWorker(const std::string& model) {
   return 0;
 }
 
-int Launch(int world, const std::string& model) {
-  absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(world, {g_self}, {{"MAGI_FX_WORKER", model}});
+int Launch(int world, const std::string& model, std::map<std::string, std::string> env = {}) {
+  env["MAGI_FX_WORKER"] = model;
+  absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(world, {g_self}, env);
   EXPECT_TRUE(result.ok()) << result.status();
   return result.ok() ? result->exit_code : -1;
 }
@@ -215,6 +225,9 @@ int Launch(int world, const std::string& model) {
 TEST(FxTrainingTest, LlamaMatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "llama"), 0); }
 TEST(FxTrainingTest, LlamaMatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "llama"), 0); }
 TEST(FxTrainingTest, LlamaMatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "llama"), 0); }
+TEST(FxTrainingTest, LlamaWithBucketingAndOverlapMatchesPyTorchOnTwoRanks) {
+  EXPECT_EQ(Launch(2, "llama", {{"MAGI_FX_PASSES", "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}"}}), 0);
+}
 TEST(FxTrainingTest, Resnet18MatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "resnet18_train"), 0); }
 TEST(FxTrainingTest, Resnet18MatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "resnet18_train"), 0); }
 TEST(FxTrainingTest, Resnet18MatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "resnet18_train"), 0); }
@@ -230,8 +243,9 @@ TEST(FsdpPlanFromModulePrefixesTest, LongestPrefixClaimsAndErrorsNameTheCause) {
   for (const std::string& p : plan->groups[2].params) EXPECT_NE(p.rfind("layers.", 0), 0u) << p;
   auto missing = FsdpPlanFromModulePrefixes(imported->graph(), {"layers.0", "layers.1"}, 2);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(missing.status().message(),
-            "parameter tok_embeddings.weight of graph @joint is in no FSDP group (name the root \"\" to take the rest)");
+  EXPECT_EQ(
+      missing.status().message(),
+      "parameter tok_embeddings.weight of graph @joint is in no FSDP group (name the root \"\" to take the rest)");
   auto empty = FsdpPlanFromModulePrefixes(imported->graph(), {"layers.9", ""}, 2);
   EXPECT_EQ(empty.status().message(), "FSDP group 'layers.9' holds no parameter of graph @joint");
 }
