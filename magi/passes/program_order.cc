@@ -43,23 +43,8 @@ bool ProgramOrder::HoistBefore(Node* node, Node* before, int max_moved) {
     if (Position(node) <= limit) return true;
     std::vector<Node*> to_move;
     absl::flat_hash_set<const Node*> seen;
-    bool ok = true;
-    std::function<void(Node*)> visit = [&](Node* n) {
-      if (!ok || !seen.insert(n).second) return;
-      for (const Value* operand : n->operands()) {
-        Node* producer = operand->producer();
-        if (producer == nullptr || Position(producer) < limit) continue;
-        if (!IsMovable(*producer)) {
-          ok = false;
-          return;
-        }
-        visit(producer);
-      }
-      to_move.push_back(n);  // after its producers
-      if (static_cast<int>(to_move.size()) > max_moved + 1) ok = false;
-    };
-    visit(node);
-    if (!ok) return false;
+    auto position = [this](const Node* n) { return Position(n); };
+    if (!CollectNodesToHoist(node, limit, position, max_moved, to_move, seen)) return false;
     if (seen.contains(nodes_[limit])) {
       // `before` is itself an input of `node`: the earliest place is right after it.
       ++limit;

@@ -18,6 +18,27 @@ absl::flat_hash_map<const Node*, int> NodePositions(const Graph& graph) {
 
 bool IsMovable(const Node& node) { return GetOpTraits(node.op()).movable(); }
 
+bool CollectNodesToHoist(Node* node, int limit, const std::function<int(const Node*)>& position, int max_moved,
+                         std::vector<Node*>& to_move, absl::flat_hash_set<const Node*>& seen) {
+  bool ok = true;
+  std::function<void(Node*)> visit = [&](Node* n) {
+    if (!ok || !seen.insert(n).second) return;
+    for (const Value* operand : n->operands()) {
+      Node* producer = operand->producer();
+      if (producer == nullptr || position(producer) < limit) continue;
+      if (!IsMovable(*producer)) {
+        ok = false;
+        return;
+      }
+      visit(producer);
+    }
+    to_move.push_back(n);  // after its producers
+    if (static_cast<int>(to_move.size()) > max_moved + 1) ok = false;
+  };
+  visit(node);
+  return ok;
+}
+
 int IndexOf(const std::vector<Node*>& order, const Node* node) {
   auto it = std::find(order.begin(), order.end(), node);
   return it == order.end() ? -1 : static_cast<int>(it - order.begin());
@@ -42,23 +63,7 @@ bool HoistBefore(Graph& graph, Node* node, Node* before, int max_moved) {
     // Collect the producers that must move too, depth first, and check them.
     std::vector<Node*> to_move;
     absl::flat_hash_set<const Node*> seen;
-    bool ok = true;
-    std::function<void(Node*)> visit = [&](Node* n) {
-      if (!ok || !seen.insert(n).second) return;
-      for (const Value* operand : n->operands()) {
-        Node* producer = operand->producer();
-        if (producer == nullptr || position(producer) < limit) continue;
-        if (!IsMovable(*producer)) {
-          ok = false;
-          return;
-        }
-        visit(producer);
-      }
-      to_move.push_back(n);  // after its producers
-      if (static_cast<int>(to_move.size()) > max_moved + 1) ok = false;
-    };
-    visit(node);
-    if (!ok) return false;
+    if (!CollectNodesToHoist(node, limit, position, max_moved, to_move, seen)) return false;
     if (seen.contains(order[limit])) {
       // `before` is itself an input of `node`: the earliest place is right after it.
       ++limit;

@@ -6,9 +6,11 @@
 #ifndef MAGI_PASSES_SCHEDULE_UTIL_H_
 #define MAGI_PASSES_SCHEDULE_UTIL_H_
 
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "magi/ir/graph.h"
 
 namespace magi {
@@ -26,6 +28,14 @@ bool IsMovable(const Node& node);
 // those producers, `node` goes right after it instead (the earliest valid place).
 // `node` itself may be a collective start (it is moved, but its producers must be movable).
 bool HoistBefore(Graph& graph, Node* node, Node* before, int max_moved = 16);
+
+// What HoistBefore moves: `node` and, recursively, the producers of its operands at or
+// after program position `limit`, in dependency order (producers first), each added to
+// `seen`. False if one of those producers is not movable or more than `max_moved` + 1
+// nodes would move. `position` gives a node's program position (any node from `limit`
+// on). Shared by HoistBefore and ProgramOrder::HoistBefore.
+bool CollectNodesToHoist(Node* node, int limit, const std::function<int(const Node*)>& position, int max_moved,
+                         std::vector<Node*>& to_move, absl::flat_hash_set<const Node*>& seen);
 
 // The first node (in program order) that uses a result of `node`, or null if only
 // graph outputs (or nobody) use them.
