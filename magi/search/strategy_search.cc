@@ -130,7 +130,9 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
     }
   }
   int best = -1;
-  int64_t smallest_peak = INT64_MAX;
+  // Over-budget candidates whose recompute could not fit: the least peak recompute can
+  // reach for each (every activation recomputed), to report the closest plan.
+  std::vector<int64_t> recompute_floor(plan.candidates.size(), -1);
   for (size_t index : order) {
     StrategyCandidate& candidate = plan.candidates[index];
     if (absl::StartsWith(candidate.note, "same graph as")) continue;
@@ -150,11 +152,11 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
       } else if (changed.status().code() == absl::StatusCode::kFailedPrecondition) {
         candidate.note = absl::StrFormat("over budget: %.3f MB with every activation recomputed",
                                          recompute.report().peak_floor / 1e6);
+        if (recompute.report().peak_floor > 0) recompute_floor[index] = recompute.report().peak_floor;
       } else {
         return changed.status();
       }
     }
-    smallest_peak = std::min(smallest_peak, candidate.prediction.peak_bytes);
     if (!candidate.fits) {
       if (candidate.note.empty()) candidate.note = "over budget";
       continue;
@@ -167,9 +169,34 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
   }
   plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   if (best < 0) {
+    // The plan that came closest: the least peak over the candidates as evaluated and,
+    // where recompute was tried, rebuilt with every activation recomputed (a budget of
+    // exactly its floor), so the figure is one a real pipeline reaches.
+    int closest = -1;
+    int64_t closest_peak = INT64_MAX;
+    for (size_t index = 0; index < plan.candidates.size(); ++index) {
+      const StrategyCandidate& candidate = plan.candidates[index];
+      if (absl::StartsWith(candidate.note, "same graph as")) continue;
+      int64_t peak = recompute_floor[index] > 0 ? recompute_floor[index] : candidate.prediction.peak_bytes;
+      if (peak < closest_peak) {
+        closest_peak = peak;
+        closest = static_cast<int>(index);
+      }
+    }
+    if (closest < 0) return absl::InternalError("the strategy search evaluated no candidate");
+    StrategyCandidate reached = plan.candidates[closest];
+    if (recompute_floor[closest] > 0) {
+      AutoRecompute recompute(recompute_floor[closest], model);
+      Module& copy = *evaluated[closest].module;
+      MAGI_RETURN_IF_ERROR(recompute.Run(copy).status());
+      reached.pipeline = absl::StrCat(reached.pipeline, ",", RecomputeSpec(recompute_floor[closest], model));
+      MAGI_ASSIGN_OR_RETURN(reached.prediction, Simulate(*copy.FindGraph(graph_name), model));
+    }
     return absl::FailedPreconditionError(absl::StrFormat(
-        "no strategy fits %d bytes per rank: the smallest predicted peak is %d bytes (graph as given: %d)",
-        plan.budget_bytes, smallest_peak, plan.baseline.peak_bytes));
+        "no strategy fits %d bytes per rank: the smallest predicted peak the search reached is %d bytes (%.6f MB), "
+        "with %s (graph as given: %d bytes)",
+        plan.budget_bytes, reached.prediction.peak_bytes, reached.prediction.peak_bytes / 1e6, reached.pipeline,
+        plan.baseline.peak_bytes));
   }
   plan.chosen = plan.candidates[best];
   plan.pipeline = plan.chosen.pipeline;
