@@ -1,5 +1,6 @@
 #include "magi/frontend/fsdp/inference.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/checkpoint.h"
@@ -14,7 +15,6 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
                                                                      std::shared_ptr<Communicator> communicator,
                                                                      const std::string& backend) {
   auto inference = std::unique_ptr<FsdpInference>(new FsdpInference());
-  inference->root_ = &root;
   MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
   if (plan.world_size != communicator->size()) {
     return absl::InvalidArgumentError(
@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   MAGI_ASSIGN_OR_RETURN(inference->compiled_,
                         CompileCapturedForTorch(std::move(captured), options, &inference->executable_));
   MAGI_RETURN_IF_ERROR(inference->executable_->BindCommunicator(plan.process_group, communicator));
+  inference->buffers_ = BuffersTheGraphReads(inference->graph(), root);
   std::map<std::string, at::Tensor> params;
   for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
   for (const FsdpGroupPlan& group : plan.groups) {
@@ -46,9 +47,16 @@ absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& path) {
 
 absl::StatusOr<std::vector<at::Tensor>> FsdpInference::Run(const std::vector<at::Tensor>& inputs) {
   std::map<std::string, at::Tensor> named = shards_;
-  AddBuffersAndConstants(*root_, constants_, named);
+  for (const auto& [name, tensor] : buffers_) named[name] = tensor;
+  for (const auto& [name, tensor] : constants_) named[name] = tensor;
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherStepInputs(graph(), named, inputs));
-  return executable_->Run(bound);
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(bound));
+  TakeUpdatedBuffers(graph(), outputs, buffers_);  // a forward in training mode updates statistics
+  std::vector<at::Tensor> results;
+  for (size_t i = 0; i < graph().outputs().size(); ++i) {
+    if (absl::StartsWith(graph().outputs()[i].name, "output.")) results.push_back(outputs[i]);
+  }
+  return results;
 }
 
 }  // namespace magi

@@ -32,17 +32,18 @@ class FsdpInference {
                                                                const std::string& backend = "interpreter");
   // Replaces the shards with those of a FsdpTrainer checkpoint (same world size and rank).
   absl::Status LoadShardsFromCheckpoint(const std::string& path);
-  // Runs the forward on `inputs` (the example's shapes); returns its outputs.
+  // Runs the forward on `inputs` (the example's shapes); returns its outputs (the forward
+  // function's, in order; buffers it updates are kept for the next run).
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
   const Graph& graph() const { return compiled_.graph(); }
 
  private:
   FsdpInference() = default;
-  torch::nn::Module* root_ = nullptr;
   std::vector<std::pair<std::string, at::Tensor>> constants_;
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;
   std::map<std::string, at::Tensor> shards_;  // "<param>.shard"
+  std::map<std::string, at::Tensor> buffers_;  // the module buffers the graph reads
 };
 
 }  // namespace magi

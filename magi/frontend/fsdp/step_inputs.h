@@ -19,10 +19,14 @@ absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
                                                          const std::map<std::string, at::Tensor>& named,
                                                          const std::vector<at::Tensor>& data);
 
-// Adds `root`'s buffers and the lifted constants to `named`.
-void AddBuffersAndConstants(torch::nn::Module& root,
-                            const std::vector<std::pair<std::string, at::Tensor>>& constants,
-                            std::map<std::string, at::Tensor>& named);
+// The buffers of `root` that `graph` reads (its inputs of role buffer, by name): the state
+// a front end owns from Create on and feeds each step.
+std::map<std::string, at::Tensor> BuffersTheGraphReads(const Graph& graph, torch::nn::Module& root);
+
+// Replaces each buffer in `buffers` whose new value the step returned ("<buffer>.updated",
+// capture's name for written inputs) with that value.
+void TakeUpdatedBuffers(const Graph& graph, const std::vector<at::Tensor>& outputs,
+                        std::map<std::string, at::Tensor>& buffers);
 
 }  // namespace magi
 

@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.backend = backend;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
   MAGI_RETURN_IF_ERROR(trainer->executable_->BindCommunicator(trainer->plan_.process_group, communicator));
+  trainer->buffers_ = BuffersTheGraphReads(trainer->graph(), root);
 
   // This rank's rows of every parameter, padded to whole shards; zero moments.
   const int64_t world = trainer->plan_.world_size;
@@ -83,10 +84,12 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
   named["adamw.decay"] = at::scalar_tensor(1.0 - o.lr * o.weight_decay, scalar);
   named["adamw.step_size"] = at::scalar_tensor(o.lr / bias1, scalar);
   named["adamw.bc2_sqrt"] = at::scalar_tensor(std::sqrt(bias2), scalar);
-  AddBuffersAndConstants(*root_, constants_, named);
+  for (const auto& [name, tensor] : buffers_) named[name] = tensor;
+  for (const auto& [name, tensor] : constants_) named[name] = tensor;
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, GatherStepInputs(graph(), named, local_batch));
   named.clear();  // `inputs` holds what the step needs
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(inputs));
+  TakeUpdatedBuffers(graph(), outputs, buffers_);  // running statistics: the next step reads these
   double loss = 0;
   const auto& graph_outputs = graph().outputs();
   for (size_t i = 0; i < graph_outputs.size(); ++i) {

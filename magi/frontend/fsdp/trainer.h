@@ -63,8 +63,9 @@ class FsdpTrainer {
 
   // Frees the module's own (full, unsharded) parameter tensors: the trainer trains its
   // shards, so after Create the module's copies only cost memory (a full replica per rank;
-  // 1.8 GiB on the 953M model in bf16). Buffers stay (the step reads them). Afterwards the
-  // module's parameters are empty tensors: use GatherFullParameters() for their values.
+  // 1.8 GiB on the 953M model in bf16). Buffers stay (the trainer holds what the step
+  // reads; see buffers()). Afterwards the module's parameters are empty tensors: use
+  // GatherFullParameters() for their values.
   void ReleaseModuleParameters();
 
   // Every parameter, unsharded (all ranks take part: it is a collective).
@@ -89,6 +90,11 @@ class FsdpTrainer {
 
   // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
   const std::map<std::string, at::Tensor>& state() const { return state_; }
+  // The module buffers the step reads, by name, owned by the trainer from Create on: a
+  // step that updates them (BatchNorm's running statistics) returns "<buffer>.updated",
+  // which replaces them for the next step. Each rank keeps its own (no SyncBatchNorm).
+  // The module's own buffers are not written.
+  const std::map<std::string, at::Tensor>& buffers() const { return buffers_; }
 
   // Writes this rank's shards, optimizer moments, step count and the default CPU
   // generator's state to `path` (a LibTorch archive), atomically: a temporary file
@@ -109,6 +115,7 @@ class FsdpTrainer {
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
   std::map<std::string, at::Tensor> state_;  // "<p>.shard", "<p>.exp_avg", "<p>.exp_avg_sq"
+  std::map<std::string, at::Tensor> buffers_;  // what the step reads of the module's buffers
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
 };
