@@ -4,9 +4,10 @@
 //   tools/bazel run //examples:train
 //   tools/bazel run //examples:generate -- --prompt="Sonnet 7" --length=300
 //
-// It runs on as many local processes as the checkpoint has shards (--world_size, as for
-// train), loads each rank's shards from --checkpoint_dir and decodes greedily (or samples
-// with --temperature > 0): every step runs the captured forward on the last --seq_len bytes.
+// It runs on --world_size local processes (any number: each rank rebuilds its shards from
+// the newest committed step in --checkpoint_dir, whatever world size trained it) and
+// decodes greedily (or samples with --temperature > 0): every step runs the captured
+// forward on the last --seq_len bytes.
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -18,9 +19,10 @@
 #include "magi/runtime/distributed/rendezvous.h"
 #include "magi/runtime/gloo/gloo_communicator.h"
 
-ABSL_FLAG(int, world_size, 2, "Processes: the number of shards in the checkpoint");
+ABSL_FLAG(int, world_size, 2, "Processes (any number: the checkpoint's shards are rebuilt for them)");
 ABSL_FLAG(std::string, model, "tiny", "The --model the checkpoint was trained with");
-ABSL_FLAG(std::string, checkpoint_dir, "/tmp/magi_train/checkpoint", "Where examples:train wrote rank<r>.pt");
+ABSL_FLAG(std::string, checkpoint_dir, "/tmp/magi_train/checkpoint",
+          "Where examples:train wrote its checkpoint: the newest committed step-<N>/ is read");
 ABSL_FLAG(std::string, prompt, "Sonnet 155\n\n", "Text to continue");
 ABSL_FLAG(int, length, 200, "Bytes to generate");
 ABSL_FLAG(int, seq_len, 64, "Context window in bytes (the --seq_len of training)");
@@ -59,8 +61,7 @@ int Generate(const magi::DistributedEnv& env) {
   };
   auto inference = magi::FsdpInference::Create(*model, forward, {window}, *communicator);
   if (!inference.ok()) return Fail(rank, inference.status().message());
-  absl::Status loaded = (*inference)->LoadShardsFromCheckpoint(
-      absl::StrCat(absl::GetFlag(FLAGS_checkpoint_dir), "/rank", rank, ".pt"));
+  absl::Status loaded = (*inference)->LoadShardsFromCheckpoint(absl::GetFlag(FLAGS_checkpoint_dir));
   if (!loaded.ok()) return Fail(rank, loaded.message());
 
   std::string text = absl::GetFlag(FLAGS_prompt);

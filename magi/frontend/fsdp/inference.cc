@@ -30,18 +30,28 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
                         CompileCapturedForTorch(std::move(captured), options, &inference->executable_));
   MAGI_RETURN_IF_ERROR(inference->executable_->BindCommunicator(plan.process_group, communicator));
   inference->buffers_ = BuffersTheGraphReads(inference->graph(), root);
+  inference->communicator_ = communicator;
   std::map<std::string, at::Tensor> params;
   for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
   for (const FsdpGroupPlan& group : plan.groups) {
     for (const std::string& name : group.params) {
       inference->shards_[name + ".shard"] = ShardOf(params.at(name), plan.world_size, communicator->rank());
+      inference->full_shapes_[name + ".shard"] = params.at(name).sizes().vec();
     }
   }
   return inference;
 }
 
-absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& path) {
-  MAGI_ASSIGN_OR_RETURN(shards_, LoadShardArchive(path, shards_));
+absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& root) {
+  RankState like;
+  like.sharded = shards_;
+  like.full_shapes = full_shapes_;
+  for (const auto& [name, tensor] : buffers_) like.per_rank["buffer." + name] = tensor;
+  const at::Device device = shards_.empty() ? at::Device(at::kCPU) : shards_.begin()->second.device();
+  MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, like, /*config=*/std::nullopt, *communicator_,
+                                                                  device, /*allow_unused=*/true));
+  shards_ = std::move(loaded.sharded);
+  for (auto& [name, tensor] : buffers_) tensor = loaded.per_rank.at("buffer." + name);
   return absl::OkStatus();
 }
 

@@ -30,8 +30,10 @@ class FsdpInference {
                                                                const std::vector<at::Tensor>& example_inputs,
                                                                std::shared_ptr<Communicator> communicator,
                                                                const std::string& backend = "interpreter");
-  // Replaces the shards with those of a FsdpTrainer checkpoint (same world size and rank).
-  absl::Status LoadShardsFromCheckpoint(const std::string& path);
+  // Collective: replaces the shards (and buffers) with those of the newest committed step
+  // of a FsdpTrainer checkpoint under `root`, of any world size (resharded on load);
+  // optimizer state in it is not read.
+  absl::Status LoadShardsFromCheckpoint(const std::string& root);
   // Runs the forward on `inputs` (the example's shapes); returns its outputs (the forward
   // function's, in order; buffers it updates are kept for the next run).
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
@@ -44,6 +46,8 @@ class FsdpInference {
   TorchExecutable* executable_ = nullptr;
   std::map<std::string, at::Tensor> shards_;  // "<param>.shard"
   std::map<std::string, at::Tensor> buffers_;  // the module buffers the graph reads
+  std::map<std::string, std::vector<int64_t>> full_shapes_;  // of each shard, by shard name
+  std::shared_ptr<Communicator> communicator_;
 };
 
 }  // namespace magi

@@ -112,20 +112,49 @@ void FsdpTrainer::ReleaseModuleParameters() {
   }
 }
 
-absl::Status FsdpTrainer::SaveCheckpoint(const std::string& path) const {
-  return SaveShardArchive(path, state_, step_);
+namespace {
+
+constexpr char kRngKey[] = "magi.rng.cpu";
+constexpr const char* kStateSuffixes[] = {".shard", ".exp_avg", ".exp_avg_sq"};
+
+at::Device DeviceOf(const std::map<std::string, at::Tensor>& state) {
+  return state.empty() ? at::Device(at::kCPU) : state.begin()->second.device();
 }
 
-absl::Status FsdpTrainer::LoadCheckpoint(const std::string& path) {
-  CheckpointExtras extras;
-  MAGI_ASSIGN_OR_RETURN(auto loaded, LoadShardArchive(path, state_, &extras));
-  if (extras.has_rng) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(extras.cpu_rng_state);
+}  // namespace
+
+RankState FsdpTrainer::CheckpointState() const {
+  RankState state;
+  state.step = step_;
+  for (const auto& [param, shape] : full_shapes_) {
+    for (const char* suffix : kStateSuffixes) {
+      std::string name = param + suffix;
+      state.sharded[name] = state_.at(name);
+      state.full_shapes[name] = shape;
+    }
   }
-  state_ = std::move(loaded);
-  step_ = extras.step;
+  for (const auto& [name, tensor] : buffers_) state.per_rank["buffer." + name] = tensor;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  state.per_rank[kRngKey] = generator.get_state();
+  return state;
+}
+
+absl::Status FsdpTrainer::SaveCheckpoint(const std::string& root, const CheckpointOptions& options) {
+  return SaveCommittedCheckpoint(root, CheckpointState(), *communicator_, DeviceOf(state_), options);
+}
+
+absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::string& config) {
+  MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, CheckpointState(), config, *communicator_,
+                                                                  DeviceOf(state_)));
+  for (auto& [name, tensor] : loaded.sharded) state_[name] = std::move(tensor);
+  for (auto& [name, tensor] : buffers_) tensor = loaded.per_rank.at("buffer." + name);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(loaded.per_rank.at(kRngKey));
+  }
+  step_ = loaded.step;
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
 #include "magi/frontend/capture/capture.h"
+#include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/fully_shard.h"
 
 namespace magi {
@@ -96,13 +97,20 @@ class FsdpTrainer {
   // The module's own buffers are not written.
   const std::map<std::string, at::Tensor>& buffers() const { return buffers_; }
 
-  // Writes this rank's shards, optimizer moments, step count and the default CPU
-  // generator's state to `path` (a LibTorch archive), atomically: a temporary file
-  // renamed over `path`.
-  absl::Status SaveCheckpoint(const std::string& path) const;
-  // Restores what SaveCheckpoint wrote (the generator state too); names and shapes must match this trainer's
-  // (same model, world size and rank), else InvalidArgument naming the first mismatch.
-  absl::Status LoadCheckpoint(const std::string& path);
+  // Collective (every rank calls it): commits this step under `root` as <root>/step-<N>/
+  // (checkpoint.h): every rank's shards, AdamW moments, buffers and default CPU generator
+  // state, and a manifest written once all ranks' files are on disk. `options.keep_last`
+  // prunes older steps; `options.config` describes the run (a resume must give the same).
+  absl::Status SaveCheckpoint(const std::string& root, const CheckpointOptions& options = {});
+  // Collective: restores the newest committed step under `root` (step count, generator
+  // state and buffers too), after the ranks have agreed on it and checked its files. The
+  // checkpoint may come from another world size: each rank takes its rows of the full
+  // tensors. The model must match (InvalidArgument naming the first difference) and
+  // `config` the one it was saved with (FailedPrecondition).
+  absl::Status LoadCheckpoint(const std::string& root, const std::string& config = "");
+  // What a checkpoint of this trainer holds: "<param>.shard", ".exp_avg", ".exp_avg_sq"
+  // (sharded), "buffer.<name>" and "magi.rng.cpu" (per rank).
+  RankState CheckpointState() const;
 
  private:
   FsdpTrainer() = default;
