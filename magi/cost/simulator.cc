@@ -11,16 +11,7 @@
 
 namespace magi {
 
-int DefaultStream(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllGather:
-      return 1;
-    case CollectiveKind::kReduceScatter:
-      return 2;
-    default:
-      return 3;
-  }
-}
+int DefaultStream(CollectiveKind kind) { return DefaultCollectiveStream(kind); }
 
 std::string StreamName(int stream) {
   switch (stream) {

@@ -73,6 +73,17 @@ absl::StatusOr<TensorType> CollectiveResultType(CollectiveKind kind, const Tenso
   return result;
 }
 
+int DefaultCollectiveStream(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return 1;
+    case CollectiveKind::kReduceScatter:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
 absl::StatusOr<Node*> AddCollectiveStart(Graph& graph, CollectiveKind kind, const std::vector<Value*>& inputs,
                                          const ProcessGroup& group, absl::string_view reduce_op, Node* before) {
   if (inputs.empty()) return absl::InvalidArgumentError("a collective needs at least one tensor");

@@ -40,6 +40,10 @@ inline bool IsCollectiveStart(absl::string_view op) { return GetCollectiveKind(o
 inline bool IsCommunication(absl::string_view op) { return IsCollectiveStart(op) || op == kWaitOp; }
 // True for reduce-scatter and all-reduce.
 bool TakesReduceOp(CollectiveKind kind);
+// The stream a collective runs on when its node has no `stream` annotation: all-gathers
+// on 1, reduce-scatters on 2, the rest on 3 (0 is the compute stream). The scheduler, the
+// simulator and the CUDA runtime agree on it.
+int DefaultCollectiveStream(CollectiveKind kind);
 // Known reduction names.
 bool IsValidReduceOp(absl::string_view reduce_op);
 

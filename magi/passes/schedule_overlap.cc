@@ -125,7 +125,7 @@ absl::StatusOr<bool> ScheduleOverlap::RunImpl(Module& module) {
       NodeAnnotations& annotations = node->mutable_annotations();
       int stream = 0;
       if (std::optional<CollectiveKind> kind = GetCollectiveKind(node->op())) {
-        stream = *kind == CollectiveKind::kAllGather ? 1 : *kind == CollectiveKind::kReduceScatter ? 2 : 3;
+        stream = DefaultCollectiveStream(*kind);
       }
       if (IsCollectiveStart(node->op()) && annotations.stream != stream) {
         annotations.stream = stream;

@@ -1,5 +1,7 @@
-// The registry through which Magi finds passes, backends, cost models and frontends
-// by name.
+// The registry through which Magi finds components by name: passes ("pass"), backends
+// ("backend") and communicators ("communicator"). Cost models are not registered: device
+// profiles are data (magi/cost/profiles, or a file), loaded by name or path; frontends are
+// libraries a program links and calls.
 //
 // Each interface type T (Pass, Backend, ...) declares `static constexpr
 // absl::string_view kRegistryKind = "pass";` and gets one process-wide

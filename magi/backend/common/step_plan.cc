@@ -250,6 +250,22 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
   }
 }
 
+absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
+                                                     torch::jit::Stack& stack,
+                                                     const std::function<void(torch::jit::Stack&)>& before_call) {
+  stack.clear();
+  PushArguments(plan, slots, stack);
+  if (before_call) before_call(stack);
+  try {
+    plan.op->callBoxed(&stack);
+  } catch (const c10::Error& error) {
+    return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
+  } catch (const std::exception& error) {
+    return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what()));
+  }
+  return ResultTensors(stack);
+}
+
 std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack) {
   std::vector<at::Tensor> tensors;
   for (c10::IValue& value : stack) {

@@ -101,19 +101,15 @@ class InterpreterExecutable : public TorchExecutable {
         case NodePlan::Kind::kAdamW:
           MAGI_RETURN_IF_ERROR(RunAdamW(plan));
           break;
-        case NodePlan::Kind::kOp:
-          stack.clear();
-          PushArguments(plan, slots_, stack);
-          if (writes_operands_[index]) ProtectInputs(stack);
-          try {
-            plan.op->callBoxed(&stack);
-          } catch (const c10::Error& error) {
-            return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-          } catch (const std::exception& error) {
-            return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what()));
-          }
-          MAGI_RETURN_IF_ERROR(TakeResults(plan, ResultTensors(stack)));
+        case NodePlan::Kind::kOp: {
+          absl::StatusOr<std::vector<at::Tensor>> results =
+              writes_operands_[index]
+                  ? CallOperator(plan, slots_, stack, [this](torch::jit::Stack& args) { ProtectInputs(args); })
+                  : CallOperator(plan, slots_, stack);
+          if (!results.ok()) return results.status();
+          MAGI_RETURN_IF_ERROR(TakeResults(plan, *results));
           break;
+        }
       }
       for (int s : plan.release_slots) Release(s);
       ++stats_.nodes_run;

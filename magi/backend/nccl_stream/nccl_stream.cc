@@ -222,16 +222,12 @@ class NcclStreamExecutable : public TorchExecutable {
       const NodePlan& plan = step_.nodes[index];
       current_node_ = static_cast<int>(index);
       switch (plan.kind) {
-        case NodePlan::Kind::kOp:
-          stack.clear();
-          PushArguments(plan, slots_, stack);
-          try {
-            plan.op->callBoxed(&stack);
-          } catch (const c10::Error& error) {
-            return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-          }
-          MAGI_RETURN_IF_ERROR(Hold(plan, ResultTensors(stack)));
+        case NodePlan::Kind::kOp: {
+          absl::StatusOr<std::vector<at::Tensor>> results = CallOperator(plan, slots_, stack);
+          if (!results.ok()) return results.status();
+          MAGI_RETURN_IF_ERROR(Hold(plan, *results));
           break;
+        }
         case NodePlan::Kind::kCall: {
           absl::StatusOr<std::vector<at::Tensor>> results = callees_.at(plan.callee)->Run(Operands(plan));
           if (!results.ok()) {

@@ -12,17 +12,6 @@
 namespace magi {
 namespace {
 
-int DefaultCommStream(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllGather:
-      return 1;
-    case CollectiveKind::kReduceScatter:
-      return 2;
-    default:
-      return 3;
-  }
-}
-
 bool HasDynamicDim(const TensorType& type) {
   return std::find(type.sizes.begin(), type.sizes.end(), kDynamicDim) != type.sizes.end();
 }
@@ -62,7 +51,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     collective.wait = index_of.at(wait);
     collective.skipped = options.skip_single_rank_collectives && group->size == 1;
     if (!collective.skipped) {
-      int annotated = node.annotations().stream > 0 ? node.annotations().stream : DefaultCommStream(*kind);
+      int annotated = node.annotations().stream > 0 ? node.annotations().stream : DefaultCollectiveStream(*kind);
       auto [it, inserted] =
           stream_ids.emplace(std::make_pair(group->name, annotated), static_cast<int>(stream_ids.size()) + 1);
       if (inserted) plan.comm_streams.push_back({group->name, annotated});
