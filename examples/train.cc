@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -168,6 +169,20 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   const std::string dtype_flag = absl::GetFlag(FLAGS_dtype);
   if (dtype_flag != "f32" && dtype_flag != "bf16") return Fail(rank, "--dtype must be f32 or bf16");
   const bool bf16 = dtype_flag == "bf16";
+  // Checkpoint flags, before anything is built. A run that does not resume never writes
+  // into another run's checkpoints: its steps would interleave with theirs.
+  if (absl::GetFlag(FLAGS_keep_checkpoints) < 0) return Fail(rank, "--keep_checkpoints must be >= 0 (0 keeps all)");
+  if (absl::GetFlag(FLAGS_checkpoint_every) < 0) return Fail(rank, "--checkpoint_every must be >= 0 (0: at the end)");
+  if (absl::GetFlag(FLAGS_checkpoint) && !absl::GetFlag(FLAGS_resume)) {
+    const std::string dir = absl::GetFlag(FLAGS_out_dir) + "/checkpoint";
+    absl::StatusOr<std::optional<magi::CommittedStep>> earlier = magi::FindNewestCommittedStep(dir);
+    if (!earlier.ok()) return Fail(rank, earlier.status().message());
+    if (earlier->has_value()) {
+      return Fail(rank, absl::StrCat((*earlier)->dir, " is a committed checkpoint of an earlier run (step ",
+                                     (*earlier)->manifest.step(), "): pass --resume to continue it, or another ",
+                                     "--out_dir (or remove ", dir, ") to start anew"));
+    }
+  }
 
   // The training text (tiny, small): byte windows of it are the batches.
   at::Tensor corpus, corpus_on_device;
@@ -325,7 +340,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   std::string checkpoint_dir = absl::GetFlag(FLAGS_out_dir) + "/checkpoint";
   // What a resumed run must share with the run that saved (the world size may differ).
   magi::CheckpointOptions checkpoint_options;
-  checkpoint_options.keep_last = std::max(0, absl::GetFlag(FLAGS_keep_checkpoints));
+  checkpoint_options.keep_last = absl::GetFlag(FLAGS_keep_checkpoints);
   checkpoint_options.config = absl::StrFormat("model=%s dtype=%s seq_len=%d seed=%d data=%s", model_flag, dtype_flag,
                                               seq, absl::GetFlag(FLAGS_seed),
                                               random_tokens ? "random" : "text");

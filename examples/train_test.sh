@@ -52,6 +52,37 @@ for path in sys.argv[2:]:
         assert abs(a - b) <= 1e-5 * abs(b), (path, s["losses"], straight)
     print("resharded resume ok:", s["world_size"], "ranks", s["losses"], "vs", straight)
 PY
+# Issue 14, item 1, as a user meets it: the run is killed (SIGKILL, both ranks) while it saves,
+# at the Nth create/write/fsync/rename/remove of its saves (magi/base/crash_points.h; N picks a
+# write of the first save, an fsync of the second, the rename that commits it, and the pruning of
+# step 2 in the third). The last committed step stays loadable: the run resumed from it (or
+# started anew when nothing was committed) ends with a step 6 identical to the run never killed,
+# and no temporary or uncommitted step is left.
+for n in 5 14 25 44; do
+  K="$out/killed$n"
+  if MAGI_CRASH_AT=$n examples/train --steps=6 --world_size=2 --checkpoint_every=2 --out_dir="$K" 2> "$K.txt"; then
+    echo "crash point $n was not reached"; exit 1
+  fi
+  grep -q "magi: crash point $n (.*): SIGKILL" "$K.txt"
+  if ls "$K"/checkpoint/step-*/manifest.json > /dev/null 2>&1; then resume=--resume; else resume=; fi
+  examples/train --steps=6 --world_size=2 --checkpoint_every=2 --out_dir="$K" $resume
+  for f in rank0.pt rank1.pt manifest.json; do
+    cmp "$out/straight/checkpoint/step-00000006/$f" "$K/checkpoint/step-00000006/$f"
+  done
+  [[ "$(cd "$K/checkpoint" && find . | sort | tr '\n' ' ')" == ". ./step-00000004 ./step-00000004/manifest.json ./step-00000004/rank0.pt ./step-00000004/rank1.pt ./step-00000006 ./step-00000006/manifest.json ./step-00000006/rank0.pt ./step-00000006/rank1.pt " ]] \
+    || { echo "after crash point $n: $(cd "$K/checkpoint" && find . | sort)"; exit 1; }
+done
+# A run without --resume does not write into an earlier run's checkpoints; bad retention flags
+# are refused.
+if examples/train --steps=2 --world_size=2 --out_dir="$out/killed5" 2> "$out/err5.txt"; then
+  echo "a fresh run into an earlier run's checkpoints should fail"; exit 1
+fi
+grep -q "$out/killed5/checkpoint/step-00000006 is a committed checkpoint of an earlier run (step 6): pass --resume" "$out/err5.txt"
+if examples/train --steps=2 --world_size=1 --keep_checkpoints=-1 --out_dir="$out/bad" 2> "$out/err5.txt"; then
+  echo "--keep_checkpoints=-1 should fail"; exit 1
+fi
+grep -q "keep_checkpoints must be >= 0" "$out/err5.txt"
+
 # Another model or another run configuration is refused, naming what differs.
 if examples/train --steps=7 --world_size=2 --model=small --out_dir="$out/resumed" --resume 2> "$out/err2.txt"; then
   echo "resuming with another model should fail"; exit 1

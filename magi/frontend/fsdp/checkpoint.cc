@@ -139,7 +139,7 @@ absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& s
 
 absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const RankState& like,
                                                   const std::optional<std::string>& config, Communicator& communicator,
-                                                  const at::Device& device, bool allow_unused) {
+                                                  const at::Device& device, CheckpointUse use) {
   const int rank = communicator.rank();
   absl::StatusOr<std::optional<CommittedStep>> found = FindNewestCommittedStep(root);
   absl::StatusOr<RankState> state = absl::UnknownError("not read");
@@ -157,7 +157,8 @@ absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const
   } else {
     step = (*found)->manifest.step();
     manifest_crc = HexValue((*found)->manifest.manifest_crc32c());
-    state = ReadRankState(**found, like, config, communicator.size(), rank, allow_unused);
+    state = ReadRankState(**found, like, config, communicator.size(), rank,
+                          /*allow_unused=*/use == CheckpointUse::kReadOnly);
   }
   const bool not_found = !state.ok() && state.status().code() == absl::StatusCode::kNotFound && step < 0;
   // Before anything else runs, the ranks compare what they found.
@@ -176,7 +177,7 @@ absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const
         "; every rank must see the same checkpoint folder (a shared file system)"));
   }
   if (!state.ok()) return state.status();  // NotFound on every rank
-  if (rank == 0) CleanOrWarn(root, /*keep_last=*/0);
+  if (rank == 0 && use == CheckpointUse::kResume) CleanOrWarn(root, /*keep_last=*/0);
   return state;
 }
 

@@ -15,8 +15,8 @@
 // it reads against the manifest and reads its state (resharded when the world size
 // changed), and then the ranks compare what they found (step and manifest checksum)
 // before anything else: a disagreement or a failure on any rank fails every rank, before
-// any collective of a training step. Rank 0 then removes stale temporaries and
-// uncommitted step folders. See docs/fsdp.md, "Checkpoints".
+// any collective of a training step. On a resume, rank 0 then removes stale temporaries
+// and uncommitted step folders. See docs/fsdp.md, "Checkpoints".
 #ifndef MAGI_FRONTEND_FSDP_CHECKPOINT_H_
 #define MAGI_FRONTEND_FSDP_CHECKPOINT_H_
 
@@ -49,6 +49,17 @@ struct CheckpointOptions {
 absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& state, Communicator& communicator,
                                      const at::Device& device, const CheckpointOptions& options);
 
+// Who loads a checkpoint.
+enum class CheckpointUse {
+  // The run that writes under `root` resumes: every tensor of the checkpoint must be
+  // wanted, and rank 0 then removes stale temporaries and uncommitted step folders.
+  kResume,
+  // A reader (inference) that may run while a trainer saves there: tensors it does not
+  // want (optimizer state) are skipped and nothing is removed (an uncommitted step folder
+  // may be the trainer's save in progress).
+  kReadOnly,
+};
+
 // Collective: this rank's state from the newest committed step under `root`, for a world
 // of communicator.size() ranks (resharded if the checkpoint has another), shaped like
 // `like` (see ReadRankState; `config` nullopt skips the config check). NotFound when no
@@ -56,7 +67,8 @@ absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& s
 // when a file does not match its manifest.
 absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const RankState& like,
                                                   const std::optional<std::string>& config, Communicator& communicator,
-                                                  const at::Device& device, bool allow_unused = false);
+                                                  const at::Device& device,
+                                                  CheckpointUse use = CheckpointUse::kResume);
 
 }  // namespace magi
 

@@ -109,7 +109,8 @@ int64_t EnvInt(const char* name, int64_t fallback) {
 // Scenarios: "save" commits MAGI_CKPT_STEPS ("1,2") under MAGI_CKPT_ROOT keeping
 // MAGI_CKPT_KEEP; "load" loads the newest step (root MAGI_CKPT_ROOT_<rank> if set), checks
 // it is MAGI_CKPT_EXPECT (-1: none) saved by MAGI_CKPT_SAVED_WORLD ranks, and with
-// MAGI_CKPT_SAVE_NEXT commits the step after it (keeping 1).
+// MAGI_CKPT_SAVE_NEXT commits the step after it (keeping 1); MAGI_CKPT_READ_ONLY=1 loads
+// as inference does.
 int RunWorker(const std::string& scenario) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));
@@ -141,8 +142,9 @@ int RunWorker(const std::string& scenario) {
   }
   if (scenario == "load") {
     const int64_t expect = EnvInt("MAGI_CKPT_EXPECT", -1);
+    const CheckpointUse use = Env("MAGI_CKPT_READ_ONLY") == "1" ? CheckpointUse::kReadOnly : CheckpointUse::kResume;
     absl::StatusOr<RankState> loaded =
-        LoadCommittedCheckpoint(root, StateFor(0, world, rank), std::string(kConfig), **communicator, cpu);
+        LoadCommittedCheckpoint(root, StateFor(0, world, rank), std::string(kConfig), **communicator, cpu, use);
     int64_t next = 1;
     if (expect < 0) {
       if (loaded.status().code() != absl::StatusCode::kNotFound) {
@@ -507,6 +509,27 @@ TEST(CheckpointFilesTest, TheOldPerRankFormatIsNotResumed) {
                          " (it holds rank<r>.pt files of the per-rank format"),
             std::string::npos)
       << message;
+}
+
+// A resume removes what no committed step needs; a read-only load (inference, which may
+// run while a trainer saves its next step there) removes nothing.
+TEST(CheckpointTest, OnlyAResumeCleansTheFolder) {
+  std::string dir = FreshDir("readonly");
+  std::string root = dir + "/ckpt";
+  ASSERT_EQ(Launch(2, "save", {{"MAGI_CKPT_ROOT", root}, {"MAGI_CKPT_STEPS", "3"}}).exit_code, 0);
+  // A save of step 4 in progress: rank 0's file renamed, rank 1's still a temporary.
+  fs::create_directories(root + "/step-00000004");
+  fs::copy_file(root + "/step-00000003/rank0.pt", root + "/step-00000004/rank0.pt");
+  std::ofstream(root + "/step-00000004/rank1.pt.tmp.4242") << "half";
+  const std::vector<std::string> before = Listing(root);
+  ASSERT_EQ(before.size(), 7u);
+  EXPECT_EQ(Launch(2, "load", {{"MAGI_CKPT_ROOT", root}, {"MAGI_CKPT_EXPECT", "3"}, {"MAGI_CKPT_READ_ONLY", "1"}})
+                .exit_code,
+            0);
+  EXPECT_EQ(Listing(root), before);
+  EXPECT_EQ(Launch(2, "load", {{"MAGI_CKPT_ROOT", root}, {"MAGI_CKPT_EXPECT", "3"}}).exit_code, 0);
+  EXPECT_EQ(Listing(root), (std::vector<std::string>{"step-00000003", "step-00000003/manifest.json",
+                                                     "step-00000003/rank0.pt", "step-00000003/rank1.pt"}));
 }
 
 TEST(CheckpointTest, ACommittedStepIsNeverRewritten) {

@@ -49,7 +49,7 @@ absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& root) {
   for (const auto& [name, tensor] : buffers_) like.per_rank["buffer." + name] = tensor;
   const at::Device device = shards_.empty() ? at::Device(at::kCPU) : shards_.begin()->second.device();
   MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, like, /*config=*/std::nullopt, *communicator_,
-                                                                  device, /*allow_unused=*/true));
+                                                                  device, CheckpointUse::kReadOnly));
   shards_ = std::move(loaded.sharded);
   for (auto& [name, tensor] : buffers_) tensor = loaded.per_rank.at("buffer." + name);
   return absl::OkStatus();

@@ -32,7 +32,8 @@ class FsdpInference {
                                                                const std::string& backend = "interpreter");
   // Collective: replaces the shards (and buffers) with those of the newest committed step
   // of a FsdpTrainer checkpoint under `root`, of any world size (resharded on load);
-  // optimizer state in it is not read.
+  // optimizer state in it is not read. It removes nothing there: a trainer may be saving
+  // its next step meanwhile.
   absl::Status LoadShardsFromCheckpoint(const std::string& root);
   // Runs the forward on `inputs` (the example's shapes); returns its outputs (the forward
   // function's, in order; buffers it updates are kept for the next run).
