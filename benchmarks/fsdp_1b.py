@@ -24,13 +24,15 @@ import time
 FLOP_PEAK = 989e12  # H100/H200 SXM dense bf16, the MFU denominator used in the issue's table
 
 MAGI_RUNS = [
-    # (label, backend spec, pass pipeline)
+    # (label, backend spec, pass pipeline[, partition backends])
     ("Magi interpreter", "interpreter", ""),
     ("Magi interpreter + bucket/prefetch", "interpreter",
      "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}"),
     ("Magi nccl_stream, collectives kept", "nccl_stream{skip_single_rank=false}", ""),
     ("Magi nccl_stream", "nccl_stream", ""),
     ("Magi nccl_stream + CUDA graph", "nccl_stream{cuda_graph=true}", ""),
+    # The compute between collectives compiled by AOTInductor (issue #13); --magi_runs=5.
+    ("Magi nccl_stream + CUDA graph + inductor", "nccl_stream{cuda_graph=true}", "", "inductor"),
 ]
 
 
@@ -76,23 +78,34 @@ def main():
     picked = [int(i) for i in args.magi_runs.split(",") if i] or list(range(len(MAGI_RUNS)))
     if "magi" in wanted:
         for index in picked:
-            label, backend, passes = MAGI_RUNS[index]
+            label, backend, passes = MAGI_RUNS[index][:3]
+            partition_backends = MAGI_RUNS[index][3] if len(MAGI_RUNS[index]) > 3 else ""
             tag = f"magi{index}"
             summary = os.path.join(args.out_dir, f"{tag}.json")
             cmd = [args.train] + common + [f"--backend={backend}", f"--out_dir={os.path.join(args.out_dir, tag)}",
                                            f"--summary_json={summary}"]
             if passes:
                 cmd.append(f"--passes={passes}")
+            run_env = env
+            if partition_backends:
+                cmd += [f"--partition_backends={partition_backends}",
+                        f"--dump_graph={os.path.join(args.out_dir, tag + '.mir')}"]
+                # The inductor backend compiles with python3 and Triton, which must not get the
+                # Bazel-only CC/CXX of on-device.sh (see the FSDP2 runs below).
+                run_env = {k: v for k, v in env.items() if k not in ("CC", "CXX")}
             if not dumped:
                 cmd.append(f"--dump_dir={data_dir}")
-            if run(cmd, os.path.join(args.out_dir, f"{tag}.log"), env):
+            if run(cmd, os.path.join(args.out_dir, f"{tag}.log"), run_env, timeout=1800 if partition_backends else 900):
                 dumped = True
                 with open(summary) as f:
                     s = json.load(f)
                 results.append({"label": label, "ms": s["step_seconds"] * 1e3, "tokens": s["tokens_per_step"],
                                 "peak_gib": s["allocator_peak_bytes"] / 2**30 if s["allocator_peak_bytes"] > 0 else None,
                                 "host_ms": s["host_seconds_per_step"] * 1e3,
-                                "predicted_ms": s["predicted_step_seconds"] * 1e3, "losses": s["losses"]})
+                                "predicted_ms": s["predicted_step_seconds"] * 1e3, "losses": s["losses"],
+                                "compile_s": s.get("compile_seconds"), "partitions": s.get("partitions")})
+                print(f"  compiled in {s.get('compile_seconds', float('nan')):.1f} s, "
+                      f"{s.get('partitions', 0)} partitions", flush=True)
     if "fsdp2" in wanted:
         if not dumped and not os.path.exists(os.path.join(data_dir, "weights.json")):
             run([args.train] + common + ["--steps=" + str(args.steps), "--backend=interpreter",

@@ -66,7 +66,12 @@ ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi reg
 ABSL_FLAG(std::string, communicator, "",
           "Collective library: gloo or nccl (default: gloo on cpu, nccl on cuda; nccl needs a --config=cuda build)");
 ABSL_FLAG(std::string, partition_backends, "",
-          "Comma-separated backends that take the parts of the step they accept (see docs/backends.md)");
+          "Comma-separated backends that take the parts of the step they accept, e.g. inductor or "
+          "inductor{jobs=4},elementwise (see docs/backends.md)");
+ABSL_FLAG(int, partition_min_nodes, 1, "Runs of fewer nodes stay with the primary backend");
+ABSL_FLAG(int, partition_max_nodes, 0,
+          "Longer runs are split into partitions of at most this many nodes (0: unbounded); bounds what one "
+          "generated program costs to compile");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled Shakespeare sonnets)");
 ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summary and checkpoint go");
 ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
@@ -150,6 +155,12 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   }
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
+  // Made before training so that an unwritable --out_dir fails now, not after the last step.
+  if (rank == 0) {
+    std::error_code error;
+    std::filesystem::create_directories(absl::GetFlag(FLAGS_out_dir), error);
+    if (error) return Fail(rank, absl::StrCat("cannot create --out_dir ", absl::GetFlag(FLAGS_out_dir), ": ", error.message()));
+  }
   const torch::Device device =
       device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
   const std::string model_flag = absl::GetFlag(FLAGS_model);
@@ -283,9 +294,20 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   optimization.device_profile = absl::GetFlag(FLAGS_device_profile).empty() ? (device_flag == "cuda" ? "h200" : "cpu")
                                                                             : absl::GetFlag(FLAGS_device_profile);
   optimization.calibration_csv = absl::GetFlag(FLAGS_calibration);
-  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_partition_backends), ',', absl::SkipEmpty())) {
-    optimization.partition_backends.emplace_back(name);
+  // Commas inside a spec's braces separate its options, not specs.
+  std::string spec;
+  int depth = 0;
+  for (char c : absl::GetFlag(FLAGS_partition_backends) + ",") {
+    depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+    if (c == ',' && depth == 0) {
+      if (!spec.empty()) optimization.partition_backends.push_back(spec);
+      spec.clear();
+    } else {
+      spec += c;
+    }
   }
+  optimization.partition_min_nodes = absl::GetFlag(FLAGS_partition_min_nodes);
+  optimization.partition_max_nodes = absl::GetFlag(FLAGS_partition_max_nodes);
   if (rank == 0 && optimization.memory_budget_bytes > 0) {
     std::fprintf(stderr, "magi: searching a strategy for %.3f GB per rank...\n", absl::GetFlag(FLAGS_budget_gb));
   }
@@ -472,12 +494,14 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"peak_memory_bytes\": %d, \"predicted_peak_memory_bytes\": %d, \"step_seconds\": %.6f, "
         "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\", \"backend\": \"%s\", "
         "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
-        "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"losses\": [%s]}\n",
+        "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
+        "\"partitions\": %d, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
         dtype_flag, static_cast<int64_t>(env.world_size) * local * seq, timed_steps,
-        timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, losses_json);
+        timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
+        static_cast<int>((*trainer)->partitions().size()), losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);

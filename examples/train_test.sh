@@ -73,4 +73,7 @@ if examples/generate --world_size=1 --checkpoint_dir="$out/nothing" --length=5 2
   echo "generating without a checkpoint should fail"; exit 1
 fi
 grep -q "no committed checkpoint under $out/nothing" "$out/err3.txt"
+# Without a checkpoint the output folder (nested, new) is still made and written.
+examples/train --steps=2 --world_size=1 --checkpoint=false --out_dir="$out/new/nested" > /dev/null
+[[ -s "$out/new/nested/summary.json" && ! -e "$out/new/nested/checkpoint" ]]
 echo "train example ok"

@@ -81,6 +81,18 @@ class Backend {
   absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph) const {
     return Compile(module, graph, CompileContext());
   }
+  // Compiles the partition graphs `graphs` (graphs of `module` that call nothing), one
+  // result per graph in order; a failure is that graph's alone. The compile driver calls
+  // it once per partition backend with the distinct partitions, so a backend whose
+  // compiles are slow (inductor) can run them in parallel; the default compiles them one
+  // after another.
+  virtual std::vector<absl::StatusOr<std::unique_ptr<Executable>>> CompileAll(
+      const Module& module, const std::vector<const Graph*>& graphs) const {
+    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> results;
+    results.reserve(graphs.size());
+    for (const Graph* graph : graphs) results.push_back(Compile(module, *graph, CompileContext()));
+    return results;
+  }
 };
 
 }  // namespace magi

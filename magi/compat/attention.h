@@ -1,12 +1,15 @@
 // Causal scaled-dot-product attention across LibTorch versions: the fused
-// at::scaled_dot_product_attention on 2.x, matmul + masked softmax on 1.13 (which has
-// no SDPA). q, k, v: [batch, heads, seq, head_dim].
+// at::scaled_dot_product_attention on 2.x (CI tests 2.11 and 2.12; on the CPU it runs
+// _scaled_dot_product_flash_attention_for_cpu), matmul + masked softmax on 1.13 (which
+// has no SDPA). q, k, v: [batch, heads, seq, head_dim]. attention_test checks both
+// against the definition and which op ran.
 #ifndef MAGI_COMPAT_ATTENTION_H_
 #define MAGI_COMPAT_ATTENTION_H_
 
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 
 #include "magi/compat/torch_compat.h"
 

@@ -3,6 +3,7 @@
 #define MAGI_COMPILER_COMPILE_OPTIONS_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,8 +41,15 @@ struct PartitionOptions {
   // consecutive compute nodes it accepts (GetCapability); what is left stays with the
   // primary backend.
   std::vector<std::string> backends;
+  // Options added to a partition backend's spec, by backend name (values the spec syntax
+  // cannot carry, such as paths: {"inductor", {{"python", "/usr/bin/python3"}}}).
+  std::map<std::string, ComponentOptions> backend_options;
   int min_nodes = 1;  // shorter runs stay with the primary backend
-  int max_nodes = 0;  // longer runs are split (0: no limit)
+  // Longer runs are split (0: no limit): bounds what one partition costs to compile (a
+  // backend that generates code, such as inductor, compiles each partition as one program).
+  int max_nodes = 0;
+  // Print the notes of CompiledStep (what each backend declined, fallbacks) to stderr.
+  bool log = true;
 };
 
 struct CompileOptions {

@@ -1,5 +1,7 @@
 #include "magi/compiler/compiler.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -39,6 +41,35 @@ absl::Status CheckPrimaryCapability(const Backend& backend, const Module& module
   }
   if (capability.unsupported.size() > 5) absl::StrAppend(&message, "\n  ...");
   return absl::FailedPreconditionError(message);
+}
+
+// One line: what partition backend `name` took of `graph` and, by reason, what it declined.
+std::string DescribeCapability(const std::string& name, const std::string& primary, const std::string& graph,
+                               int num_nodes, const Capability& capability, const std::vector<Partition>& partitions) {
+  int outlined = 0;
+  std::set<std::string> distinct;
+  for (const Partition& partition : partitions) {
+    outlined += partition.num_nodes;
+    distinct.insert(partition.structural_key);
+  }
+  std::string text = absl::StrFormat("partition backend '%s': %d of the %d nodes of @%s in %d partitions (%d distinct)",
+                                     name, outlined, num_nodes, graph, partitions.size(), distinct.size());
+  if (capability.unsupported.empty()) return text;
+  std::map<std::string, int> count_of;
+  for (const auto& [node, reason] : capability.unsupported) ++count_of[reason];
+  std::vector<std::pair<int, std::string>> reasons;
+  for (const auto& [reason, count] : count_of) reasons.emplace_back(-count, reason);
+  std::sort(reasons.begin(), reasons.end());
+  if (static_cast<int>(capability.unsupported.size()) == num_nodes && reasons.size() == 1) {
+    return absl::StrCat(text, "; it declines every node: ", reasons[0].second, "; the primary backend '", primary,
+                        "' runs them");
+  }
+  absl::StrAppend(&text, "; declines ", capability.unsupported.size(), ":");
+  for (size_t i = 0; i < reasons.size() && i < 4; ++i) {
+    absl::StrAppend(&text, i == 0 ? " " : "; ", -reasons[i].first, " x ", reasons[i].second);
+  }
+  if (reasons.size() > 4) absl::StrAppend(&text, "; and ", reasons.size() - 4, " other reasons");
+  return text;
 }
 
 }  // namespace
@@ -95,6 +126,10 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
   MAGI_ASSIGN_OR_RETURN(compiled.optimized, OptimizeStep(std::move(module), graph_name, options, *cost.model));
   Module& step_module = *compiled.optimized.module;
   Graph& graph = *step_module.FindGraph(graph_name);
+  auto note = [&](std::string text) {
+    if (options.partitioning.log) std::fprintf(stderr, "magi: %s\n", text.c_str());
+    compiled.notes.push_back(std::move(text));
+  };
 
   // Stage 4: partition backends first pick, in order; the primary backend runs the rest.
   std::map<std::string, std::unique_ptr<Backend>> partition_backends;
@@ -103,11 +138,15 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     MAGI_ASSIGN_OR_RETURN(auto parsed, ParseComponentSpec(spec));
     const std::string& name = parsed.first;
     if (name == primary_spec.first) continue;  // the primary takes whatever is left anyway
+    auto extra = options.partitioning.backend_options.find(name);
+    if (extra != options.partitioning.backend_options.end()) parsed.second.insert(extra->second.begin(), extra->second.end());
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, Registry<Backend>::Global().Create(name, parsed.second));
+    int nodes_before = graph.num_nodes();
     Capability capability = backend->GetCapability(step_module, graph);
     MAGI_ASSIGN_OR_RETURN(std::vector<Partition> partitions,
                           OutlinePartitions(step_module, graph, name, capability, options.partitioning.min_nodes,
                                             options.partitioning.max_nodes));
+    note(DescribeCapability(name, primary_spec.first, graph.name(), nodes_before, capability, partitions));
     compiled.partitions.insert(compiled.partitions.end(), partitions.begin(), partitions.end());
     partition_backends[name] = std::move(backend);
   }
@@ -118,23 +157,55 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
                         Registry<Backend>::Global().Create(primary_spec.first, primary_options));
   MAGI_RETURN_IF_ERROR(CheckPrimaryCapability(*primary, step_module, graph));
 
-  // Stage 5: identical partitions share one executable.
-  CompileContext context;
+  // Stage 5: each backend compiles its distinct partitions at once; identical partitions
+  // share one executable; a partition that fails goes back into the step.
   std::map<std::string, std::shared_ptr<Executable>> by_key;
-  for (const Partition& partition : compiled.partitions) {
-    std::shared_ptr<Executable>& executable = by_key[partition.backend + "\n" + partition.structural_key];
-    if (executable == nullptr) {
-      const Graph* callee = step_module.FindGraph(partition.callee);
-      absl::StatusOr<std::unique_ptr<Executable>> built =
-          partition_backends.at(partition.backend)->Compile(step_module, *callee, CompileContext());
-      if (!built.ok()) {
-        return absl::Status(built.status().code(), absl::StrCat("backend '", partition.backend, "' on @",
-                                                                partition.callee, ": ", built.status().message()));
-      }
-      executable = *std::move(built);
+  std::map<std::string, std::string> failed_by_key;
+  for (const auto& [name, backend] : partition_backends) {
+    std::vector<const Graph*> graphs;
+    std::vector<std::string> keys;
+    for (const Partition& partition : compiled.partitions) {
+      std::string key = partition.backend + "\n" + partition.structural_key;
+      if (partition.backend != name || by_key.count(key) > 0) continue;
+      by_key[key] = nullptr;
+      graphs.push_back(step_module.FindGraph(partition.callee));
+      keys.push_back(std::move(key));
     }
-    context.callees[partition.callee] = executable;
+    if (graphs.empty()) continue;
+    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> built = backend->CompileAll(step_module, graphs);
+    if (built.size() != graphs.size()) {
+      return absl::InternalError(absl::StrCat("backend '", name, "' compiled ", built.size(), " of ", graphs.size(),
+                                              " partitions"));
+    }
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      if (built[i].ok()) {
+        by_key[keys[i]] = *std::move(built[i]);
+      } else {
+        failed_by_key[keys[i]] = std::string(built[i].status().message());
+      }
+    }
   }
+  std::vector<Partition> kept;
+  for (Partition& partition : compiled.partitions) {
+    auto failed = failed_by_key.find(partition.backend + "\n" + partition.structural_key);
+    if (failed == failed_by_key.end()) {
+      compiled.partition_executables[partition.callee] = by_key.at(partition.backend + "\n" + partition.structural_key);
+      kept.push_back(std::move(partition));
+      continue;
+    }
+    note(absl::StrCat("warning: partition @", partition.callee, " (", partition.num_nodes, " nodes) failed to compile on backend '",
+                      partition.backend, "'; the primary backend '", primary_spec.first, "' runs its nodes: ",
+                      failed->second));
+    MAGI_RETURN_IF_ERROR(InlinePartition(step_module, graph, partition.callee));
+    compiled.fallen_back.push_back(std::move(partition));
+  }
+  compiled.partitions = std::move(kept);
+  if (!compiled.fallen_back.empty()) {
+    MAGI_RETURN_IF_ERROR(VerifyModule(step_module));
+    MAGI_RETURN_IF_ERROR(CheckPrimaryCapability(*primary, step_module, graph));
+  }
+  CompileContext context;
+  context.callees = compiled.partition_executables;
   MAGI_ASSIGN_OR_RETURN(compiled.executable, primary->Compile(step_module, graph, context));
   return compiled;
 }

@@ -19,13 +19,20 @@
 //      accepts (GetCapability) into graphs called through magi::call (partitioner.h);
 //      the primary backend must accept everything left, else FailedPrecondition lists
 //      what it declines and why;
-//   5. backend compile: each distinct partition once with its backend, then the step with
-//      the primary backend, which receives the partitions' executables.
+//   5. backend compile: the distinct partitions of each partition backend at once
+//      (Backend::CompileAll, which may compile them in parallel), then the step with the
+//      primary backend, which receives the partitions' executables. A partition whose
+//      compile fails is put back into the step (InlinePartition) for the primary backend,
+//      with a warning naming it; so is every partition identical to it.
+// What each partition backend declined (counted by reason: "AOTInductor is unavailable:
+// ..." when a backend cannot work here at all) and every fallback are CompiledStep::notes,
+// printed to stderr unless options.partitioning.log is false.
 // No LibTorch: backends are found in the registry, and the Executable is abstract
 // (frontends that run LibTorch tensors cast it to TorchExecutable).
 #ifndef MAGI_COMPILER_COMPILER_H_
 #define MAGI_COMPILER_COMPILER_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,8 +73,13 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
 // what the stages decided, and the executable.
 struct CompiledStep {
   OptimizedStep optimized;
-  std::vector<Partition> partitions;
+  std::vector<Partition> partitions;      // the partitions the step calls
+  std::vector<Partition> fallen_back;     // outlined, failed to compile, put back into the step
   std::unique_ptr<Executable> executable;
+  // The executable of each partition, by callee graph (identical partitions share one).
+  std::map<std::string, std::shared_ptr<Executable>> partition_executables;
+  // What the driver reported: per partition backend what it took and declined, fallbacks.
+  std::vector<std::string> notes;
   const Module& module() const { return *optimized.module; }
   const Graph& graph() const { return optimized.graph(); }
 };

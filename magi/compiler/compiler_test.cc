@@ -6,6 +6,7 @@
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/graph_utils.h"
+#include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/pass_test_util.h"
@@ -128,6 +129,147 @@ TEST(CompilerTest, BadRequestsAreClearErrors) {
   CompileOptions bad_profile;
   bad_profile.cost_model.device_profile = "/nonexistent/x.profile";
   EXPECT_FALSE(Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", bad_profile).ok());
+}
+
+// Stand-ins for backends: a primary that takes anything, and partition backends that take
+// adds and muls, one of which fails to compile any partition holding a mul; one that
+// declines everything with one reason (as a backend that cannot work here does).
+class StubExecutable : public Executable {
+ public:
+  explicit StubExecutable(std::string backend) : backend_(std::move(backend)) {}
+  absl::string_view backend_name() const override { return backend_; }
+
+ private:
+  std::string backend_;
+};
+
+class StubBackend : public Backend {
+ public:
+  enum class Kind { kPrimary, kFlaky, kNothing };
+  StubBackend(std::string name, Kind kind, ComponentOptions options)
+      : name_(std::move(name)), kind_(kind), options_(std::move(options)) {}
+  absl::string_view name() const override { return name_; }
+  Capability GetCapability(const Module&, const Graph& graph) const override {
+    Capability capability;
+    for (const Node* node : graph.nodes()) {
+      if (kind_ == Kind::kPrimary) continue;
+      if (kind_ == Kind::kNothing) {
+        capability.unsupported.emplace_back(node, "unavailable here: no such library");
+      } else if (node->op() != "aten::add.Tensor" && node->op() != "aten::mul.Tensor") {
+        capability.unsupported.emplace_back(node, node->op_namespace() == "magi" ? "a magi op" : "not add or mul");
+      }
+    }
+    return capability;
+  }
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module&, const Graph& graph,
+                                                      const CompileContext&) const override {
+    for (const Node* node : graph.nodes()) {
+      if (kind_ == Kind::kFlaky && node->op() == "aten::mul.Tensor") {
+        return absl::InternalError(absl::StrCat("the code generator crashed on ", node->DebugName(), " (",
+                                                options_.count("tag") ? options_.at("tag") : "untagged", ")"));
+      }
+    }
+    return std::unique_ptr<Executable>(new StubExecutable(name_));
+  }
+
+ private:
+  std::string name_;
+  Kind kind_;
+  ComponentOptions options_;
+};
+
+MAGI_REGISTER(Backend, "test-primary", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  return std::make_unique<StubBackend>("test-primary", StubBackend::Kind::kPrimary, options);
+});
+MAGI_REGISTER(Backend, "test-flaky", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  return std::make_unique<StubBackend>("test-flaky", StubBackend::Kind::kFlaky, options);
+});
+MAGI_REGISTER(Backend, "test-nothing", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  return std::make_unique<StubBackend>("test-nothing", StubBackend::Kind::kNothing, options);
+});
+
+// Two identical layers (add, mul) and an add-only tail, split by mms.
+constexpr char kLayers[] = R"(module @m {
+  graph @step {
+    input %x: f32[4,4]
+    input %w: f32[4,4] {role = param}
+    %a0 = aten::add.Tensor(%x, %x, 1) : f32[4,4]
+    %m0 = aten::mul.Tensor(%a0, %a0) : f32[4,4]
+    %h0 = aten::mm(%m0, %w) : f32[4,4]
+    %a1 = aten::add.Tensor(%h0, %h0, 1) : f32[4,4]
+    %m1 = aten::mul.Tensor(%a1, %a1) : f32[4,4]
+    %h1 = aten::mm(%m1, %w) : f32[4,4]
+    %t = aten::add.Tensor(%h1, %h1, 1) : f32[4,4]
+    output y = %t
+  }
+}
+)";
+
+TEST(CompilerTest, PartitionsThatFailToCompileFallBackToThePrimaryWithAWarning) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
+  ASSERT_TRUE(module.ok()) << module.status();
+  CompileOptions options;
+  options.optimization.canonicalize = "";
+  options.backend = "test-primary";
+  options.partitioning.backends = {"test-flaky"};
+  options.partitioning.backend_options["test-flaky"] = {{"tag", "/a/path"}};
+  options.partitioning.log = false;
+  absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  // The two layer partitions (identical, one compile) fell back; the tail stayed.
+  ASSERT_EQ(compiled->fallen_back.size(), 2u);
+  EXPECT_EQ(compiled->fallen_back[0].callee, "step.test-flaky.0");
+  EXPECT_EQ(compiled->fallen_back[1].callee, "step.test-flaky.1");
+  ASSERT_EQ(compiled->partitions.size(), 1u);
+  EXPECT_EQ(compiled->partitions[0].callee, "step.test-flaky.2");
+  EXPECT_EQ(compiled->partition_executables.size(), 1u);
+  EXPECT_EQ(compiled->partition_executables.count("step.test-flaky.2"), 1u);
+  EXPECT_EQ(compiled->executable->backend_name(), "test-primary");
+  ASSERT_TRUE(VerifyModule(compiled->module()).ok());
+  EXPECT_EQ(compiled->module().FindGraph("step.test-flaky.0"), nullptr);
+  EXPECT_EQ(PrintGraph(compiled->graph()), R"(  graph @step {
+    input %x: f32[4,4]
+    input %w: f32[4,4] {role = param}
+    %a0 = aten::add.Tensor(%x, %x, 1) : f32[4,4]
+    %m0 = aten::mul.Tensor(%a0, %a0) : f32[4,4]
+    %h0 = aten::mm(%m0, %w) : f32[4,4]
+    %a1 = aten::add.Tensor(%h0, %h0, 1) : f32[4,4]
+    %m1 = aten::mul.Tensor(%a1, %a1) : f32[4,4]
+    %h1 = aten::mm(%m1, %w) : f32[4,4]
+    %t.2 = magi::call([%h1], callee = "step.test-flaky.2") : f32[4,4]
+    output y = %t.2
+  }
+)");
+  ASSERT_EQ(compiled->notes.size(), 3u);
+  EXPECT_EQ(compiled->notes[0],
+            "partition backend 'test-flaky': 5 of the 7 nodes of @step in 3 partitions (2 distinct); declines 2: 2 x "
+            "not add or mul");
+  EXPECT_EQ(compiled->notes[1].rfind(
+                "warning: partition @step.test-flaky.0 (2 nodes) failed to compile on backend 'test-flaky'; the "
+                "primary backend 'test-primary' runs its nodes: the code generator crashed on aten::mul.Tensor "
+                "defining %m0",
+                0),
+            0u)
+      << compiled->notes[1];
+  EXPECT_NE(compiled->notes[1].find("(/a/path)"), std::string::npos) << compiled->notes[1];  // backend_options arrived
+  EXPECT_NE(compiled->notes[2].find("partition @step.test-flaky.1 (2 nodes) failed"), std::string::npos);
+}
+
+TEST(CompilerTest, ABackendThatDeclinesEverythingSaysWhy) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
+  ASSERT_TRUE(module.ok()) << module.status();
+  CompileOptions options;
+  options.optimization.canonicalize = "";
+  options.backend = "test-primary";
+  options.partitioning.backends = {"test-nothing"};
+  options.partitioning.log = false;
+  absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_TRUE(compiled->partitions.empty());
+  ASSERT_EQ(compiled->notes.size(), 1u);
+  EXPECT_EQ(compiled->notes[0],
+            "partition backend 'test-nothing': 0 of the 7 nodes of @step in 0 partitions (0 distinct); it declines "
+            "every node: unavailable here: no such library; the primary backend 'test-primary' runs them");
 }
 
 }  // namespace

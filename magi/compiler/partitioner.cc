@@ -95,6 +95,27 @@ std::string StructuralKey(const Graph& graph) {
   return key;
 }
 
+absl::Status InlinePartition(Module& module, Graph& graph, const std::string& callee) {
+  const Graph* body = module.FindGraph(callee);
+  if (body == nullptr) return absl::NotFoundError(absl::StrCat("module @", module.name(), " has no graph @", callee));
+  for (Node* call : graph.nodes()) {
+    if (call->op() != kCallOp || CalleeName(*call) != callee) continue;
+    if (call->num_operands() != static_cast<int>(body->inputs().size()) ||
+        call->num_results() != static_cast<int>(body->outputs().size())) {
+      return absl::InvalidArgumentError(absl::StrCat(call->DebugName(), " does not match @", callee, "'s signature"));
+    }
+    absl::flat_hash_map<const Value*, Value*> value_map;
+    for (size_t i = 0; i < body->inputs().size(); ++i) value_map[body->inputs()[i]] = call->operand(static_cast<int>(i));
+    for (const Node* node : body->nodes()) CopyNode(*node, graph, value_map, /*before=*/call);
+    for (size_t i = 0; i < body->outputs().size(); ++i) {
+      graph.ReplaceAllUsesWith(call->result(static_cast<int>(i)), value_map.at(body->outputs()[i].value));
+    }
+    graph.EraseNode(call);
+  }
+  module.RemoveGraph(callee);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Partition>> OutlinePartitions(Module& module, Graph& graph, const std::string& backend,
                                                          const Capability& capability, int min_nodes,
                                                          int max_nodes) {

@@ -44,6 +44,12 @@ absl::StatusOr<std::vector<Partition>> OutlinePartitions(Module& module, Graph& 
                                                          const Capability& capability, int min_nodes = 1,
                                                          int max_nodes = 0);
 
+// Undoes outlining for one partition: every magi::call of `callee` in `graph` is replaced
+// by copies of the callee's nodes (annotations kept), and the callee graph is removed from
+// `module`. The compile driver uses it when a partition fails to compile, so that the
+// primary backend runs its nodes. NotFound if `module` has no graph `callee`.
+absl::Status InlinePartition(Module& module, Graph& graph, const std::string& callee);
+
 // A key equal for graphs that compute the same thing: input types, ops, constant
 // arguments, result types and how values connect, but not value names or annotations.
 std::string StructuralKey(const Graph& graph);

@@ -83,6 +83,35 @@ TEST(PartitionerTest, OutlinesRunsBetweenCollectivesAndDeclinedNodes) {
 )");
 }
 
+// A partition that fails to compile goes back into the step: the nodes are the original
+// ones again (names aside), the callee graph is gone, the module verifies.
+TEST(PartitionerTest, InlinePartitionUndoesOutlining) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  Graph& step = *(*module)->FindGraph("step");
+  absl::StatusOr<std::vector<Partition>> parts =
+      OutlinePartitions(**module, step, "ew", Accepting(step, {"aten::add.Tensor", "aten::mul.Tensor", "aten::relu"}));
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_TRUE(InlinePartition(**module, step, "step.ew.1").ok());
+  ASSERT_TRUE(VerifyModule(**module).ok()) << VerifyModule(**module) << "\n" << PrintModule(**module);
+  EXPECT_EQ((*module)->FindGraph("step.ew.1"), nullptr);
+  EXPECT_EQ(PrintGraph(step), R"(  graph @step {
+    input %x: f32[8,16]
+    input %w.shard: f32[8,16] {role = param}
+    %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[16,16]>
+    %a.0, %b.1 = magi::call([%x], callee = "step.ew.0") : f32[8,16], f32[8,16]
+    %w = magi::wait(%f) : f32[16,16]
+    %c = aten::mm(%b.1, %w) : f32[8,16]
+    %d = aten::relu(%c) : f32[8,16]
+    %e = aten::add.Tensor(%d, %c) : f32[8,16]
+    %g = aten::mul.Tensor(%e, %e) : f32[8,16]
+    output y = %g
+    output a = %a.0
+  }
+)");
+  EXPECT_EQ(InlinePartition(**module, step, "step.ew.1").code(), absl::StatusCode::kNotFound);
+}
+
 TEST(PartitionerTest, SizeBoundsAndIdenticalPartitionsShareAKey) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
   graph @step {

@@ -335,6 +335,16 @@ Graph* Module::FindGraph(absl::string_view name) const {
   return nullptr;
 }
 
+bool Module::RemoveGraph(absl::string_view name) {
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if ((*it)->name() == name) {
+      graphs_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<Graph*> Module::graphs() const {
   std::vector<Graph*> out;
   for (const auto& graph : graphs_) out.push_back(graph.get());

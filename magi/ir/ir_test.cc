@@ -183,6 +183,19 @@ TEST_F(GraphTest, QuotesUnusualNames) {
   EXPECT_NE(PrintGraph(*graph_).find("input %\"has space\": f32[1]"), std::string::npos);
 }
 
+TEST(ModuleTest, RemoveGraph) {
+  Module module("m");
+  module.AddGraph("a");
+  Graph* b = module.AddGraph("b");
+  EXPECT_TRUE(module.RemoveGraph("a"));
+  EXPECT_FALSE(module.RemoveGraph("a"));
+  EXPECT_EQ(module.FindGraph("a"), nullptr);
+  ASSERT_EQ(module.graphs().size(), 1u);
+  EXPECT_EQ(module.graphs()[0], b);
+  module.AddGraph("a");  // the name is free again
+  EXPECT_NE(module.FindGraph("a"), nullptr);
+}
+
 TEST(GraphDeathTest, ErasingAUsedNodeIsAProgrammerError) {
   Graph graph("g");
   Value* x = graph.AddInput("x", Type::Tensor(F32({1})));

@@ -46,6 +46,9 @@ class Module {
   // Adds an empty graph; a duplicate name is a programmer error.
   Graph* AddGraph(std::string name);
   Graph* FindGraph(absl::string_view name) const;
+  // Removes graph `name` and everything it owns; false when there is none. Nodes that
+  // call it (magi::call) must be gone first (the verifier reports calls of missing graphs).
+  bool RemoveGraph(absl::string_view name);
   std::vector<Graph*> graphs() const;
 
  private:

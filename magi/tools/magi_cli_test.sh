@@ -37,6 +37,26 @@ check "text -> pb -> json -> text round trip" cmp -s $SAMPLE "$TMP/back.mir"
 check "json is protobuf JSON" grep -q '"op": "magi::reduce_scatter_start"' "$TMP/m.json"
 $MAGI dot $SAMPLE -o "$TMP/g.dot" --graph=train_step
 check "dot has a collective hexagon" grep -q 'shape=hexagon' "$TMP/g.dot"
+cat > "$TMP/partitioned.mir" <<'MIR'
+module @m {
+  graph @step {
+    input %x: f32[4]
+    %y.0 = magi::call([%x], callee = "step.ew.0") : f32[4]
+    %z = aten::neg(%y.0) : f32[4]
+    output z = %z
+  }
+  graph @step.ew.0 {
+    input %x: f32[4]
+    %a = aten::add.Tensor(%x, %x, alpha = 1) : f32[4] {module = "layers.0"}
+    %y = aten::relu(%a) : f32[4] {module = "layers.1"}
+    output y = %y
+  }
+}
+MIR
+$MAGI partition-map "$TMP/partitioned.mir" -o "$TMP/map.dot"
+check "partition-map draws the partition as a cluster" grep -q 'label="@step.ew.0  (ew, 2 nodes)\\nlayers.0  ->  layers.1"' "$TMP/map.dot"
+check "partition-map --compact counts ops" grep -q '1 x add.Tensor' <($MAGI partition-map "$TMP/partitioned.mir" --compact=true)
+expect_failure "partition-map --compact=maybe" 1 "--compact is true or false" -- $MAGI partition-map "$TMP/partitioned.mir" --compact=maybe
 $MAGI opt magi/ir/testdata/tiny_forward.mir --passes=dce -o "$TMP/opt.mir"
 check "opt dce keeps live code" cmp -s magi/ir/testdata/tiny_forward.mir "$TMP/opt.mir"
 check "registry lists dce" grep -q '^pass: .*dce' <($MAGI registry)
@@ -126,7 +146,7 @@ printf 'name: bad\nvector_flops: nan\n' > "$TMP/nan.profile"
 expect_failure "a profile with NaN" 1 "'vector_flops' needs a non-negative, finite number, not 'nan'" -- $MAGI simulate $STEP --device="$TMP/nan.profile"
 
 # --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
-COMMANDS=(verify fmt convert dot opt simulate plan registry)
+COMMANDS=(verify fmt convert dot partition-map opt simulate plan registry)
 help_out=$($MAGI --help)
 for cmd in "${COMMANDS[@]}"; do
   check "magi --help lists $cmd" grep -q "^  magi $cmd" <<<"$help_out"

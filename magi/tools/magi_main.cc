@@ -34,6 +34,7 @@
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
 #include "magi/base/status_macros.h"
+#include "magi/compiler/partition_map.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/cost_model.h"
 #include "magi/cost/simulator.h"
@@ -104,6 +105,16 @@ const std::vector<CommandSpec>& CommandSpecs() {
        "Writes one graph as Graphviz DOT (render with: dot -Tsvg OUT -o g.svg).\n"
        "  -o OUT         where to write (default stdout)\n"
        "  --graph=NAME   the graph (default: the module's first)\n"},
+      {"partition-map",
+       1,
+       {"o", "graph", "compact"},
+       {},
+       "IN [-o OUT] [--graph=NAME] [--compact=true]",
+       "Writes which nodes of a partitioned step (magi::call graphs, e.g. from examples:train\n"
+       "--dump_graph with --partition_backends) went to which partition and backend, as DOT.\n"
+       "  -o OUT          where to write (default stdout); render with: dot -Tsvg OUT -o map.svg\n"
+       "  --graph=NAME    the step graph (default: the module's first)\n"
+       "  --compact=true  one box per partition with its most frequent ops\n"},
       {"opt",
        1,
        {"o", "passes", "stats", "dump_dir"},
@@ -314,6 +325,15 @@ absl::Status Run(const CommandLine& line) {
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
     MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
     return WriteOutput(FlagOr(line, "o", "-"), ExportDot(*graph));
+  }
+  if (command == "partition-map") {
+    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
+    MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
+    std::string compact = FlagOr(line, "compact", "false");
+    if (compact != "true" && compact != "false") {
+      return absl::InvalidArgumentError(absl::StrCat("--compact is true or false, got '", compact, "'"));
+    }
+    return WriteOutput(FlagOr(line, "o", "-"), PartitionMapDot(*module, *graph, compact == "true"));
   }
   if (command == "opt") return RunOpt(line);
   if (command == "simulate") return RunSimulate(line);

@@ -1,15 +1,23 @@
 """Configure-style repository rule for LibTorch.
 
-Finds LibTorch from LIBTORCH_HOME, else Debian's /usr install (libtorch-dev),
-else the torch package of `python3` (pip wheels, as on the GPU machine). Reads the
-version from torch/version.h and _GLIBCXX_USE_CXX11_ABI from TorchConfig.cmake,
-and fails with a clear message when LibTorch is missing or the ABI does not match
-the rest of the build (all other dependencies use the C++11 ABI).
+Finds LibTorch from LIBTORCH_HOME (tools/bazel sets it for MAGI_TORCH=2.12 / 2.11, see
+docs/torch2.md), else Debian's /usr install (libtorch-dev), else the torch package of
+`python3` (pip wheels, as on the GPU machine). Reads the version from torch/version.h and
+_GLIBCXX_USE_CXX11_ABI from TorchConfig.cmake (PyTorch >= 2.9 no longer writes it there:
+then from libc10.so's symbols), and fails with a clear message when LibTorch is missing or
+the ABI does not match the rest of the build (all other dependencies use the C++11 ABI).
 
 The generated repository @libtorch has:
-  :libtorch       the C++ API (torch/torch.h), ATen, c10; CPU libraries
-  :libtorch_cuda  adds libtorch_cuda and libc10_cuda (only where the install has them)
-  :config.bzl     LIBTORCH_VERSION, LIBTORCH_CXX11_ABI, LIBTORCH_HAS_CUDA for BUILD files
+  :libtorch       the C++ API (torch/torch.h), ATen, c10; CPU libraries only (libtorch_cpu,
+                  libc10), so CPU binaries never load libtorch_cuda and CUDA's libraries
+  :libtorch_cuda  adds libtorch, libtorch_cuda and libc10_cuda (only where the install has them)
+  :python3        the Python interpreter whose torch package is this LibTorch (MAGI_TORCH_PYTHON,
+                  a venv's bin/python3 next to it, Debian's /usr/bin/python3 for /usr, or python3
+                  on PATH, whichever imports torch of the same version), as an executable for
+                  genrules (tools/fx_export.py, AOTInductor); where there is none, running it fails
+                  with the reason
+  :config.bzl     LIBTORCH_VERSION(_MAJOR/_MINOR), LIBTORCH_CXX11_ABI, LIBTORCH_HAS_CUDA,
+                  LIBTORCH_PYTHON for BUILD files, and if_libtorch_at_least(major, minor, then, otherwise)
 """
 
 load("//third_party:repo_utils.bzl", "read_define")
@@ -33,6 +41,57 @@ def _python_torch_dir(ctx):
     if result.return_code != 0:
         return None
     return result.stdout.strip()
+
+def _numeric_version(text):
+    """"2.12.1" for "2.12.1+cu130", "1.13.0" for "1.13.0a0+git": the leading numbers."""
+    out = []
+    for part in text.split("."):
+        digits = ""
+        for c in part.elems():
+            if not c.isdigit():
+                break
+            digits += c
+        if not digits:
+            break
+        out.append(digits)
+        if len(digits) != len(part):
+            break
+    return ".".join(out)
+
+def _find_python(ctx, home, version):
+    """The Python whose `import torch` is LibTorch `version` (at `home` when it is a pip
+    install), or (None, reasons) listing what was tried."""
+    candidates = []
+    explicit = ctx.os.environ.get("MAGI_TORCH_PYTHON", "")
+    if explicit:
+        candidates.append(explicit)
+    parts = home.rstrip("/").split("/")
+    if len(parts) > 4 and parts[-2] in ("site-packages", "dist-packages") and parts[-4] == "lib":
+        candidates.append("/".join(parts[:-4]) + "/bin/python3")  # a venv: VENV/lib/pythonX.Y/site-packages/torch
+    if home == "/usr":
+        candidates.append("/usr/bin/python3")
+    on_path = ctx.which("python3")
+    if on_path:
+        candidates.append(str(on_path))
+    tried = []
+    for candidate in candidates:
+        if not ctx.path(candidate).exists:
+            tried.append("%s (missing)" % candidate)
+            continue
+        result = ctx.execute([candidate, "-c", "import torch; print(torch.__version__)"], timeout = 120)
+        found = result.stdout.strip()
+        if result.return_code != 0:
+            tried.append("%s (cannot import torch)" % candidate)
+        elif _numeric_version(found) != version:
+            tried.append("%s (torch %s)" % (candidate, found))
+        else:
+            return candidate, tried
+    return None, tried
+
+def _cxx11_abi_from_library(ctx, library):
+    """1 if `library`'s symbols use libstdc++'s C++11 ABI (std::__cxx11), else 0."""
+    result = ctx.execute(["grep", "-c", "__cxx11", library])
+    return 1 if result.return_code == 0 else 0
 
 def _find_home(ctx):
     home = ctx.os.environ.get("LIBTORCH_HOME", "")
@@ -87,7 +146,7 @@ def _libtorch_configure_impl(ctx):
                 abi = 1
             break
     if abi == None:
-        abi = 1
+        abi = _cxx11_abi_from_library(ctx, libdir + "/libc10.so")
     if abi != 1:
         fail(("\nLibTorch %s at %s was built with _GLIBCXX_USE_CXX11_ABI=0, but Abseil, Protobuf and GoogleTest " +
               "here use the C++11 ABI. Use a cxx11-ABI LibTorch (PyTorch >= 2.7 wheels, Debian's libtorch-dev).") % (version, home))
@@ -110,9 +169,22 @@ def _libtorch_configure_impl(ctx):
         linkopts = ["-L" + libdir, "-Wl,-rpath," + libdir]
 
     # libtorch_cpu/libtorch_cuda register their kernels from static initializers, so they
-    # must be linked even when no symbol of theirs is referenced directly.
-    cpu_libs = ["-Wl,--no-as-needed", "-ltorch", "-ltorch_cpu", "-lc10", "-Wl,--as-needed"]
-    cuda_libs = ["-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed"]
+    # must be linked even when no symbol of theirs is referenced directly. libtorch.so is a
+    # stub that only links both (1.13 and 2.x): CPU binaries leave it out, so that they do
+    # not load libtorch_cuda.so and with it CUDA's libraries (PyPI's wheels are CUDA builds).
+    # --push-state/--pop-state restore the linker's mode afterwards: a trailing --as-needed
+    # would turn it on for every library after these (Debian's default is off) and drop, e.g.,
+    # Abseil's str_format from binaries whose own objects do not call it although a shared
+    # library they load does (undefined symbol at run time).
+    cpu_libs = ["-Wl,--push-state,--no-as-needed", "-ltorch_cpu", "-lc10", "-Wl,--pop-state"]
+    cuda_libs = ["-Wl,--push-state,--no-as-needed", "-ltorch", "-ltorch_cuda", "-lc10_cuda", "-Wl,--pop-state"]
+
+    python, tried = _find_python(ctx, home, version)
+    if python:
+        ctx.file("python3", "#!/bin/sh\n# The Python whose torch is LibTorch %s at %s.\nexec %s \"$@\"\n" % (version, home, python))
+    else:
+        ctx.file("python3", "#!/bin/sh\necho 'ERROR: @libtorch//:python3: no Python imports torch %s (LibTorch at %s); tried: %s. " % (
+            version, home, "; ".join(tried) or "nothing") + "Set MAGI_TORCH_PYTHON, or use MAGI_TORCH=2.12 (docs/torch2.md).' >&2\nexit 1\n")
 
     ctx.file("WORKSPACE", "workspace(name = \"%s\")\n" % ctx.name)
     ctx.file("config.bzl", "\n".join([
@@ -123,13 +195,18 @@ def _libtorch_configure_impl(ctx):
         "LIBTORCH_VERSION_MINOR = %s" % minor,
         "LIBTORCH_CXX11_ABI = %d" % abi,
         "LIBTORCH_HAS_CUDA = %s" % has_cuda,
+        "LIBTORCH_PYTHON = %r" % (python or ""),
+        "",
+        "def if_libtorch_at_least(major, minor, then, otherwise = []):",
+        "    \"\"\"`then` when this LibTorch is major.minor or newer, else `otherwise`.\"\"\"",
+        "    return then if LIBTORCH_VERSION_MAJOR * 1000 + LIBTORCH_VERSION_MINOR >= major * 1000 + minor else otherwise",
         "",
     ]))
     ctx.file("BUILD", """\
 # Generated by Magi's libtorch_configure.bzl: LibTorch {version} from {home} ({source}).
 package(default_visibility = ["//visibility:public"])
 
-exports_files(["config.bzl"])
+exports_files(["config.bzl", "python3"])
 
 cc_library(
     name = "headers",
@@ -150,6 +227,6 @@ cc_library(
 
 libtorch_configure = repository_rule(
     implementation = _libtorch_configure_impl,
-    environ = ["LIBTORCH_HOME", "PATH"],
+    environ = ["LIBTORCH_HOME", "MAGI_TORCH_PYTHON", "PATH"],
     local = True,
 )

@@ -589,6 +589,12 @@ class NcclStreamExecutable : public TorchExecutable {
 
   // ---- timelines (trace and per-node times) ----
 
+  // A partition call is named by its callee (which partition ran), other nodes by their op.
+  static std::string TraceName(const Node& node) {
+    if (node.op() == kCallOp) return absl::StrCat(node.op(), " ", CalleeName(node));
+    return node.op();
+  }
+
   absl::Status PrepareTimingEvents(c10::cuda::CUDAStream compute) {
     size_t needed = 1 + step_.nodes.size() + 2 * step_.nodes.size();
     while (timing_events_.size() < needed) {
@@ -647,7 +653,7 @@ class NcclStreamExecutable : public TorchExecutable {
       absl::StrAppendFormat(&json,
                             ",\n{\"name\":\"%s\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,"
                             "\"dur\":%.3f,\"args\":{\"module\":\"%s\",\"node\":%d}}",
-                            node.op(), begin * 1e6, (finish - begin) * 1e6, node.annotations().module_path, i);
+                            TraceName(node), begin * 1e6, (finish - begin) * 1e6, node.annotations().module_path, i);
     }
     for (const CollectivePlan& collective : streams_.collectives) {
       if (collective.skipped) continue;

@@ -49,6 +49,8 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.cost_model.device_profile = optimization.device_profile;
   options.cost_model.calibration_csv = optimization.calibration_csv;
   options.partitioning.backends = optimization.partition_backends;
+  options.partitioning.min_nodes = optimization.partition_min_nodes;
+  options.partitioning.max_nodes = optimization.partition_max_nodes;
   options.backend = backend;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
   MAGI_RETURN_IF_ERROR(trainer->executable_->BindCommunicator(trainer->plan_.process_group, communicator));

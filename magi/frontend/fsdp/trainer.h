@@ -45,8 +45,11 @@ struct StepOptimization {
   int64_t memory_budget_bytes = 0;
   std::string device_profile = "cpu";  // cost model for the search and the prediction
   std::string calibration_csv;         // measured op times (CalibrationTable) to use, if any
-  // Partition backends that take the parts of the step they accept (see magi/compiler).
+  // Partition backends that take the parts of the step they accept (see magi/compiler),
+  // and the bounds on a partition's node count (max 0: unbounded).
   std::vector<std::string> partition_backends;
+  int partition_min_nodes = 1;
+  int partition_max_nodes = 0;
 };
 
 class FsdpTrainer {

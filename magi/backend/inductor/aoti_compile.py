@@ -1,0 +1,159 @@
+"""The compile step of Magi's inductor backend: FX programs -> AOTInductor packages.
+
+The C++ backend (magi/backend/inductor) embeds this file, writes it into its cache folder and
+runs it with the configured Python (whose torch must be the LibTorch the process runs on):
+
+    python3 aoti_compile.py --probe               # prints key=value lines: torch version, AOTInductor, CUDA devices
+    python3 aoti_compile.py JOB                   # compiles the tasks listed in the file JOB
+
+JOB is a text file of tab-separated lines: first "magi-aoti-job 1", then "torch", VERSION;
+"worker", "I/N"; and one line per task: "task", the program (.py written by fx_program.cc),
+the package to write (.pt2), the result file to write, and a label for progress lines. Each
+program's build() gives a torch.fx.GraphModule of torch.ops.aten calls; it is exported with
+torch.export.export on example inputs of the declared dtypes, sizes, strides and devices, and
+compiled with torch._inductor.aoti_compile_and_package. Nothing is half-written: the package
+goes to a temporary name in the same folder and is renamed; the result file likewise. A lock
+file per package makes concurrent compiles of the same partition (several ranks, several
+processes) wait for one another instead of repeating the work.
+
+Result files hold "ok", the export and compile seconds and the op count, one per line; or
+"error" and the message. Progress lines go to the original stderr; everything else the
+compile prints (Inductor, the C++ compiler) goes to stdout/stderr as redirected by the caller.
+"""
+
+import fcntl
+import importlib.util
+import os
+import sys
+import time
+import traceback
+
+
+def _probe():
+    import torch
+
+    lines = ["torch=%s" % torch.__version__,
+             "torch_dir=%s" % os.path.dirname(os.path.abspath(torch.__file__)),
+             "python=%s" % sys.executable]
+    has_inductor = importlib.util.find_spec("torch._inductor") is not None
+    has_export = importlib.util.find_spec("torch.export") is not None
+    lines.append("aoti=%d" % int(has_inductor and has_export))
+    cuda = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(i)
+            cuda.append("sm_%d%d" % (major, minor))
+    lines.append("cuda=%s" % ",".join(cuda))
+    print("\n".join(lines))
+
+
+def _write_atomically(path, text):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _example(entry, torch):
+    """An example input of the declared dtype, sizes and strides (strides may overlap: an
+    expanded tensor has stride 0), viewed from a storage of its own. Values only shape
+    tracing; they are deterministic so that a compile is reproducible."""
+    _, dtype, sizes, strides, device = entry
+    storage = 1 + sum((n - 1) * s for n, s in zip(sizes, strides)) if all(n > 0 for n in sizes) else 0
+    if dtype.is_floating_point:
+        base = torch.linspace(-1, 1, steps=max(storage, 1), dtype=torch.float64)[:storage].to(dtype)
+    else:
+        base = torch.zeros(storage, dtype=dtype)
+    return base.to(device).as_strided(sizes, strides)
+
+
+def _compile(torch, program_path, package_path):
+    spec = importlib.util.spec_from_file_location("magi_partition", program_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    graph_module = module.build()
+    ops = sum(1 for n in graph_module.graph.nodes if n.op == "call_function" and str(n.target).startswith("aten."))
+    inputs = tuple(_example(entry, torch) for entry in module.INPUTS)
+    start = time.time()
+    program = torch.export.export(graph_module, inputs)
+    exported = time.time()
+    directory, name = os.path.split(package_path)
+    tmp = os.path.join(directory, ".%s.%d.tmp.pt2" % (name[: -len(".pt2")], os.getpid()))
+    torch._inductor.aoti_compile_and_package(
+        program, package_path=tmp,
+        inductor_configs={"aot_inductor.metadata": {"magi.graph": str(module.GRAPH)}})
+    os.replace(tmp, package_path)
+    done = time.time()
+    return ops, exported - start, done - exported
+
+
+def _run_job(job_path):
+    with open(job_path) as f:
+        lines = [line.rstrip("\n") for line in f]
+    if not lines or lines[0] != "magi-aoti-job\t1":
+        sys.exit("aoti_compile.py: %s is not a job file" % job_path)
+    expected_torch, worker, tasks = None, "1/1", []
+    for line in lines[1:]:
+        fields = line.split("\t")
+        if fields[0] == "torch":
+            expected_torch = fields[1]
+        elif fields[0] == "worker":
+            worker = fields[1]
+        elif fields[0] == "task":
+            tasks.append(fields[1:5])
+    # Progress lines go to the caller's stderr; the compile's own output to the log.
+    progress = os.fdopen(os.dup(2), "w")
+    log = os.environ.get("MAGI_AOTI_LOG")
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    import torch
+    import torch._inductor  # noqa: F401
+    if expected_torch and torch.__version__.split("+")[0] != expected_torch.split("+")[0]:
+        message = "this Python's torch is %s, but the process runs LibTorch %s" % (torch.__version__, expected_torch)
+        for _, _, result, _ in tasks:
+            _write_atomically(result, "error\n%s\n" % message)
+        progress.write("magi: inductor: %s\n" % message)
+        return 1
+    failures = 0
+    for program, package, result, label in tasks:
+        lock_path = package + ".lock"
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process compiling the same package: wait for it
+            try:
+                if os.path.exists(package):
+                    _write_atomically(result, "ok\n0\n0\n0\ncached by another process\n")
+                    progress.write("magi: inductor: %s: compiled meanwhile by another process\n" % label)
+                    progress.flush()
+                    continue
+                ops, export_s, compile_s = _compile(torch, program, package)
+                _write_atomically(result, "ok\n%.3f\n%.3f\n%d\n" % (export_s, compile_s, ops))
+                progress.write("magi: inductor: %s: %d aten ops compiled in %.1f s (export %.1f s) [worker %s]\n"
+                               % (label, ops, export_s + compile_s, export_s, worker))
+            except Exception as e:  # noqa: BLE001 - every failure is reported for its partition
+                failures += 1
+                traceback.print_exc()
+                detail = ("%s: %s" % (type(e).__name__, e)).strip().replace("\r", "")
+                if len(detail) > 2000:
+                    detail = detail[:1000] + " ... " + detail[-1000:]
+                _write_atomically(result, "error\n%s\n" % detail)
+                progress.write("magi: inductor: %s: AOTInductor failed: %s\n" % (label, detail.splitlines()[0][:300]))
+            progress.flush()
+    return 1 if failures else 0
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "--probe":
+        _probe()
+        return 0
+    if len(argv) != 2:
+        sys.exit("usage: aoti_compile.py --probe | aoti_compile.py JOB")
+    return _run_job(argv[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,143 @@
+// What the inductor backend takes and declines, and what it says where it cannot work. The
+// compiles themselves are tested end to end in //tests/partitioning:inductor_step_test.
+#include "magi/backend/inductor/inductor_backend.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "magi/base/file.h"
+#include "magi/base/gtest_printers.h"
+#include "magi/compat/aoti_package.h"
+#include "magi/compat/torch_compat.h"
+#include "magi/ir/parser.h"
+
+namespace magi::inductor {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const char* root = std::getenv("TEST_TMPDIR");
+  std::string dir = absl::StrCat(root != nullptr ? root : "/tmp", "/", name);
+  EXPECT_EQ(std::system(absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str()), 0);
+  return dir;
+}
+
+constexpr char kStep[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @step {
+    input %x: f32[4,8]
+    input %w.shard: f32[4,8] {role = param}
+    input %z: c64[4]
+    input %d: f32[?,8]
+    input %g: f32[4,8]@cuda:0
+    %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[8,8]>
+    %w = magi::wait(%f) : f32[8,8]
+    %h = aten::mm(%x, %w) : f32[4,8]
+    %r = aten::dropout(%h, 0.1, true) : f32[4,8]
+    %a = aten::add_.Tensor(%h, %h, alpha = 1) : f32[4,8]
+    %n = aten::nonzero(%h) : i64[?,2]
+    %zz = aten::mul.Tensor(%z, %z) : c64[4]
+    %dd = aten::relu(%d) : f32[?,8]
+    %mixed = aten::add.Tensor(%h, %g, alpha = 1) : f32[4,8]@cuda:0
+    %gone = aten::no_such_op(%h) : f32[4,8]
+    %ok = aten::gelu(%h, approximate = "tanh") : f32[4,8]
+    output y = %ok
+  }
+}
+)";
+
+TEST(InductorBackendTest, DeclinesWithReasons) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::map<std::string, std::string> why;
+  for (const Node* node : (*module)->FindGraph("step")->nodes()) why[node->result(0)->name()] = WhyInductorDeclines(*node);
+  EXPECT_EQ(why["f"], "a collective or wait: stays with the primary backend, which runs the schedule");
+  EXPECT_EQ(why["w"], "a collective or wait: stays with the primary backend, which runs the schedule");
+  EXPECT_EQ(why["h"], "");
+  EXPECT_EQ(why["r"], "a random op: the primary backend draws it from the generator state the step replays");
+  EXPECT_EQ(why["a"], "writes memory in place (partitions return new tensors)");
+  EXPECT_EQ(why["n"], "data-dependent: reads tensor values on the host");
+  EXPECT_EQ(why["zz"], "%z is complex (Inductor has no complex kernels)");
+  EXPECT_EQ(why["dd"], "%d has a dynamic shape");
+  EXPECT_EQ(why["mixed"], "mixes devices cpu and cuda:0");
+  EXPECT_NE(why["gone"].find("has no operator aten::no_such_op"), std::string::npos) << why["gone"];
+  EXPECT_EQ(why["ok"], "");
+}
+
+TEST(InductorBackendTest, Options) {
+  absl::StatusOr<InductorOptions> options =
+      InductorOptions::FromComponentOptions({{"python", "/p"}, {"cache_dir", "/c"}, {"jobs", "3"}});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->python, "/p");
+  EXPECT_EQ(options->cache_dir, "/c");
+  EXPECT_EQ(options->jobs, 3);
+  EXPECT_TRUE(options->single_threaded);
+  absl::StatusOr<InductorOptions> bad = InductorOptions::FromComponentOptions({{"pyhton", "/p"}});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "inductor: unknown option 'pyhton' (options: python, cache_dir, jobs, single_threaded)");
+  EXPECT_FALSE(InductorOptions::FromComponentOptions({{"jobs", "-1"}}).ok());
+  EXPECT_FALSE(InductorOptions::FromComponentOptions({{"single_threaded", "yes"}}).ok());
+}
+
+// Where AOTInductor cannot be used, every node is declined with the reason, so the compile
+// driver leaves the step to the primary backend.
+void ExpectUnavailable(const InductorBackend& backend, const std::string& expected) {
+  absl::Status availability = backend.Availability();
+  EXPECT_EQ(availability.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(availability.message().find(expected), std::string::npos) << availability;
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok());
+  const Graph& step = *(*module)->FindGraph("step");
+  Capability capability = backend.GetCapability(**module, step);
+  ASSERT_EQ(static_cast<int>(capability.unsupported.size()), step.num_nodes());
+  for (const auto& [node, reason] : capability.unsupported) {
+    EXPECT_EQ(reason, absl::StrCat("AOTInductor is unavailable: ", availability.message()));
+  }
+  std::vector<absl::StatusOr<std::unique_ptr<Executable>>> compiled = backend.CompileAll(**module, {&step});
+  ASSERT_EQ(compiled.size(), 1u);
+  EXPECT_EQ(compiled[0].status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(InductorBackendTest, UnavailableWithoutAotInductorOrASuitablePython) {
+  std::string dir = TempDir("unavailable");
+  InductorOptions options;
+  options.cache_dir = dir + "/cache";
+  if (!compat::AotInductorAvailable()) {
+    // Debian's LibTorch 1.13: the reason names the version and what to do.
+    ExpectUnavailable(InductorBackend(options), absl::StrCat("LibTorch ", TORCH_VERSION, " has no AOTInductor"));
+    ExpectUnavailable(InductorBackend(options), "MAGI_TORCH=2.12");
+    return;
+  }
+  options.python = dir + "/no_such_python";
+  ExpectUnavailable(InductorBackend(options), "no suitable Python (the backend option python): Python " +
+                                                  options.python + " does not exist");
+  // A Python whose torch is another version than the LibTorch of this process.
+  options.python = dir + "/python_2_0";
+  ASSERT_TRUE(WriteFileAtomically(options.python, absl::StrCat("#!/bin/sh\necho torch=2.0.1\necho torch_dir=", dir,
+                                                                 "\necho aoti=1\necho cuda=\n"))
+                  .ok());
+  ASSERT_EQ(chmod(options.python.c_str(), 0755), 0);
+  ExpectUnavailable(InductorBackend(options),
+                    absl::StrCat(options.python, " (the backend option python) has torch 2.0.1 but this process runs "
+                                 "LibTorch ", TORCH_VERSION));
+  // A Python without torch.
+  options.python = dir + "/python_without_torch";
+  ASSERT_TRUE(WriteFileAtomically(options.python,
+                                  "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+                  .ok());
+  ASSERT_EQ(chmod(options.python.c_str(), 0755), 0);
+  ExpectUnavailable(InductorBackend(options), "cannot import torch (exit 1): ModuleNotFoundError");
+}
+
+TEST(InductorBackendTest, RegisteredByName) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend = Registry<Backend>::Global().Create("inductor", {{"jobs", "2"}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "inductor");
+  EXPECT_FALSE(Registry<Backend>::Global().Create("inductor", {{"color", "red"}}).ok());
+}
+
+}  // namespace
+}  // namespace magi::inductor

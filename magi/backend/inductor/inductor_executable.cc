@@ -1,0 +1,106 @@
+#include "magi/backend/inductor/inductor_executable.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "magi/compat/torch_compat.h"
+
+namespace magi::inductor {
+namespace {
+
+std::vector<int64_t> StridesOf(const TensorType& type) {
+  return type.strides.empty() ? ContiguousStrides(type.sizes) : type.strides;
+}
+
+// The generated code indexes with the compiled strides; a dimension of size 1 is never
+// stepped over (compat::AotiPackage checks the same way).
+bool HasStrides(const at::Tensor& tensor, const std::vector<int64_t>& strides) {
+  if (tensor.dim() != static_cast<int64_t>(strides.size())) return false;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    if (tensor.size(d) != 1 && tensor.stride(d) != strides[d]) return false;
+  }
+  return true;
+}
+
+// `tensor`'s values in a tensor of `strides`, which may overlap (stride 0 of an expanded
+// tensor: copy_ refuses to write there, so every element goes to its storage offset; the
+// elements that share one hold equal values in a tensor that was expanded).
+at::Tensor Restride(const at::Tensor& tensor, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t storage = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) storage = 0;
+    if (storage > 0) storage += (sizes[d] - 1) * strides[d];
+  }
+  at::Tensor base = at::empty({storage}, tensor.options());
+  at::Tensor offsets = at::arange(std::max<int64_t>(storage, 1), tensor.options().dtype(at::kLong))
+                           .as_strided(sizes, strides)
+                           .reshape({-1});
+  base.index_put_({offsets}, tensor.reshape({-1}));
+  return base.as_strided(sizes, strides);
+}
+
+}  // namespace
+
+InductorExecutable::InductorExecutable(std::unique_ptr<compat::AotiPackage> package,
+                                       std::vector<TensorType> input_types, std::vector<std::string> input_names,
+                                       int num_outputs, PackageInfo info)
+    : package_(std::move(package)),
+      input_types_(std::move(input_types)),
+      input_names_(std::move(input_names)),
+      num_outputs_(num_outputs),
+      info_(std::move(info)) {}
+
+absl::StatusOr<std::vector<at::Tensor>> InductorExecutable::Run(const std::vector<at::Tensor>& inputs) {
+  auto start = std::chrono::steady_clock::now();
+  if (inputs.size() != input_types_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("@", info_.graph, " (inductor): expected ", input_types_.size(),
+                                                   " inputs, got ", inputs.size()));
+  }
+  std::vector<at::Tensor> arguments = inputs;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const TensorType& want = input_types_[i];
+    const at::Tensor& got = arguments[i];
+    if (!got.defined() || got.scalar_type() != compat::ToScalarType(want.dtype) ||
+        !std::equal(got.sizes().begin(), got.sizes().end(), want.sizes.begin(), want.sizes.end())) {
+      absl::StatusOr<TensorType> actual = compat::TensorTypeOf(got);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "@", info_.graph, " (inductor): input %", input_names_[i], " is ",
+          actual.ok() ? actual->ToString() : std::string("undefined"), " but the package was compiled for ",
+          want.ToString()));
+    }
+    std::vector<int64_t> strides = StridesOf(want);
+    if (!HasStrides(got, strides)) {
+      if (!warned_restride_) {
+        warned_restride_ = true;
+        std::fprintf(stderr,
+                     "magi: inductor: @%s: input %%%s arrives with strides [%s], the package was compiled for [%s]; "
+                     "it is copied on every run\n",
+                     info_.graph.c_str(), input_names_[i].c_str(), absl::StrJoin(got.strides(), ",").c_str(),
+                     absl::StrJoin(strides, ",").c_str());
+      }
+      arguments[i] = Restride(got, want.sizes, strides);
+      ++restrided_inputs_;
+    }
+  }
+  absl::StatusOr<std::vector<at::Tensor>> outputs = package_->Run(arguments);
+  if (!outputs.ok()) {
+    return absl::Status(outputs.status().code(), absl::StrCat("@", info_.graph, " (inductor): ", outputs.status().message()));
+  }
+  if (static_cast<int>(outputs->size()) != num_outputs_) {
+    return absl::InternalError(absl::StrCat("@", info_.graph, " (inductor): the package returned ", outputs->size(),
+                                            " tensors, the partition has ", num_outputs_, " outputs"));
+  }
+  stats_.nodes_run = info_.num_ops;
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.host_seconds = stats_.seconds;
+  return outputs;
+}
+
+absl::Status InductorExecutable::BindCommunicator(const std::string& group, std::shared_ptr<Communicator>) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the inductor backend runs no collectives (group ", group, "): they stay with the primary backend"));
+}
+
+}  // namespace magi::inductor
