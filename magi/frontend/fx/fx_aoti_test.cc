@@ -11,10 +11,10 @@
 #include <iterator>
 
 #include "gtest/gtest.h"
+#include "magi/backend/torch_executable.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/compat/aoti_package.h"
 #include "magi/frontend/fx/fx_importer.h"
-#include "magi/runtime/torch_executable.h"
 
 namespace magi {
 namespace {

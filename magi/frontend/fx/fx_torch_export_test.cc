@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "magi/backend/torch_executable.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/frontend/fx/fx_importer.h"
-#include "magi/backend/torch_executable.h"
 
 namespace magi {
 namespace {
