@@ -35,12 +35,14 @@ examples/train --steps=6 --world_size=2 --out_dir="$out/resumed" --resume
 for f in rank0.pt rank1.pt manifest.json; do
   cmp "$out/straight/checkpoint/step-00000006/$f" "$out/resumed/checkpoint/step-00000006/$f"
 done
-[[ "$(tail -n 1 "$out/straight/loss.csv")" == "$(tail -n 1 "$out/resumed/loss.csv")" ]]
+[[ "$(tail -n 1 "$out/straight/loss.csv")" == "$(tail -n 1 "$out/resumed/loss.csv")" ]] \
+  || { echo "last losses differ: $(tail -n 1 "$out/straight/loss.csv") vs $(tail -n 1 "$out/resumed/loss.csv")"; exit 1; }
 # Another world size resumes the same run (issue 16): the step-3 checkpoint of 2 ranks,
 # resharded for 1 and for 4 ranks, with the same global batch (16 sequences), gives the
 # losses of the uninterrupted run within fp32 rounding (the gradient sums run in another order).
-examples/train --steps=6 --world_size=1 --batch_size=16 --out_dir="$out/on1" --resume 2> "$out/on1.txt"
-grep -q "resumed from $out/on1/checkpoint/step-00000003 at step 3" "$out/on1.txt"
+examples/train --steps=6 --world_size=1 --batch_size=16 --out_dir="$out/on1" --resume 2> "$out/on1.txt" \
+  || { cat "$out/on1.txt"; exit 1; }
+grep -q "resumed from $out/on1/checkpoint/step-00000003 at step 3" "$out/on1.txt" || { cat "$out/on1.txt"; exit 1; }
 examples/train --steps=6 --world_size=4 --batch_size=4 --out_dir="$out/on4" --resume
 python3 - "$out/straight/summary.json" "$out/on1/summary.json" "$out/on4/summary.json" <<'PY'
 import json, sys
