@@ -72,7 +72,7 @@ def main():
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
     results = []
     common = ["--model=1b", "--dtype=bf16", "--device=cuda", "--world_size=1", "--checkpoint=false",
-              f"--steps={args.steps}", f"--warmup_steps={args.warmup}", f"--lr={args.lr}", "--device_profile=h200"]
+              f"--steps={args.steps}", f"--untimed_steps={args.warmup}", f"--lr={args.lr}", "--device_profile=h200"]
     dumped = False
     wanted = set(args.only.split(","))
     picked = [int(i) for i in args.magi_runs.split(",") if i] or list(range(len(MAGI_RUNS)))
@@ -109,7 +109,7 @@ def main():
     if "fsdp2" in wanted:
         if not dumped and not os.path.exists(os.path.join(data_dir, "weights.json")):
             run([args.train] + common + ["--steps=" + str(args.steps), "--backend=interpreter",
-                                         f"--dump_dir={data_dir}", "--warmup_steps=0",
+                                         f"--dump_dir={data_dir}", "--untimed_steps=0",
                                          f"--out_dir={os.path.join(args.out_dir, 'dump')}"],
                 os.path.join(args.out_dir, "dump.log"), env)
         for mode in ("eager", "compile"):

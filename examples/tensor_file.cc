@@ -12,6 +12,8 @@ absl::StatusOr<std::string> DTypeName(at::ScalarType type) {
   switch (type) {
     case at::kFloat:
       return std::string("float32");
+    case at::kDouble:
+      return std::string("float64");
     case at::kBFloat16:
       return std::string("bfloat16");
     case at::kHalf:

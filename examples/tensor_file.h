@@ -15,7 +15,7 @@
 
 namespace magi {
 
-// Writes `tensors` (any device; float32, bfloat16, float16, int64 or int32) to
+// Writes `tensors` (any device; float32, float64, bfloat16, float16, int64 or int32) to
 // PREFIX.bin and PREFIX.json, each atomically (the .bin first, so a .json never names
 // bytes that are not there).
 absl::Status WriteTensorFile(const std::string& prefix, const std::vector<std::pair<std::string, at::Tensor>>& tensors);

@@ -12,6 +12,14 @@
 // sharded checkpoint: checkpoint/step-<N>/ with one file per rank and a manifest that
 // commits the step once every rank's file is on disk (--checkpoint_every, --keep_checkpoints).
 // --resume continues from the newest committed step, at any --world_size (resharded).
+//
+// --deterministic (docs/deterministic.md): bitwise-identical losses and parameters run
+// after run on the same hardware kind and world size. The process settings are applied
+// first (magi/runtime/deterministic), the step is compiled in deterministic mode, and
+// rank 0 prints the settings and the plan hash every rank agreed on:
+//   tools/bazel run //examples:train -- --deterministic --steps=20 --dump_dir=/tmp/run1
+//   tools/bazel run //examples:train -- --deterministic --steps=20 --dump_dir=/tmp/run2
+//   tools/bazel run //magi/tools:magi -- compare /tmp/run1/losses /tmp/run2/losses   # "identical: ..."
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +40,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "examples/tensor_file.h"
 #include "magi/base/file.h"
@@ -39,6 +48,7 @@
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/ir/printer.h"
 #include "magi/models/llama.h"
+#include "magi/runtime/deterministic/deterministic.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 #include "magi/backend/communicator.h"
@@ -53,11 +63,34 @@ ABSL_FLAG(std::string, dtype, "f32",
 ABSL_FLAG(int, steps, 200, "Optimizer steps");
 ABSL_FLAG(int, batch_size, 0, "Sequences per rank per step (0: 8, or 4 for --model=1b)");
 ABSL_FLAG(int, seq_len, 0, "Tokens per sequence (0: 64, or 2048 for --model=1b)");
-ABSL_FLAG(int, warmup_steps, 1, "Steps left out of the timing (compilation, allocator warm-up, CUDA graph capture)");
+ABSL_FLAG(int, untimed_steps, 1,
+          "Steps left out of the timing (compilation, allocator warm-up, CUDA graph capture)");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "Learning-rate schedule: constant, or cosine (to --min_lr at --steps); both after --warmup_steps of "
+          "linear warm-up. The AdamW scalars are step inputs: nothing is recompiled");
+ABSL_FLAG(int, warmup_steps, 0, "Learning-rate warm-up steps (linear from lr / warmup_steps to lr)");
+ABSL_FLAG(double, min_lr, 0, "The learning rate --lr_schedule=cosine ends at");
+ABSL_FLAG(int, grad_accum, 1,
+          "Micro-batches per step: --batch_size sequences per rank are split into this many, their gradients "
+          "accumulated unsharded and reduce-scattered once per step (FSDP2's set_requires_gradient_sync)");
+ABSL_FLAG(double, clip_grad_norm, 0, "Clip the global gradient norm to this (torch.nn.utils.clip_grad_norm_; 0: off)");
+ABSL_FLAG(std::string, mesh, "",
+          "Device mesh: empty (1-D over all ranks), or RxS for HSDP: shard within groups of S ranks, all-reduce "
+          "gradients across the R groups (R * S = world size), e.g. 2x2");
+ABSL_FLAG(std::string, init, "device",
+          "device (build the model on --device, then shard it) or meta (build it on the meta device; each rank "
+          "materializes only its shards, the same weights as --init=device for the same --seed)");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome/Perfetto timeline of the last step here (backends that can)");
 ABSL_FLAG(std::string, dump_dir, "",
           "Write the initial full weights (weights.{json,bin}) and the global batches of every step "
-          "(batches.{json,bin}) here as magi-tensors-v1 files, for PyTorch runs on the same init and data");
+          "(batches.{json,bin}) here as magi-tensors-v1 files, for PyTorch runs on the same init and data; after "
+          "training also every step's mean loss (losses.{json,bin}, float64) and the final full parameters "
+          "(final_weights.{json,bin}), which `magi compare` compares bitwise");
+ABSL_FLAG(bool, deterministic, false,
+          "Deterministic mode (docs/deterministic.md): bitwise-identical losses and parameters run after run on the "
+          "same hardware kind and world size; prints the plan hash");
+ABSL_FLAG(std::string, plan_hash, "",
+          "Fail unless the compiled plan has this hash (e.g. the one an earlier --deterministic run printed)");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
 ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo collectives) or cuda (NCCL; needs a --config=cuda build)");
 ABSL_FLAG(bool, check_eager, false,
@@ -155,6 +188,13 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   }
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
+  const bool deterministic = absl::GetFlag(FLAGS_deterministic);
+  if (deterministic) {
+    // Before anything touches CUDA, cuBLAS or NCCL (they read these settings when they start).
+    absl::StatusOr<std::string> settings = magi::EnableDeterministicMode();
+    if (!settings.ok()) return Fail(rank, settings.status().message());
+    if (rank == 0) std::fprintf(stderr, "magi: deterministic mode: %s\n", settings->c_str());
+  }
   // Made before training so that an unwritable --out_dir fails now, not after the last step.
   if (rank == 0) {
     std::error_code error;
@@ -222,18 +262,45 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   communicator_options.group_name = "dp";
   communicator_options.device_index = env.local_rank;
   communicator_options.timeout = timeout;
+  communicator_options.deterministic = deterministic;
   absl::StatusOr<std::shared_ptr<magi::Communicator>> communicator =
       magi::CreateCommunicator(communicator_name, communicator_options);
   if (!communicator.ok()) {
     return Fail(rank, absl::StrCat("--communicator=", communicator_name, ": ", communicator.status().message(),
                                    communicator_name == "nccl" ? " (NCCL needs a build with --config=cuda)" : ""));
   }
-  auto mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
+  // The mesh: 1-D over every rank (the communicator above), or R x S (HSDP) with one
+  // communicator per axis; `communicator` stays the all-ranks one the losses are averaged on.
+  const std::string mesh_flag = absl::GetFlag(FLAGS_mesh);
+  absl::StatusOr<magi::DeviceMesh> mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
+  magi::MeshCommunicators mesh_communicators = {{"dp", *communicator}};
+  if (!mesh_flag.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(mesh_flag, 'x');
+    int replicas = 0, shards = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &replicas) || !absl::SimpleAtoi(parts[1], &shards) ||
+        replicas * shards != env.world_size) {
+      return Fail(rank, absl::StrCat("--mesh=", mesh_flag, ": expected RxS with R * S = ", env.world_size));
+    }
+    mesh = magi::DeviceMesh::Create({replicas, shards}, {"replicate", "shard"}, rank);
+    if (!mesh.ok()) return Fail(rank, mesh.status().message());
+    absl::StatusOr<magi::MeshCommunicators> created =
+        magi::CreateMeshCommunicators(*mesh, communicator_name, communicator_options);
+    if (!created.ok()) return Fail(rank, created.status().message());
+    mesh_communicators = *std::move(created);
+  }
   if (!mesh.ok()) return Fail(rank, mesh.status().message());
+  const std::string init_flag = absl::GetFlag(FLAGS_init);
+  if (init_flag != "device" && init_flag != "meta") return Fail(rank, "--init must be device or meta");
+  const bool meta_init = init_flag == "meta";
+  const int grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  if (grad_accum < 1 || local % grad_accum != 0) {
+    return Fail(rank, absl::StrCat("--grad_accum=", grad_accum, " must divide the ", local, " sequences per rank"));
+  }
 
   torch::manual_seed(absl::GetFlag(FLAGS_seed));
-  magi::models::Llama model(config, torch::TensorOptions().device(device).dtype(bf16 ? torch::kBFloat16
-                                                                                      : torch::kFloat));
+  magi::models::Llama model(config, torch::TensorOptions()
+                                        .device(meta_init ? torch::Device(torch::kMeta) : device)
+                                        .dtype(bf16 ? torch::kBFloat16 : torch::kFloat));
   magi::FullyShardOptions shard_options;
   if (bf16) {
     shard_options.mixed_precision.param_dtype = magi::DType::kBFloat16;
@@ -272,6 +339,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::filesystem::create_directories(dir, error);
     if (error) return Fail(rank, absl::StrCat("cannot create ", dir, ": ", error.message()));
     std::vector<std::pair<std::string, at::Tensor>> weights, batches;
+    if (meta_init) return Fail(rank, "--dump_dir needs --init=device (the weights are written from the module)");
     for (const auto& item : model->named_parameters()) weights.emplace_back(item.key(), item.value().to(torch::kFloat));
     for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
       std::vector<at::Tensor> global = rows(step, 0, env.world_size * local);
@@ -306,13 +374,30 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       spec += c;
     }
   }
+  optimization.deterministic = deterministic;
+  optimization.expected_plan_hash = absl::GetFlag(FLAGS_plan_hash);
   optimization.partition_min_nodes = absl::GetFlag(FLAGS_partition_min_nodes);
   optimization.partition_max_nodes = absl::GetFlag(FLAGS_partition_max_nodes);
   if (rank == 0 && optimization.memory_budget_bytes > 0) {
     std::fprintf(stderr, "magi: searching a strategy for %.3f GB per rank...\n", absl::GetFlag(FLAGS_budget_gb));
   }
-  auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {},
-                                           absl::GetFlag(FLAGS_backend), optimization);
+  magi::TrainingOptions training;
+  training.grad_accum = grad_accum;
+  training.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  absl::StatusOr<magi::LrSchedule::Kind> schedule_kind = magi::ParseLrScheduleKind(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule_kind.ok()) return Fail(rank, schedule_kind.status().message());
+  training.lr_schedule.kind = *schedule_kind;
+  training.lr_schedule.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  training.lr_schedule.total_steps = absl::GetFlag(FLAGS_steps);
+  training.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
+  if (meta_init) training.init_seed = absl::GetFlag(FLAGS_seed);
+  magi::CaptureOptions capture_options;
+  if (meta_init) capture_options.device = device.is_cuda() ? magi::Device{magi::DeviceType::kCuda, device.index()}
+                                                           : magi::Device{magi::DeviceType::kCpu, -1};
+  std::vector<at::Tensor> example = batch(0);  // one micro-batch
+  for (at::Tensor& tensor : example) tensor = tensor.narrow(0, 0, local / grad_accum).contiguous();
+  auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, example, mesh_communicators, adamw, capture_options,
+                                           absl::GetFlag(FLAGS_backend), optimization, training);
   if (!trainer.ok()) return Fail(rank, trainer.status().message());
   (*trainer)->ReleaseModuleParameters();  // the trainer holds this rank's shards; the replica only costs memory
   if (rank == 0 && !(*trainer)->strategy_report().empty())
@@ -341,6 +426,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::fprintf(stderr, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile)\n",
                  (*trainer)->applied_pipeline().empty() ? "(none)" : (*trainer)->applied_pipeline().c_str(),
                  predicted.step_seconds * 1e3, predicted.peak_bytes / 1e6, optimization.device_profile.c_str());
+    std::fprintf(stderr, "magi: plan %s: %s per step%s\n", (*trainer)->plan_hash().c_str(),
+                 magi::DescribeCollectives((*trainer)->graph()).c_str(),
+                 deterministic ? absl::StrFormat(" (the same on all %d ranks)", env.world_size).c_str() : "");
   }
 
   // The eager reference: same initial weights, the global batch, LibTorch's AdamW.
@@ -387,6 +475,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     return saved;
   };
   std::vector<std::pair<int, double>> curve;
+  std::vector<double> step_losses;  // the mean loss of every step run here, for --dump_dir
   int64_t peak_bytes = 0;
   auto start = std::chrono::steady_clock::now();
   double initial_loss = 0, final_loss = 0;
@@ -395,9 +484,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   double host_seconds_sum = 0;  // host time issuing those steps
   int timed_steps = 0;
   int64_t allocator_peak_bytes = -1;  // CUDA builds on a GPU only
-  const int warmup_steps = std::max(0, absl::GetFlag(FLAGS_warmup_steps));
+  const int untimed_steps = std::max(0, absl::GetFlag(FLAGS_untimed_steps));
   for (int step = first_step; step < steps; ++step) {
     std::vector<at::Tensor> local_batch = batch(step);
+    const double step_lr = (*trainer)->next_learning_rate();
     if (step + 1 == steps && !absl::GetFlag(FLAGS_trace).empty() && rank == 0) {
       absl::Status traced = (*trainer)->TraceNextStep(absl::GetFlag(FLAGS_trace));
       if (!traced.ok()) return Fail(rank, traced.message());
@@ -423,7 +513,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       allocator_peak_bytes = std::max<int64_t>(allocator_peak_bytes, stats.allocated_bytes[0].peak);
     }
 #endif
-    if (step >= first_step + warmup_steps) {
+    if (step >= first_step + untimed_steps) {
       step_seconds_sum += step_seconds;
       host_seconds_sum += run.host_seconds;
       ++timed_steps;
@@ -446,6 +536,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       reference_optimizer->zero_grad();
       at::Tensor eager_loss = magi::models::LanguageModelLoss(reference->forward(global[0]), global[1]);
       eager_loss.backward();
+      if (training.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(reference->parameters(), training.clip_grad_norm);
+      static_cast<torch::optim::AdamWOptions&>(reference_optimizer->param_groups()[0].options()).lr(step_lr);
       reference_optimizer->step();
       double expected = eager_loss.item<double>();
       double relative = std::abs(loss - expected) / std::max(1e-12, std::abs(expected));
@@ -454,6 +546,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     }
     if (step == first_step) initial_loss = loss;
     final_loss = loss;
+    step_losses.push_back(loss);
     curve.emplace_back(step + 1, loss);
     const int every = absl::GetFlag(FLAGS_checkpoint_every);
     if (absl::GetFlag(FLAGS_checkpoint) && every > 0 && (step + 1) % every == 0 && step + 1 < steps) {
@@ -478,6 +571,23 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   double tokens_per_s = (steps - first_step) * static_cast<double>(env.world_size) * local * seq / seconds;
   if (rank == 0 && tty) std::fprintf(stderr, "\n");
 
+  // The losses and final parameters as magi-tensors-v1, for `magi compare` (a collective).
+  if (!absl::GetFlag(FLAGS_dump_dir).empty()) {
+    absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> final_weights = (*trainer)->GatherFullParameters();
+    if (!final_weights.ok()) return Fail(rank, final_weights.status().message());
+    if (rank == 0) {
+      const std::string dir = absl::GetFlag(FLAGS_dump_dir);
+      std::error_code error;
+      std::filesystem::create_directories(dir, error);
+      if (error) return Fail(rank, absl::StrCat("cannot create ", dir, ": ", error.message()));
+      at::Tensor losses = torch::tensor(step_losses, torch::kDouble);
+      for (absl::Status written : {magi::WriteTensorFile(dir + "/losses", {{"losses", losses}}),
+                                   magi::WriteTensorFile(dir + "/final_weights", *final_weights)}) {
+        if (!written.ok()) return Fail(rank, written.message());
+      }
+    }
+  }
+
   // The last step, committed: every rank's shards, moments and state, then the manifest.
   std::string out_dir = absl::GetFlag(FLAGS_out_dir);
   if (absl::GetFlag(FLAGS_checkpoint)) {
@@ -485,6 +595,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (!saved.ok()) return Fail(rank, saved.message());
   }
   if (rank == 0) {
+    std::error_code dir_error;  // with --checkpoint=false nothing above created it
+    std::filesystem::create_directories(out_dir, dir_error);
+    if (dir_error) return Fail(rank, absl::StrCat("cannot create ", out_dir, ": ", dir_error.message()));
     std::string losses_json;
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&losses_json, "%s%.8f", losses_json.empty() ? "" : ", ", loss);
     std::string csv = "step,loss\n";
@@ -495,13 +608,14 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\", \"backend\": \"%s\", "
         "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
-        "\"partitions\": %d, \"losses\": [%s]}\n",
+        "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
         dtype_flag, static_cast<int64_t>(env.world_size) * local * seq, timed_steps,
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
-        static_cast<int>((*trainer)->partitions().size()), losses_json);
+        static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
+        losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);

@@ -36,6 +36,7 @@ ALIGNMENT = 64
 # dtype name -> (torch dtype, numpy dtype of the same size whose bits we read and write).
 _DTYPES = collections.OrderedDict([
     ("float32", (torch.float32, np.dtype("<f4"))),
+    ("float64", (torch.float64, np.dtype("<f8"))),
     ("bfloat16", (torch.bfloat16, np.dtype("<i2"))),
     ("float16", (torch.float16, np.dtype("<f2"))),
     ("int64", (torch.int64, np.dtype("<i8"))),

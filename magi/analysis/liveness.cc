@@ -2,14 +2,19 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/ir/collectives.h"
 
 namespace magi {
 
-absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph) {
-  std::vector<Node*> nodes = graph.nodes();
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, const LivenessOptions& options) {
+  return ComputeLiveness(graph, graph.nodes(), options);
+}
+
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* const> nodes,
+                                         const LivenessOptions& options) {
   Liveness liveness;
   liveness.num_nodes = static_cast<int>(nodes.size());
   std::vector<StorageLifetime>& storages = liveness.storages;
@@ -70,6 +75,55 @@ absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph) {
     for (const Value* operand : node->operands()) extend(operand, i);
   }
   for (const GraphOutput& output : graph.outputs()) extend(output.value, n);
+  if (options.inputs_held_by_caller) {
+    absl::flat_hash_set<const Value*> donated;
+    for (const GraphOutput& output : graph.outputs()) {
+      if (output.aliases != nullptr) donated.insert(output.aliases);
+    }
+    for (const Value* input : graph.inputs()) {
+      if (!donated.contains(input)) extend(input, n);
+    }
+  }
+
+  // Donation: results written over a donated input at its last read take its storage.
+  absl::flat_hash_map<const Node*, int> index_of;
+  for (int i = 0; i < n; ++i) index_of[nodes[i]] = i;
+  std::vector<int> merged_into(storages.size(), -1);
+  for (const GraphOutput& output : graph.outputs()) {
+    const Value* input = output.aliases;
+    const Value* value = output.value;
+    if (input == nullptr || value == nullptr || value == input || value->producer() == nullptr) continue;
+    const Node* producer = value->producer();
+    const int operand = InPlaceOperandOfResult(producer->op(), value->result_index());
+    if (operand < 0 || operand >= producer->num_operands() || producer->operand(operand) != input) continue;
+    auto in = storage_of.find(input);
+    auto out = storage_of.find(value);
+    if (in == storage_of.end() || out == storage_of.end() || in->second == out->second) continue;
+    StorageLifetime& in_storage = storages[in->second];
+    const StorageLifetime& out_storage = storages[out->second];
+    if (out_storage.value != value || out_storage.bytes != in_storage.bytes ||
+        in_storage.dies > index_of.at(producer) || merged_into[in->second] >= 0) {
+      continue;  // a view, another size, read later, or already reused
+    }
+    in_storage.dies = std::max(in_storage.dies, out_storage.dies);
+    merged_into[out->second] = in->second;
+    merged_into[in->second] = in->second;  // taken
+    liveness.in_place[value] = input;
+  }
+  if (!liveness.in_place.empty()) {
+    // Drop the merged storages and renumber.
+    std::vector<int> new_index(storages.size(), -1);
+    std::vector<StorageLifetime> kept;
+    for (size_t i = 0; i < storages.size(); ++i) {
+      if (merged_into[i] >= 0 && merged_into[i] != static_cast<int>(i)) continue;
+      new_index[i] = static_cast<int>(kept.size());
+      kept.push_back(storages[i]);
+    }
+    for (auto& [value, index] : storage_of) {
+      index = new_index[merged_into[index] >= 0 ? merged_into[index] : index];
+    }
+    storages = std::move(kept);
+  }
   return liveness;
 }
 

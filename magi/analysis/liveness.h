@@ -7,6 +7,13 @@
 // after the last node that needs it: its last reader, through any alias; a collective's
 // inputs until its wait; a graph output at the end. Futures own no storage.
 //
+// Graph inputs are taken to be handed over to the runtime, which frees each after its
+// last read (a caller that keeps its own reference keeps it alive longer: with
+// `inputs_held_by_caller` every input not donated lives to the end). Donation: an
+// output that aliases a graph input (GraphOutput::aliases) and is produced by a node that
+// writes it over that input in place (InPlaceOperandOfResult, e.g. magi::adamw) at the
+// input's last read shares the input's storage: the node allocates nothing for it.
+//
 //   absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
 //   for (const StorageLifetime& s : liveness->storages) ...  // bytes, born, dies
 //
@@ -20,6 +27,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "magi/ir/graph.h"
 
 namespace magi {
@@ -36,11 +44,23 @@ struct Liveness {
   int num_nodes = 0;
   std::vector<StorageLifetime> storages;               // inputs first, then in allocation order
   absl::flat_hash_map<const Value*, int> storage_of;  // every tensor value -> index in `storages`
+  // Results written in place over a donated input (see above): result -> that input.
+  absl::flat_hash_map<const Value*, const Value*> in_place;
+};
+
+struct LivenessOptions {
+  // The caller keeps every input it did not donate (GraphOutput::aliases) until the run
+  // ends, as a trainer holding its state while the step runs does.
+  bool inputs_held_by_caller = false;
 };
 
 // FailedPrecondition naming the value if a tensor's size is not static; OutOfRange
 // naming it if its byte count does not fit in int64.
-absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph);
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, const LivenessOptions& options = {});
+// The same with the program order given (`nodes` is graph.nodes(), already at hand:
+// walking a large graph's node list is a measurable part of a search's probes).
+absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* const> nodes,
+                                         const LivenessOptions& options = {});
 
 }  // namespace magi
 

@@ -17,15 +17,19 @@ int64_t MemoryPlan::total_buffer_bytes() const {
   return total;
 }
 
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers) {
-  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers, const LivenessOptions& options) {
+  return PlanMemory(graph, graph.nodes(), assign_buffers, options);
+}
+
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const> nodes, bool assign_buffers,
+                                      const LivenessOptions& options) {
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph, nodes, options);
   if (!liveness.ok()) return liveness.status();
   const int n = liveness->num_nodes;
   const std::vector<StorageLifetime>& storages = liveness->storages;
 
   // Byte counts are checked: a sum past int64 is an error naming where it happens, never
   // a wrapped (and so wrong) peak.
-  std::vector<Node*> nodes = graph.nodes();
   auto overflow = [&](int index) {
     return absl::OutOfRangeError(absl::StrCat(
         "graph @", graph.name(), ": the bytes live ",

@@ -41,7 +41,11 @@ struct MemoryPlan {
 // the node, if a byte count (one value's, or the bytes live at a node) does not fit in
 // int64. Without `assign_buffers` only the peak and live_after are computed (what
 // schedulers and searches need; much cheaper).
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true);
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers = true,
+                                      const LivenessOptions& options = {});
+// The same with the program order given (`nodes` is graph.nodes()).
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const> nodes, bool assign_buffers,
+                                      const LivenessOptions& options = {});
 
 }  // namespace magi
 

@@ -34,6 +34,10 @@ TEST(MemoryPlanTest, PeakFollowsLifetimesAndViewsShareStorage) {
   // x, a, b need three 400-byte buffers at the peak; c (4 B) and d reuse freed ones.
   EXPECT_EQ(plan->buffer_sizes, (std::vector<int64_t>{400, 400, 400}));
   EXPECT_EQ(plan->total_buffer_bytes(), 1200);
+  // A caller that keeps x (not donated) keeps its 400 bytes to the end.
+  absl::StatusOr<MemoryPlan> held = PlanMemory(g, /*assign_buffers=*/false, {/*inputs_held_by_caller=*/true});
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->live_after, (std::vector<int64_t>{800, 800, 1200, 804, 800}));
 }
 
 // Each tensor fits in int64 bytes, their sum does not: an error naming where, never a
@@ -73,6 +77,56 @@ TEST(MemoryPlanTest, DynamicSizesAreAnError) {
   auto module = ParseModule("module @m { graph @g { input %x: f32[?] } }");
   ASSERT_TRUE(module.ok());
   EXPECT_EQ(PlanMemory(*(*module)->FindGraph("g")).status().message(), "%x has a dynamic size");
+}
+
+// Donation: an optimizer step whose new state aliases the old (GraphOutput::aliases) is
+// planned in place: magi::adamw writes p', m', v' over p, m, v, so the state is counted
+// once. Without the aliases, or when the donated input is read after the update, the
+// new state takes storage of its own.
+std::string AdamWStep(bool donate, bool read_after) {
+  std::string text = R"(module @m {
+  graph @g {
+    input %p: f32[100] {role = param}
+    input %g: f32[100]
+    input %m: f32[100] {role = opt_state}
+    input %v: f32[100] {role = opt_state}
+    input %decay: f32[] {role = opt_state}
+    input %step_size: f32[] {role = opt_state}
+    input %bc2_sqrt: f32[] {role = opt_state}
+    %p2, %m2, %v2 = magi::adamw(%p, %g, %m, %v, %decay, %step_size, %bc2_sqrt, beta1 = 0.9, beta2 = 0.999, eps = 1e-08) : f32[100], f32[100], f32[100]
+)";
+  if (read_after) text += "    %n = aten::sum(%p, none) : f32[]\n    output n = %n\n";
+  const std::string alias = donate ? " {aliases = %" : "";
+  for (const char* name : {"p", "m", "v"}) {
+    text += std::string("    output ") + name + " = %" + name + "2" + (donate ? alias + name + "}" : "") + "\n";
+  }
+  return text + "  }\n}\n";
+}
+
+TEST(MemoryPlanTest, DonatedOptimizerStateIsUpdatedInPlace) {
+  auto plan_of = [](bool donate, bool read_after) -> int64_t {
+    auto module = ParseModule(AdamWStep(donate, read_after));
+    EXPECT_TRUE(module.ok()) << module.status();
+    if (!module.ok()) return -1;
+    absl::StatusOr<MemoryPlan> plan = PlanMemory(*(*module)->FindGraph("g"));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->peak_bytes : -1;
+  };
+  // p, g, m, v (4 x 400 B) and three 4-byte scalars, plus p', m', v' without donation.
+  EXPECT_EQ(plan_of(/*donate=*/false, false), 4 * 400 + 12 + 3 * 400);
+  EXPECT_EQ(plan_of(/*donate=*/true, false), 4 * 400 + 12);
+  // %p is read after the update: p' cannot overwrite it (m' and v' still can).
+  EXPECT_EQ(plan_of(/*donate=*/true, /*read_after=*/true), 4 * 400 + 12 + 400);
+
+  auto module = ParseModule(AdamWStep(true, false));
+  ASSERT_TRUE(module.ok());
+  const Graph& g = *(*module)->FindGraph("g");
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(g);
+  ASSERT_TRUE(liveness.ok());
+  EXPECT_EQ(liveness->in_place.at(g.FindValue("p2")), g.FindValue("p"));
+  EXPECT_EQ(liveness->storage_of.at(g.FindValue("m2")), liveness->storage_of.at(g.FindValue("m")));
+  // p's storage now lives to the end, as the output p.
+  EXPECT_EQ(liveness->storages[liveness->storage_of.at(g.FindValue("p"))].dies, liveness->num_nodes);
 }
 
 }  // namespace

@@ -300,4 +300,12 @@ OpTraits GetOpTraits(absl::string_view op) {
   return traits;
 }
 
+int InPlaceOperandOfResult(absl::string_view op, int result) {
+  if (op == "magi::adamw") {
+    constexpr int kOperandOfResult[] = {0, 2, 3};  // p' over p, m' over m, v' over v
+    return result >= 0 && result < 3 ? kOperandOfResult[result] : -1;
+  }
+  return -1;
+}
+
 }  // namespace magi

@@ -62,6 +62,11 @@ struct CompileContext {
   // The compiled partitions that `magi::call` nodes of the graph call, by callee graph
   // name. Identical partitions share one executable. Empty when nothing was outlined.
   std::map<std::string, std::shared_ptr<Executable>> callees;
+  // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): the
+  // executable must give bitwise-identical results run after run on the same hardware:
+  // no autotuning, no nondeterministic kernels, reductions in a fixed order. A backend
+  // that cannot promise it fails Compile with FailedPrecondition saying why.
+  bool deterministic = false;
 };
 
 class Backend {
@@ -85,13 +90,17 @@ class Backend {
   // result per graph in order; a failure is that graph's alone. The compile driver calls
   // it once per partition backend with the distinct partitions, so a backend whose
   // compiles are slow (inductor) can run them in parallel; the default compiles them one
-  // after another.
+  // after another. `context` is the same for all (partitions call nothing: no callees).
   virtual std::vector<absl::StatusOr<std::unique_ptr<Executable>>> CompileAll(
-      const Module& module, const std::vector<const Graph*>& graphs) const {
+      const Module& module, const std::vector<const Graph*>& graphs, const CompileContext& context) const {
     std::vector<absl::StatusOr<std::unique_ptr<Executable>>> results;
     results.reserve(graphs.size());
-    for (const Graph* graph : graphs) results.push_back(Compile(module, *graph, CompileContext()));
+    for (const Graph* graph : graphs) results.push_back(Compile(module, *graph, context));
     return results;
+  }
+  std::vector<absl::StatusOr<std::unique_ptr<Executable>>> CompileAll(const Module& module,
+                                                                      const std::vector<const Graph*>& graphs) const {
+    return CompileAll(module, graphs, CompileContext());
   }
 };
 

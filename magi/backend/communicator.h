@@ -52,6 +52,10 @@ struct CommunicatorOptions {
   std::string group_name = "dp";  // keys the store entries, so several groups can share one store
   int device_index = 0;           // the CUDA device of this rank (ignored on CPU)
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  // Deterministic mode (docs/deterministic.md): the communicator must reduce in one fixed
+  // order run after run. NCCL pins its algorithm and protocol before it starts (and fails
+  // on a conflicting environment); Gloo's ring allreduce is fixed in every mode.
+  bool deterministic = false;
 };
 
 // A communicator implementation, registered by name ("gloo", "nccl").

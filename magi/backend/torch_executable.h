@@ -36,6 +36,11 @@ class TorchExecutable : public Executable {
   // Runs the graph on `inputs` (in graph input order); returns the outputs in graph
   // output order. Callable many times with new inputs; not concurrently.
   virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
+  // Run with the inputs handed over (donation, GraphOutput::aliases): the executable may
+  // free each input after its last read and write an output over the input it aliases,
+  // in place (the memory plan of magi/analysis counts on both). Tensors the caller still
+  // references see those writes; a caller donates what it no longer needs. Default: Run.
+  virtual absl::StatusOr<std::vector<at::Tensor>> RunDonating(std::vector<at::Tensor> inputs) { return Run(inputs); }
   virtual const RunStats& last_run_stats() const = 0;
   // Records RunStats::node_seconds on later runs (off by default: it costs a clock read per node).
   virtual void set_profile_nodes(bool on) = 0;

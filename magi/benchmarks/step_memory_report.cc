@@ -26,6 +26,14 @@ ABSL_FLAG(int, seq_len, 2048, "Tokens per sequence");
 ABSL_FLAG(int, world_size, 1, "Ranks the step is sharded for");
 ABSL_FLAG(std::string, passes, "", "Pass pipeline to run after sharding");
 ABSL_FLAG(int, top, 25, "How many live storages to list");
+ABSL_FLAG(std::string, model_shape, "",
+          "8b: Llama 3 8B shapes (search_benchmark's step: one 2048-token sequence, --world_size=8); overrides --model");
+ABSL_FLAG(bool, donate, true,
+          "Donate the optimizer state (the new shards and moments alias the old, AdamW runs in place); false: the "
+          "functional step before donation");
+ABSL_FLAG(bool, caller_holds_inputs, false,
+          "Plan as if the caller kept every input it did not donate until the step ends (what the trainer did "
+          "before donation: its state stayed referenced while the step ran)");
 
 namespace magi {
 namespace {
@@ -34,6 +42,7 @@ int Report() {
   models::LlamaConfig config = absl::GetFlag(FLAGS_model) == "1b"      ? models::LlamaConfig::Llama1B()
                                : absl::GetFlag(FLAGS_model) == "small" ? models::LlamaConfig::Small()
                                                                        : models::LlamaConfig::Tiny();
+  if (absl::GetFlag(FLAGS_model_shape) == "8b") config = models::LlamaConfig::Llama3_8B();
   const int seq = absl::GetFlag(FLAGS_seq_len), batch = absl::GetFlag(FLAGS_batch_size);
   config.max_seq_len = std::max<int64_t>(config.max_seq_len, seq);
   auto options = torch::TensorOptions().device(torch::kMeta).dtype(torch::kBFloat16);
@@ -57,6 +66,7 @@ int Report() {
   if (!captured.ok()) return std::fprintf(stderr, "%s\n", std::string(captured.status().message()).c_str()), 1;
   absl::StatusOr<FsdpPlan> plan = PlanFromFullyShard(*model);
   if (!plan.ok()) return std::fprintf(stderr, "%s\n", std::string(plan.status().message()).c_str()), 1;
+  plan->donate_state = absl::GetFlag(FLAGS_donate);
   CompileOptions compile;
   compile.sharding = *plan;
   compile.optimization.passes = absl::GetFlag(FLAGS_passes);
@@ -67,10 +77,12 @@ int Report() {
       OptimizeStep(std::move(captured->module), captured->graph_name, compile, *cost->model);
   if (!step.ok()) return std::fprintf(stderr, "%s\n", std::string(step.status().message()).c_str()), 1;
   const Graph& graph = step->graph();
-  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, /*assign_buffers=*/false);
+  LivenessOptions liveness_options;
+  liveness_options.inputs_held_by_caller = absl::GetFlag(FLAGS_caller_holds_inputs);
+  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, /*assign_buffers=*/false, liveness_options);
   if (!memory.ok()) return std::fprintf(stderr, "%s\n", std::string(memory.status().message()).c_str()), 1;
 
-  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph, liveness_options);
   if (!liveness.ok()) return std::fprintf(stderr, "%s\n", std::string(liveness.status().message()).c_str()), 1;
   const int end = liveness->num_nodes;
   std::vector<Node*> nodes = graph.nodes();
@@ -94,6 +106,25 @@ int Report() {
               config.ToString().c_str(), end, memory->peak_bytes / 1e9, memory->peak_node,
               peak != nullptr ? peak->op().c_str() : "-", peak != nullptr ? peak->annotations().module_path.c_str() : "-",
               live.size(), total / 1e9);
+  // The optimizer phase's own peak (the state is updated there).
+  int64_t optimizer_peak = 0;
+  for (int i = 0; i < end; ++i) {
+    if (nodes[i]->annotations().phase != Phase::kOptimizer) continue;
+    int64_t before = i > 0 ? memory->live_after[i - 1] : 0;
+    int64_t allocated = 0;
+    for (const Value* result : nodes[i]->results()) {
+      auto it = liveness->storage_of.find(result);
+      if (it != liveness->storage_of.end() && liveness->storages[it->second].value == result) {
+        allocated += liveness->storages[it->second].bytes;
+      }
+    }
+    optimizer_peak = std::max(optimizer_peak, before + allocated);
+  }
+  std::printf("donation %s%s: %zu results written in place; optimizer phase peak %.3f GB; live at the end %.3f GB\n",
+              absl::GetFlag(FLAGS_donate) ? "on" : "off",
+              liveness_options.inputs_held_by_caller ? ", undonated inputs held by the caller" : "",
+              liveness->in_place.size(), optimizer_peak / 1e9,
+              end > 0 ? memory->live_after[end - 1] / 1e9 : 0.0);
   std::printf("inputs live: params %.3f GB, optimizer state %.3f GB, data %.3f GB, buffers %.3f GB\n",
               by_role[static_cast<int>(InputRole::kParam)] / 1e9, by_role[static_cast<int>(InputRole::kOptState)] / 1e9,
               by_role[static_cast<int>(InputRole::kData)] / 1e9, by_role[static_cast<int>(InputRole::kBuffer)] / 1e9);

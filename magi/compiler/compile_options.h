@@ -64,7 +64,35 @@ struct CompileOptions {
   // are added to the spec's options.
   std::string backend = "interpreter";
   ComponentOptions backend_options;
+
+  // Deterministic mode (docs/deterministic.md). Its contract: the same hardware kind,
+  // world size, model, data and Magi version give bitwise-identical losses, parameters
+  // and outputs, run after run. The compiler's part: the plan (buckets, collective
+  // sizes, schedule, partitions) is fixed in the compiled module and fingerprinted by
+  // its plan hash (plan_hash.h; CompiledStep::plan_hash, printed by the frontends); every
+  // backend is told (CompileContext::deterministic) and must refuse what it cannot run
+  // reproducibly (no autotuning, no nondeterministic kernels). The process-wide settings
+  // that must precede any kernel or communicator (deterministic ATen algorithms,
+  // CUBLAS_WORKSPACE_CONFIG, NCCL pinned to Ring/Simple without NVLS) are the runtime's:
+  // magi/runtime/deterministic. Off by default: it costs speed.
+  bool deterministic = false;
+  // > 1: batch-invariant inference. The captured graph computes ONE sequence (data
+  // inputs with dim 0 == 1); right after sharding the batch-invariant pass
+  // (magi/passes/batch_invariant.h) unrolls it to this many sequences, each running the
+  // one-sequence computation, so a sequence's outputs are bitwise the same whatever the
+  // batch size and the other sequences. 0 or 1: the graph is compiled as captured.
+  int64_t batch_invariant_sequences = 0;
+  // Non-empty: the plan hash the compiled step must have (e.g. the one an earlier run
+  // printed); another plan fails the compile with FailedPrecondition naming both.
+  std::string expected_plan_hash;
 };
+
+// The options above that `magi registry` lists (kind "compile-option"), with one line each.
+struct CompileOptionDoc {
+  const char* name;
+  const char* summary;
+};
+const std::vector<CompileOptionDoc>& DocumentedCompileOptions();
 
 }  // namespace magi
 

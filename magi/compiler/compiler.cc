@@ -10,6 +10,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/auto_recompute_registration.h"
+#include "magi/passes/batch_invariant.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
 #include "magi/search/strategy_search.h"
@@ -99,6 +100,12 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
     MAGI_RETURN_IF_ERROR(ShardForFsdp(*module, *graph, *options.sharding));
     MAGI_RETURN_IF_ERROR(VerifyModule(*module));
   }
+  if (options.batch_invariant_sequences > 1) {
+    // After sharding, so the parameter all-gathers stay once for all sequences.
+    BatchInvariant unroll(options.batch_invariant_sequences);
+    MAGI_RETURN_IF_ERROR(unroll.Run(*module).status());
+    MAGI_RETURN_IF_ERROR(VerifyModule(*module));
+  }
   if (!optimization.canonicalize.empty()) MAGI_RETURN_IF_ERROR(RunPipeline(optimization.canonicalize, model, *module));
   OptimizedStep step;
   step.graph_name = graph_name;
@@ -161,6 +168,8 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
   // share one executable; a partition that fails goes back into the step.
   std::map<std::string, std::shared_ptr<Executable>> by_key;
   std::map<std::string, std::string> failed_by_key;
+  CompileContext partition_context;
+  partition_context.deterministic = options.deterministic;
   for (const auto& [name, backend] : partition_backends) {
     std::vector<const Graph*> graphs;
     std::vector<std::string> keys;
@@ -172,7 +181,8 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
       keys.push_back(std::move(key));
     }
     if (graphs.empty()) continue;
-    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> built = backend->CompileAll(step_module, graphs);
+    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> built =
+        backend->CompileAll(step_module, graphs, partition_context);
     if (built.size() != graphs.size()) {
       return absl::InternalError(absl::StrCat("backend '", name, "' compiled ", built.size(), " of ", graphs.size(),
                                               " partitions"));
@@ -204,8 +214,16 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     MAGI_RETURN_IF_ERROR(VerifyModule(step_module));
     MAGI_RETURN_IF_ERROR(CheckPrimaryCapability(*primary, step_module, graph));
   }
+  // The plan is final here (fallbacks included): what the primary backend compiles.
+  compiled.plan_hash = PlanHash(step_module, options);
+  if (!options.expected_plan_hash.empty() && options.expected_plan_hash != compiled.plan_hash) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the compiled plan of @", graph_name, " is ", compiled.plan_hash, ", not the expected ",
+        options.expected_plan_hash, ": the model, world size, compile options or Magi version differ"));
+  }
   CompileContext context;
   context.callees = compiled.partition_executables;
+  context.deterministic = options.deterministic;
   MAGI_ASSIGN_OR_RETURN(compiled.executable, primary->Compile(step_module, graph, context));
   return compiled;
 }

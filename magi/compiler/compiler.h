@@ -9,7 +9,9 @@
 //   absl::StatusOr<CompiledStep> step = Compile(std::move(module), "train_step", options);
 //
 // Stages, in order:
-//   1. shard: ShardForFsdp with `options.sharding`, then the verifier;
+//   1. shard: ShardForFsdp with `options.sharding`, then the verifier; with
+//      `options.batch_invariant_sequences` > 1, the batch-invariant pass unrolls the
+//      one-sequence graph to that many sequences (the all-gathers stay shared);
 //   2. optimize: the canonicalization pipeline (elide-copies, dce), then the pass pipeline, or the strategy search under the memory budget; the
 //      search hands back the very module it evaluated and predicted (no re-run from
 //      text), and every pass that needs a cost model (auto-recompute) gets the same
@@ -23,10 +25,13 @@
 //      (Backend::CompileAll, which may compile them in parallel), then the step with the
 //      primary backend, which receives the partitions' executables. A partition whose
 //      compile fails is put back into the step (InlinePartition) for the primary backend,
-//      with a warning naming it; so is every partition identical to it.
+//      with a warning naming it; so is every partition identical to it. Every backend is
+//      told in CompileContext whether the step must be deterministic.
 // What each partition backend declined (counted by reason: "AOTInductor is unavailable:
 // ..." when a backend cannot work here at all) and every fallback are CompiledStep::notes,
 // printed to stderr unless options.partitioning.log is false.
+// The plan hash (plan_hash.h) is computed after the fallbacks, of the module the primary
+// backend then compiles, and checked against `options.expected_plan_hash` when one is given.
 // No LibTorch: backends are found in the registry, and the Executable is abstract
 // (frontends that run LibTorch tensors cast it to TorchExecutable).
 #ifndef MAGI_COMPILER_COMPILER_H_
@@ -41,6 +46,7 @@
 #include "magi/backend/backend.h"
 #include "magi/compiler/compile_options.h"
 #include "magi/compiler/partitioner.h"
+#include "magi/compiler/plan_hash.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/cost_model.h"
 #include "magi/cost/simulator.h"
@@ -76,6 +82,8 @@ struct CompiledStep {
   std::vector<Partition> partitions;      // the partitions the step calls
   std::vector<Partition> fallen_back;     // outlined, failed to compile, put back into the step
   std::unique_ptr<Executable> executable;
+  // PlanHash(module, options): equal hashes mean the same plan, options and Magi plan format.
+  std::string plan_hash;
   // The executable of each partition, by callee graph (identical partitions share one).
   std::map<std::string, std::shared_ptr<Executable>> partition_executables;
   // What the driver reported: per partition backend what it took and declined, fallbacks.

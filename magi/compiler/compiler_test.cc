@@ -1,10 +1,12 @@
 #include "magi/compiler/compiler.h"
 
 #include <cstdlib>
+#include <map>
 
 #include "gtest/gtest.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
@@ -15,7 +17,33 @@
 namespace magi {
 namespace {
 
+using testing::CountOps;
 using testing::LoadTestdata;
+
+// A primary backend that runs nothing and records what the compiler told it.
+class RecordingExecutable : public Executable {
+ public:
+  absl::string_view backend_name() const override { return "recording"; }
+};
+class RecordingBackend : public Backend {
+ public:
+  static int compiles;
+  static bool last_deterministic;
+  absl::string_view name() const override { return "recording"; }
+  Capability GetCapability(const Module&, const Graph&) const override { return {}; }
+  using Backend::Compile;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module&, const Graph&,
+                                                      const CompileContext& context) const override {
+    ++compiles;
+    last_deterministic = context.deterministic;
+    return std::unique_ptr<Executable>(new RecordingExecutable());
+  }
+};
+int RecordingBackend::compiles = 0;
+bool RecordingBackend::last_deterministic = false;
+MAGI_REGISTER(Backend, "recording", [](const ComponentOptions&) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  return std::make_unique<RecordingBackend>();
+});
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -131,6 +159,108 @@ TEST(CompilerTest, BadRequestsAreClearErrors) {
   EXPECT_FALSE(Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", bad_profile).ok());
 }
 
+TEST(PlanHashTest, Fnv1aMatchesTheReferenceVectors) {
+  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(Fnv1a64("foobar"), 0x85944171f73967e8ull);
+}
+
+CompileOptions RecordingOptions() {
+  CompileOptions options;
+  options.backend = "recording";
+  return options;
+}
+
+TEST(PlanHashTest, SameInputsSamePlanHashAndEveryPlanChangeShows) {
+  absl::StatusOr<CompiledStep> a = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", RecordingOptions());
+  absl::StatusOr<CompiledStep> b = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", RecordingOptions());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->plan_hash.size(), 16u);
+  EXPECT_EQ(a->plan_hash, b->plan_hash);
+  EXPECT_EQ(a->plan_hash, PlanHash(a->module(), RecordingOptions()));
+
+  // Other buckets (collective sizes) are another plan.
+  CompileOptions bucketed = RecordingOptions();
+  bucketed.optimization.passes = "bucket-collectives{max_mb=1000}";
+  absl::StatusOr<CompiledStep> c = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", bucketed);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE(c->plan_hash, a->plan_hash);
+  // So is the same module run in deterministic mode.
+  CompileOptions deterministic = RecordingOptions();
+  deterministic.deterministic = true;
+  absl::StatusOr<CompiledStep> d = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", deterministic);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_NE(d->plan_hash, a->plan_hash);
+  EXPECT_EQ(PrintModule(d->module()), PrintModule(a->module()));
+  // The cost model only matters through what it decided: a plain pipeline ignores it.
+  CompileOptions other_profile = RecordingOptions();
+  other_profile.cost_model.device_profile = "h200";
+  absl::StatusOr<CompiledStep> e = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", other_profile);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->plan_hash, a->plan_hash);
+}
+
+TEST(PlanHashTest, AnExpectedPlanHashPinsThePlan) {
+  absl::StatusOr<CompiledStep> first = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", RecordingOptions());
+  ASSERT_TRUE(first.ok()) << first.status();
+  CompileOptions pinned = RecordingOptions();
+  pinned.expected_plan_hash = first->plan_hash;
+  EXPECT_TRUE(Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", pinned).ok());
+  pinned.optimization.passes = "bucket-collectives{max_mb=1000}";
+  absl::StatusOr<CompiledStep> other = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", pinned);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find(absl::StrCat(", not the expected ", first->plan_hash,
+                                                       ": the model, world size, compile options or Magi version "
+                                                       "differ")),
+            std::string::npos)
+      << other.status();
+}
+
+TEST(PlanHashTest, CollectivesAreSummarizedByKindWithTheirBytes) {
+  std::unique_ptr<Module> module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  // 2 ranks; 4 blocks of 135,168 parameter bytes and the root's 128,256: each rank hands
+  // in its half-size shards twice (forward and backward gathers) and the full-size
+  // gradients once (reduce-scatters).
+  EXPECT_EQ(DescribeCollectives(*module->FindGraph("train_step")),
+            "10 all-gathers (0.669 MB), 5 reduce-scatters (0.669 MB)");
+}
+
+TEST(CompilerTest, DeterministicModeReachesTheBackend) {
+  CompileOptions options = RecordingOptions();
+  options.deterministic = true;
+  ASSERT_TRUE(Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", options).ok());
+  EXPECT_TRUE(RecordingBackend::last_deterministic);
+  options.deterministic = false;
+  ASSERT_TRUE(Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", options).ok());
+  EXPECT_FALSE(RecordingBackend::last_deterministic);
+}
+
+TEST(CompilerTest, BatchInvariantSequencesUnrollTheOneSequenceGraph) {
+  constexpr char kForward[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 2, ranks = [0, 1]}
+  graph @forward {
+    input %w.shard: f32[2,4] {role = param}
+    input %x: f32[1,3,4]
+    %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[4,4]>
+    %w = magi::wait(%f) : f32[4,4]
+    %wt = aten::t(%w) : f32[4,4]strides[1,4]
+    %h = aten::matmul(%x, %wt) : f32[1,3,4]
+    output y = %h
+  }
+}
+)";
+  CompileOptions options = RecordingOptions();
+  options.batch_invariant_sequences = 4;
+  absl::StatusOr<CompiledStep> step = Compile(*ParseModule(kForward), "forward", options);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(CountOps(step->graph(), "aten::matmul"), 4);
+  EXPECT_EQ(CountOps(step->graph(), kAllGatherStartOp), 1);
+  EXPECT_EQ(step->graph().inputs()[1]->type().ToString(), "f32[4,3,4]");
+  EXPECT_EQ(step->graph().outputs()[0].value->type().ToString(), "f32[4,3,4]");
+}
+
 // Stand-ins for backends: a primary that takes anything, and partition backends that take
 // adds and muls, one of which fails to compile any partition holding a mul; one that
 // declines everything with one reason (as a backend that cannot work here does).
@@ -161,8 +291,10 @@ class StubBackend : public Backend {
     }
     return capability;
   }
+  static std::map<std::string, bool> told_deterministic;  // by backend, its last Compile
   absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module&, const Graph& graph,
-                                                      const CompileContext&) const override {
+                                                      const CompileContext& context) const override {
+    told_deterministic[name_] = context.deterministic;
     for (const Node* node : graph.nodes()) {
       if (kind_ == Kind::kFlaky && node->op() == "aten::mul.Tensor") {
         return absl::InternalError(absl::StrCat("the code generator crashed on ", node->DebugName(), " (",
@@ -177,6 +309,8 @@ class StubBackend : public Backend {
   Kind kind_;
   ComponentOptions options_;
 };
+
+std::map<std::string, bool> StubBackend::told_deterministic;
 
 MAGI_REGISTER(Backend, "test-primary", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
   return std::make_unique<StubBackend>("test-primary", StubBackend::Kind::kPrimary, options);
@@ -270,6 +404,28 @@ TEST(CompilerTest, ABackendThatDeclinesEverythingSaysWhy) {
   EXPECT_EQ(compiled->notes[0],
             "partition backend 'test-nothing': 0 of the 7 nodes of @step in 0 partitions (0 distinct); it declines "
             "every node: unavailable here: no such library; the primary backend 'test-primary' runs them");
+}
+
+// Deterministic mode reaches partition backends too (CompileAll), and the plan hash is
+// of the module the primary compiles: after the fallbacks.
+TEST(CompilerTest, PartitionBackendsAreToldAndThePlanHashIncludesFallbacks) {
+  for (bool deterministic : {true, false}) {
+    absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
+    ASSERT_TRUE(module.ok()) << module.status();
+    CompileOptions options;
+    options.optimization.canonicalize = "";
+    options.backend = "test-primary";
+    options.partitioning.backends = {"test-flaky"};
+    options.partitioning.log = false;
+    options.deterministic = deterministic;
+    StubBackend::told_deterministic.clear();
+    absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    ASSERT_EQ(compiled->fallen_back.size(), 2u);
+    EXPECT_EQ(StubBackend::told_deterministic, (std::map<std::string, bool>{{"test-flaky", deterministic},
+                                                                             {"test-primary", deterministic}}));
+    EXPECT_EQ(compiled->plan_hash, PlanHash(compiled->module(), options));
+  }
 }
 
 }  // namespace

@@ -28,16 +28,25 @@ std::string StreamName(int stream) {
   }
 }
 
-absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& model) {
+double NodeTimes::Seconds(const Node& node, const CostModel& model) {
+  auto [it, inserted] = seconds_.try_emplace(&node, 0.0);
+  if (inserted) it->second = model.Cost(node).seconds;
+  return it->second;
+}
+
+absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& model, const SimulateOptions& options) {
   SimulationResult result;
-  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, /*assign_buffers=*/false);
+  std::vector<Node*> nodes = graph.nodes();
+  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, nodes, /*assign_buffers=*/false);
   if (!memory.ok()) return memory.status();
   result.peak_bytes = memory->peak_bytes;
+  result.peak_node = memory->peak_node;
+  const bool all_events = options.events == SimulateOptions::Events::kAll;
+  const bool communication_events = options.events != SimulateOptions::Events::kNone;
 
   double now = 0;  // the compute stream's clock (it also issues collectives)
   absl::flat_hash_map<const Node*, double> finish_of_start;
   std::map<std::string, double> group_free;  // process group -> when its links are free
-  std::vector<Node*> nodes = graph.nodes();
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
     const Node& node = *nodes[i];
     if (node.op() == kWaitOp) {
@@ -48,30 +57,33 @@ absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& m
       }
       if (it->second > now) {
         result.exposed_communication_seconds += it->second - now;
-        result.events.push_back({"wait", 0, i, now, it->second});
+        if (communication_events) result.events.push_back({"wait", 0, i, now, it->second});
         now = it->second;
       }
       continue;
     }
-    NodeCost cost = model.Cost(node);
+    const double seconds = options.node_times != nullptr ? options.node_times->Seconds(node, model)
+                                                         : model.Cost(node).seconds;
     if (std::optional<CollectiveKind> kind = GetCollectiveKind(node.op())) {
       const Attribute* group = node.FindArg("group");
       std::string group_name = group != nullptr && group->kind() == AttrKind::kString ? group->as_string() : "";
       double begin = std::max(now, group_free[group_name]);
-      double end = begin + cost.seconds;
+      double end = begin + seconds;
       group_free[group_name] = end;
       finish_of_start[&node] = end;
       int stream = node.annotations().stream > 0 ? node.annotations().stream : DefaultStream(*kind);
-      result.events.push_back(
-          {absl::StrFormat("%s [%d tensors, %.2f MB]", SplitOpName(node.op()).name, node.num_results(), cost.bytes / 1e6),
-           stream, i, begin, end});
-      result.communication_seconds += cost.seconds;
+      if (communication_events) {
+        result.events.push_back({absl::StrFormat("%s [%d tensors, %.2f MB]", SplitOpName(node.op()).name,
+                                                 node.num_results(), model.Cost(node).bytes / 1e6),
+                                 stream, i, begin, end});
+      }
+      result.communication_seconds += seconds;
       ++result.num_collectives;
       continue;
     }
-    result.events.push_back({node.op(), 0, i, now, now + cost.seconds});
-    now += cost.seconds;
-    result.compute_seconds += cost.seconds;
+    if (all_events) result.events.push_back({node.op(), 0, i, now, now + seconds});
+    now += seconds;
+    result.compute_seconds += seconds;
   }
   result.step_seconds = now;
   for (const auto& [start, finish] : finish_of_start) result.step_seconds = std::max(result.step_seconds, finish);

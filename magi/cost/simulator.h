@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "magi/cost/cost_model.h"
 #include "magi/ir/graph.h"
@@ -35,6 +36,7 @@ struct SimulationResult {
   double communication_seconds = 0;          // busy time of all collectives
   double exposed_communication_seconds = 0;  // compute stalled in waits
   int64_t peak_bytes = 0;
+  int peak_node = -1;  // program index of the node where the peak is reached (-1: the inputs)
   int num_collectives = 0;
   std::vector<SimulatedEvent> events;  // in start order
 
@@ -43,8 +45,33 @@ struct SimulationResult {
   }
 };
 
+// Seconds per node, computed once for a graph that is simulated in many orders (a
+// search): the cost of a node does not depend on where it runs.
+class NodeTimes {
+ public:
+  // The model's time of `node`, from the cache when it has it.
+  double Seconds(const Node& node, const CostModel& model);
+  // Drops `node`'s entry (before the node is erased: a later node may get its address).
+  void Forget(const Node* node) { seconds_.erase(node); }
+  size_t size() const { return seconds_.size(); }
+
+ private:
+  absl::flat_hash_map<const Node*, double> seconds_;
+};
+
+struct SimulateOptions {
+  enum class Events { kAll, kCommunication, kNone };
+  // Which events to record: all (the timeline), collectives and stalled waits only (what
+  // a search reads), or none.
+  Events events = Events::kAll;
+  // A cache of node times (not owned; may be null). Only valid while its nodes are
+  // unchanged: rewrites that reuse a node's address for another node need a new one.
+  NodeTimes* node_times = nullptr;
+};
+
 // FailedPrecondition for graphs the planner cannot size, or a wait before its start.
-absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& model);
+absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& model,
+                                          const SimulateOptions& options = {});
 
 // The timeline in Chrome trace JSON ("traceEvents", times in microseconds; opens in
 // Perfetto and chrome://tracing): one track per stream.

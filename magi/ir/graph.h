@@ -43,9 +43,17 @@ struct NodeArg {
 };
 
 // A named graph output (for a training step: "loss", "<param>.grad", ...).
+//
+// Donation (XLA's input/output aliasing): `aliases` names a graph input whose storage the
+// caller gives up for this output, e.g. an optimizer step's new parameter shard and the
+// old one. The caller must not read that input after the run; a runtime may write the
+// output into the input's storage (in place) or free the input after its last read, and
+// the memory planner counts them as one storage where the output's producer can run in
+// place (see magi/analysis/liveness.h). Null: nothing donated.
 struct GraphOutput {
   std::string name;
   Value* value = nullptr;
+  Value* aliases = nullptr;  // a graph input of the same graph and type, or null
 };
 
 class Graph {
@@ -63,7 +71,7 @@ class Graph {
   // programmer error (parsers check with FindValue first).
   Value* AddInput(std::string name, Type type, InputRole role = InputRole::kData);
   absl::Span<Value* const> inputs() const { return input_ptrs_; }
-  // Removes an input that has no uses and is no output (programmer error otherwise).
+  // Removes an input that has no uses, is no output and is donated to none (programmer error otherwise).
   void EraseInput(Value* input);
 
   // Creates a node with `args` and one result per entry of `result_types`, inserted
@@ -79,7 +87,9 @@ class Graph {
   std::vector<Node*> nodes() const;
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
 
-  void AddOutput(std::string name, Value* value);
+  // `aliases`: the donated input this output may reuse (see GraphOutput), or null.
+  void AddOutput(std::string name, Value* value, Value* aliases = nullptr);
+  void SetOutputAlias(int index, Value* input) { outputs_.at(index).aliases = input; }
   const std::vector<GraphOutput>& outputs() const { return outputs_; }
   void SetOutputValue(int index, Value* value) { outputs_.at(index).value = value; }
   void RemoveOutput(int index) { outputs_.erase(outputs_.begin() + index); }

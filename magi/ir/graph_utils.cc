@@ -97,7 +97,10 @@ void CopyGraphInto(const Graph& src, Graph& dst) {
   absl::flat_hash_map<const Value*, Value*> value_map;
   for (const Value* input : src.inputs()) value_map[input] = dst.AddInput(input->name(), input->type(), input->role());
   for (const Node* node : src.nodes()) CopyNode(*node, dst, value_map);
-  for (const GraphOutput& output : src.outputs()) dst.AddOutput(output.name, value_map.at(output.value));
+  for (const GraphOutput& output : src.outputs()) {
+    dst.AddOutput(output.name, value_map.at(output.value),
+                  output.aliases == nullptr ? nullptr : value_map.at(output.aliases));
+  }
 }
 
 }  // namespace

@@ -246,6 +246,7 @@ void Graph::EraseInput(Value* input) {
   MAGI_CHECK(!input->has_uses()) << "erasing input %" << input->name() << " that is still used";
   for (const GraphOutput& output : outputs_) {
     MAGI_CHECK(output.value != input) << "erasing input %" << input->name() << " that is an output";
+    MAGI_CHECK(output.aliases != input) << "erasing input %" << input->name() << " that is donated to an output";
   }
   values_by_name_.erase(input->name());
   input_ptrs_.erase(std::find(input_ptrs_.begin(), input_ptrs_.end(), input));
@@ -287,9 +288,10 @@ std::vector<Node*> Graph::nodes() const {
   return out;
 }
 
-void Graph::AddOutput(std::string name, Value* value) {
+void Graph::AddOutput(std::string name, Value* value, Value* aliases) {
   MAGI_CHECK(value != nullptr && value->graph() == this) << "output '" << name << "' from another graph";
-  outputs_.push_back({std::move(name), value});
+  MAGI_CHECK(aliases == nullptr || aliases->graph() == this) << "output '" << name << "' aliases another graph's value";
+  outputs_.push_back({std::move(name), value, aliases});
 }
 
 void Graph::ReplaceAllUsesWith(Value* from, Value* to) {

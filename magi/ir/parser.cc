@@ -215,7 +215,20 @@ absl::Status Parser::ParseOutput(Graph& graph) {
   MAGI_RETURN_IF_ERROR(Expect(TokenKind::kEqual).status());
   MAGI_ASSIGN_OR_RETURN(Token value_token, Expect(TokenKind::kValueName, "output value (%name)"));
   MAGI_ASSIGN_OR_RETURN(Value * value, ResolveValue(graph, value_token));
-  graph.AddOutput(std::move(name), value);
+  Value* aliases = nullptr;
+  if (At(TokenKind::kLBrace)) {  // {aliases = %input}: a donated input
+    Take();
+    MAGI_RETURN_IF_ERROR(ExpectKeyword("aliases"));
+    MAGI_RETURN_IF_ERROR(Expect(TokenKind::kEqual).status());
+    MAGI_ASSIGN_OR_RETURN(Token alias_token, Expect(TokenKind::kValueName, "donated input (%name)"));
+    MAGI_ASSIGN_OR_RETURN(aliases, ResolveValue(graph, alias_token));
+    if (!aliases->is_graph_input()) {
+      return ErrorAt(alias_token.location,
+                     absl::StrCat("output '", name, "' aliases %", alias_token.text, ", which is not a graph input"));
+    }
+    MAGI_RETURN_IF_ERROR(Expect(TokenKind::kRBrace).status());
+  }
+  graph.AddOutput(std::move(name), value, aliases);
   return absl::OkStatus();
 }
 

@@ -52,7 +52,9 @@ void AppendGraph(const Graph& graph, std::string* out) {
   }
   for (const Node* node : graph.nodes()) absl::StrAppend(out, "    ", PrintNode(*node), "\n");
   for (const GraphOutput& output : graph.outputs()) {
-    absl::StrAppend(out, "    output ", FormatName(output.name), " = ", ValueRef(output.value), "\n");
+    absl::StrAppend(out, "    output ", FormatName(output.name), " = ", ValueRef(output.value));
+    if (output.aliases != nullptr) absl::StrAppend(out, " {aliases = ", ValueRef(output.aliases), "}");
+    out->append("\n");
   }
   out->append("  }\n");
 }

@@ -271,7 +271,15 @@ class Loader {
     for (const proto::GraphOutputProto& output : proto.outputs()) {
       std::string where = absl::StrCat(graph_where, " output '", output.name(), "'");
       MAGI_ASSIGN_OR_RETURN(Value * value, LookUp(graph, output.value(), where));
-      graph.AddOutput(output.name(), value);
+      Value* aliases = nullptr;
+      if (!output.aliases().empty()) {
+        MAGI_ASSIGN_OR_RETURN(aliases, LookUp(graph, output.aliases(), where));
+        if (!aliases->is_graph_input()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": aliases %", output.aliases(), ", which is not a graph input"));
+        }
+      }
+      graph.AddOutput(output.name(), value, aliases);
     }
     return absl::OkStatus();
   }
@@ -326,6 +334,7 @@ proto::ModuleProto ModuleToProto(const Module& module) {
       proto::GraphOutputProto* o = g->add_outputs();
       o->set_name(output.name);
       o->set_value(output.value->name());
+      if (output.aliases != nullptr) o->set_aliases(output.aliases->name());
     }
   }
   return out;

@@ -37,6 +37,22 @@ TEST(ProtoSerializationTest, JsonRoundTripIsExact) {
   EXPECT_EQ(PrintModule(**back), PrintModule(*module));
 }
 
+TEST(ProtoSerializationTest, DonationTravels) {
+  auto module = ParseModule(R"(module @m { graph @g {
+    input %p: f32[4] {role = param}
+    %p2 = aten::neg(%p) : f32[4]
+    output p = %p2 {aliases = %p}
+  } })");
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto back = ModuleFromBinary(ModuleToBinary(**module).value());
+  ASSERT_TRUE(back.ok()) << back.status();
+  const Graph* g = (*back)->FindGraph("g");
+  EXPECT_EQ(g->outputs()[0].aliases, g->FindValue("p"));
+  auto json = ModuleFromJson(ModuleToJson(**module).value());
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(PrintModule(**json), PrintModule(**module));
+}
+
 TEST(ProtoSerializationTest, EmptyFloatListKeepsItsKind) {
   Graph* g = nullptr;
   Module module("m");

@@ -24,6 +24,25 @@ TEST(TextRoundTripTest, FsdpMlpStepPrintsBackByteForByte) { ExpectExactRoundTrip
 
 TEST(TextRoundTripTest, TinyForwardPrintsBackByteForByte) { ExpectExactRoundTrip(testing::kTinyForwardText); }
 
+TEST(TextRoundTripTest, DonatedInputsPrintBack) {
+  ExpectExactRoundTrip(R"(module @m {
+  graph @g {
+    input %p: f32[4] {role = param}
+    input %g: f32[4]
+    %p2 = aten::sub.Tensor(%p, %g, 1) : f32[4]
+    output p = %p2 {aliases = %p}
+  }
+}
+)");
+  auto bad = ParseModule(R"(module @m { graph @g {
+    input %p: f32[4]
+    %q = aten::neg(%p) : f32[4]
+    output p = %q {aliases = %q}
+  } })");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "<text>:4:30: output 'p' aliases %q, which is not a graph input");
+}
+
 TEST(TextRoundTripTest, SamplesVerify) {
   for (absl::string_view text : {testing::kFsdpMlpStepText, testing::kTinyForwardText}) {
     auto module = ParseModule(text);

@@ -77,6 +77,15 @@ class GraphVerifier {
       } else if (output.value->type().is_future()) {
         Error(nullptr, absl::StrCat("output '", output.name, "' is a future; wait for it first"));
       }
+      if (output.aliases != nullptr) VerifyAlias(output);
+    }
+    // A donated input is gone after the run: no other output may return it.
+    for (const GraphOutput& output : graph_.outputs()) {
+      auto it = donated_to_.find(output.value);
+      if (it != donated_to_.end() && it->second != output.name) {
+        Error(nullptr, absl::StrCat("output '", output.name, "' returns %", output.value->name(),
+                                    ", which is donated to output '", it->second, "'"));
+      }
     }
     if (errors_.empty()) return absl::OkStatus();
     if (suppressed_ > 0) errors_.push_back(absl::StrCat("... and ", suppressed_, " more"));
@@ -84,6 +93,27 @@ class GraphVerifier {
   }
 
  private:
+  // Donation: the aliased value is an input of this graph of the output's dtype, shape and
+  // device, donated to one output only.
+  void VerifyAlias(const GraphOutput& output) {
+    const Value* input = output.aliases;
+    std::string where = absl::StrCat("output '", output.name, "' aliases %", input->name());
+    if (!input->is_graph_input() || input->graph() != &graph_) {
+      Error(nullptr, absl::StrCat(where, ", which is not an input of the graph"));
+      return;
+    }
+    if (!donated_to_.emplace(input, output.name).second) {
+      Error(nullptr, absl::StrCat(where, ", which is already donated to output '", donated_to_.at(input), "'"));
+      return;
+    }
+    if (output.value == nullptr || !defined_.contains(output.value) || output.value->type().is_future()) return;
+    const TensorType& a = output.value->type().tensor();
+    const TensorType& b = input->type().tensor();
+    if (a.dtype != b.dtype || a.sizes != b.sizes || !(a.device == b.device)) {
+      Error(nullptr, absl::StrCat(where, " of another type (", b.ToString(), " vs ", a.ToString(), ")"));
+    }
+  }
+
   void Error(const Node* node, absl::string_view message) {
     if (static_cast<int>(errors_.size()) >= kMaxReportedErrors) {
       ++suppressed_;
@@ -373,6 +403,7 @@ class GraphVerifier {
   const Graph& graph_;
   const Module* module_;
   absl::flat_hash_set<const Value*> defined_;
+  absl::flat_hash_map<const Value*, std::string> donated_to_;  // donated input -> its output
   std::vector<std::string> errors_;
   int suppressed_ = 0;
 };

@@ -222,5 +222,38 @@ TEST(VerifierTest, BuiltCollectivesVerify) {
   EXPECT_EQ(bad_op.status().message(), "unknown reduce_op 'xor'");
 }
 
+// Donation: an output may alias a graph input of its own type, one output per input,
+// and no other output may hand the donated input back.
+TEST(VerifierTest, DonatedInputs) {
+  EXPECT_EQ(VerifyText(R"(module @m { graph @g {
+    input %p: f32[4] {role = param}
+    input %g: f32[4]
+    %p2 = aten::sub.Tensor(%p, %g, 1) : f32[4]
+    output p = %p2 {aliases = %p}
+  } })"),
+            "ok");
+  EXPECT_EQ(VerifyText(R"(module @m { graph @g {
+    input %p: f32[4] {role = param}
+    %p2 = aten::sum(%p, none) : f32[]
+    output p = %p2 {aliases = %p}
+  } })"),
+            "graph @g: output 'p' aliases %p of another type (f32[4] vs f32[])");
+  EXPECT_EQ(VerifyText(R"(module @m { graph @g {
+    input %p: f32[4] {role = param}
+    %a = aten::neg(%p) : f32[4]
+    %b = aten::neg(%a) : f32[4]
+    output a = %a {aliases = %p}
+    output b = %b {aliases = %p}
+  } })"),
+            "graph @g: output 'b' aliases %p, which is already donated to output 'a'");
+  EXPECT_EQ(VerifyText(R"(module @m { graph @g {
+    input %p: f32[4] {role = param}
+    %a = aten::neg(%p) : f32[4]
+    output a = %a {aliases = %p}
+    output old = %p
+  } })"),
+            "graph @g: output 'old' returns %p, which is donated to output 'a'");
+}
+
 }  // namespace
 }  // namespace magi

@@ -53,6 +53,15 @@ std::string LlamaConfig::ToString() const {
 
 namespace {
 
+// cos and sin of every position's rotary angles, [max_seq_len, head_dim / 2], fp32 on the CPU.
+std::pair<at::Tensor, at::Tensor> RopeTables(const LlamaConfig& c) {
+  torch::NoGradGuard no_grad;
+  int64_t half = c.head_dim() / 2;
+  at::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, torch::arange(0, half, torch::kFloat32) * (2.0 / c.head_dim()));
+  at::Tensor angles = torch::outer(torch::arange(c.max_seq_len, torch::kFloat32), inv_freq);
+  return {angles.cos(), angles.sin()};
+}
+
 // Rotates pairs (x1, x2) = (first half, second half) of the last dim by the position's angle.
 at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   int64_t half = x.size(-1) / 2;
@@ -131,15 +140,19 @@ LlamaImpl::LlamaImpl(const LlamaConfig& c, const torch::TensorOptions& options) 
     rope_cos = torch::empty({c.max_seq_len, half}, fp32);
     rope_sin = torch::empty({c.max_seq_len, half}, fp32);
   } else {
-    torch::NoGradGuard no_grad;
-    at::Tensor inv_freq =
-        1.0 / torch::pow(c.rope_theta, torch::arange(0, half, torch::kFloat32) * (2.0 / c.head_dim()));
-    at::Tensor angles = torch::outer(torch::arange(c.max_seq_len, torch::kFloat32), inv_freq);
-    rope_cos = angles.cos().to(options.device());
-    rope_sin = angles.sin().to(options.device());
+    auto [cos, sin] = RopeTables(c);
+    rope_cos = cos.to(options.device());
+    rope_sin = sin.to(options.device());
   }
   rope_cos = register_buffer("rope_cos", rope_cos.to(options.dtype()));
   rope_sin = register_buffer("rope_sin", rope_sin.to(options.dtype()));
+}
+
+void LlamaImpl::ResetParameter(const std::string& name, at::Tensor& tensor) {
+  if (name != "rope_cos" && name != "rope_sin") return;
+  torch::NoGradGuard no_grad;
+  auto [cos, sin] = RopeTables(config);
+  tensor.copy_(name == "rope_cos" ? cos : sin);
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& tokens) {

@@ -64,11 +64,13 @@ class DecoderBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderBlock);
 
-class LlamaImpl : public torch::nn::Module {
+class LlamaImpl : public torch::nn::Module, public ResetsParameters {
  public:
   LlamaImpl(const LlamaConfig& config, const torch::TensorOptions& options = {});
   // tokens [batch, seq] (int64) -> logits [batch, seq, vocab].
   at::Tensor forward(const at::Tensor& tokens);
+  // Its own tensors are the rotary tables (rope_cos, rope_sin).
+  void ResetParameter(const std::string& name, at::Tensor& tensor) override;
 
   LlamaConfig config;
   Embedding tok_embeddings{nullptr};

@@ -10,6 +10,7 @@
 #include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
+#include "magi/passes/recompute_probe.h"
 #include "magi/passes/schedule_util.h"
 
 namespace magi {
@@ -23,15 +24,18 @@ bool IsOutput(const Graph& graph, const Value* value) {
 }
 
 // Forward nodes whose results backward reads and that may be recomputed, best first.
-std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const NodeCostOracle& model) {
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+std::vector<Node*> RankCandidates(const Graph& graph, const std::vector<Node*>& order, int boundary,
+                                  const NodeCostOracle& model) {
+  absl::flat_hash_map<const Node*, int> positions;
+  positions.reserve(order.size());
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) positions[order[i]] = i;
   struct Ranked {
     Node* node;
     double score;
     int position;
   };
   std::vector<Ranked> ranked;
-  for (Node* node : graph.nodes()) {
+  for (Node* node : order) {
     int position = positions.at(node);
     if (position >= boundary) break;
     if (!IsMovable(*node) || IsViewOp(node->op()) || node->num_results() == 0) continue;
@@ -67,29 +71,25 @@ std::vector<Node*> RankCandidates(const Graph& graph, int boundary, const NodeCo
   return nodes;
 }
 
-// The peak after recomputing the first `count` candidates (given by position), on a copy.
-absl::StatusOr<int64_t> ProbePeak(const Module& module, const Graph& graph, const std::vector<int>& candidate_positions,
-                                  int count) {
-  std::unique_ptr<Module> copy = CloneModule(module);
-  Graph* copy_graph = copy->FindGraph(graph.name());
-  std::vector<Node*> nodes = copy_graph->nodes();
-  std::vector<Node*> chosen;
-  for (int i = 0; i < count; ++i) chosen.push_back(nodes[candidate_positions[i]]);
-  RecomputeForBackward(*copy_graph, chosen);
-  absl::StatusOr<MemoryPlan> plan = PlanMemory(*copy_graph, /*assign_buffers=*/false);
-  if (!plan.ok()) return plan.status();
-  return plan->peak_bytes;
-}
-
 }  // namespace
 
-std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& chosen) {
-  int boundary = BackwardBoundary(graph);
-  if (boundary < 0 || chosen.empty()) return {};
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+void UndoRecompute(Graph& graph, RecomputeUndo& undo) {
+  for (auto it = undo.uses.rbegin(); it != undo.uses.rend(); ++it) std::get<0>(*it)->ReplaceOperand(std::get<1>(*it), std::get<2>(*it));
+  for (auto it = undo.copies.rbegin(); it != undo.copies.rend(); ++it) graph.EraseNode(*it);
+  for (auto it = undo.remat.rbegin(); it != undo.remat.rend(); ++it) it->first->mutable_annotations().remat = it->second;
+  undo = RecomputeUndo();
+}
+
+std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& chosen, RecomputeUndo* undo) {
+  if (chosen.empty()) return {};
+  std::vector<Node*> nodes = graph.nodes();
+  int boundary = BackwardBoundary(nodes);
+  if (boundary < 0) return {};
+  absl::flat_hash_map<const Node*, int> positions;
+  positions.reserve(nodes.size());
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) positions[nodes[i]] = i;
   absl::flat_hash_set<const Node*> recompute(chosen.begin(), chosen.end());
   // Views of recomputed values are recomputed with them (else they would keep the base alive).
-  std::vector<Node*> nodes = graph.nodes();
   for (int i = 0; i < boundary; ++i) {
     Node* node = nodes[i];
     if (IsViewOp(node->op()) && node->num_operands() > 0 && node->operand(0)->producer() != nullptr &&
@@ -98,9 +98,11 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
     }
   }
   for (Node* node : nodes) {
-    if (recompute.contains(node)) node->mutable_annotations().remat = RematDecision::kRecompute;
+    if (!recompute.contains(node)) continue;
+    if (undo != nullptr) undo->remat.emplace_back(node, node->annotations().remat);
+    node->mutable_annotations().remat = RematDecision::kRecompute;
   }
-  absl::flat_hash_map<Value*, Value*> regathers = BackwardRegathers(graph);
+  absl::flat_hash_map<Value*, Value*> regathers = BackwardRegathers(nodes);
   absl::flat_hash_map<const Value*, Value*> copy_of;
   std::vector<Node*> copies;
   // Makes (once) the copy of `value` for backward, inserted before `before`.
@@ -125,6 +127,7 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
     copy->mutable_annotations().remat = RematDecision::kRecompute;
     copy->mutable_annotations().schedule = -1;
     copies.push_back(copy);
+    if (undo != nullptr) undo->copies.push_back(copy);
     for (int i = 0; i < producer->num_results(); ++i) copy_of[producer->result(i)] = copy->result(i);
     return copy_of.at(value);
   };
@@ -135,59 +138,86 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
       if (operand->producer() == nullptr || !recompute.contains(operand->producer())) continue;
       // Positions of nodes copied in before `user` are not needed: copies only read
       // values made before the boundary or other copies.
-      user->ReplaceOperand(k, materialize(operand, user));
+      Value* copy = materialize(operand, user);
+      if (undo != nullptr) undo->uses.emplace_back(user, k, operand);
+      user->ReplaceOperand(k, copy);
     }
   }
   return copies;
 }
 
 absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
-  absl::StatusOr<MemoryPlan> before = PlanMemory(graph, /*assign_buffers=*/false);
+  const std::vector<Node*> nodes = graph.nodes();
+  absl::StatusOr<MemoryPlan> before = PlanMemory(graph, nodes, /*assign_buffers=*/false);
   if (!before.ok()) return before.status();
   report_.peak_before = before->peak_bytes;
   report_.peak_after = before->peak_bytes;
   if (before->peak_bytes <= budget_bytes_) return false;
-  int boundary = BackwardBoundary(graph);
+  int boundary = BackwardBoundary(nodes);
   if (boundary < 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "auto-recompute: graph @%s peaks at %d bytes, over the budget of %d, and has no backward to trade against",
         graph.name(), before->peak_bytes, budget_bytes_));
   }
-  std::vector<Node*> candidates = RankCandidates(graph, boundary, *model_);
+  std::vector<Node*> candidates = RankCandidates(graph, nodes, boundary, *model_);
   report_.candidates = static_cast<int>(candidates.size());
-  absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
-  std::vector<int> candidate_positions;
-  for (const Node* node : candidates) candidate_positions.push_back(positions.at(node));
-
   const int n = static_cast<int>(candidates.size());
-  absl::StatusOr<int64_t> all =
-      n == 0 ? absl::StatusOr<int64_t>(before->peak_bytes) : ProbePeak(module, graph, candidate_positions, n);
-  if (!all.ok()) return all.status();
-  report_.peak_floor = *all;
-  if (*all > budget_bytes_) {
+  // Peaks of prefixes from the probe (no rewrite); the chosen rewrite is checked for real below.
+  absl::StatusOr<RecomputePeakProbe> probe = RecomputePeakProbe::Build(graph, nodes);
+  if (!probe.ok()) return probe.status();
+  auto prefix = [&](int count) { return std::vector<Node*>(candidates.begin(), candidates.begin() + count); };
+  const int64_t all = n == 0 ? before->peak_bytes : probe->Peak(prefix(n));
+  // Recomputing everything is not always the least memory (each copy keeps its inputs
+  // until backward needs it): when all of them do not fit, halving prefixes are tried.
+  int high = all <= budget_bytes_ ? n : 0;
+  int64_t floor = all;
+  for (int count = n / 2; high == 0 && count >= 1; count /= 2) {
+    int64_t peak = probe->Peak(prefix(count));
+    floor = std::min(floor, peak);
+    if (peak <= budget_bytes_) high = count;
+  }
+  report_.peak_floor = floor;
+  if (high == 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "auto-recompute: graph @%s cannot fit %d bytes: it peaks at %d, and at %d with all %d recomputable "
-        "activations recomputed",
-        graph.name(), budget_bytes_, before->peak_bytes, *all, n));
+        "auto-recompute: graph @%s cannot fit %d bytes: it peaks at %d, at %d with all %d recomputable "
+        "activations recomputed, and at %d at best",
+        graph.name(), budget_bytes_, before->peak_bytes, all, n, floor));
   }
   // Smallest prefix that fits (the peak falls as the prefix grows, up to the planner's
   // exact accounting; the final rewrite is checked below).
-  int low = 1, high = n;
+  int low = 1;
   while (low < high) {
     int mid = low + (high - low) / 2;
-    absl::StatusOr<int64_t> peak = ProbePeak(module, graph, candidate_positions, mid);
-    if (!peak.ok()) return peak.status();
-    if (*peak <= budget_bytes_) {
+    if (probe->Peak(prefix(mid)) <= budget_bytes_) {
       high = mid;
     } else {
       low = mid + 1;
     }
   }
-  std::vector<Node*> chosen(candidates.begin(), candidates.begin() + low);
-  for (Node* node : candidates) node->mutable_annotations().remat = RematDecision::kSave;
-  std::vector<Node*> copies = RecomputeForBackward(graph, chosen);
-  absl::StatusOr<MemoryPlan> after = PlanMemory(graph, /*assign_buffers=*/false);
-  if (!after.ok()) return after.status();
+  for (Node* node : candidates) {
+    if (undo_ != nullptr) undo_->remat.emplace_back(node, node->annotations().remat);
+    node->mutable_annotations().remat = RematDecision::kSave;
+  }
+  // The probe is exact (recompute_probe_test); should a rewrite ever plan higher than it
+  // predicted, it is taken back and a longer prefix tried, so the budget holds anyway.
+  std::vector<Node*> copies;
+  absl::StatusOr<MemoryPlan> after;
+  while (true) {
+    RecomputeUndo rewrite;
+    copies = RecomputeForBackward(graph, prefix(low), &rewrite);
+    after = PlanMemory(graph, /*assign_buffers=*/false);
+    if (!after.ok()) return after.status();
+    if (after->peak_bytes <= budget_bytes_ || low >= n) {
+      if (undo_ != nullptr) {
+        undo_->copies.insert(undo_->copies.end(), rewrite.copies.begin(), rewrite.copies.end());
+        undo_->uses.insert(undo_->uses.end(), rewrite.uses.begin(), rewrite.uses.end());
+        undo_->remat.insert(undo_->remat.end(), rewrite.remat.begin(), rewrite.remat.end());
+      }
+      break;
+    }
+    UndoRecompute(graph, rewrite);
+    ++low;
+  }
   report_.peak_after = after->peak_bytes;
   report_.recomputed = static_cast<int>(copies.size());
   for (const Node* copy : copies) report_.recompute_seconds += model_->NodeSeconds(*copy);

@@ -10,11 +10,13 @@
 // Choice: candidates (pure, deterministic forward nodes with a backward use; never
 // collectives, random or in-place ops; views follow their base) are ranked by bytes
 // freed per second of recompute (the NodeCostOracle's time: magi/cost's CostModel in
-// practice), and the shortest prefix of
-// that ranking whose rewritten graph the memory planner puts under the budget is taken
-// (binary search, each probe a real rewrite of a copy + plan). The result is
-// deterministic. FailedPrecondition if recomputing every candidate still does not fit,
-// naming the smallest peak reachable.
+// practice), and the shortest prefix of that ranking whose rewritten graph the memory
+// planner puts under the budget is taken: a binary search over peaks that
+// RecomputePeakProbe predicts exactly without rewriting (recompute_probe.h); the chosen
+// rewrite is then planned for real. Recomputing every candidate is not always the least
+// memory (each copy keeps what it reads alive until backward), so when all of them do
+// not fit, halving prefixes are tried first. The result is deterministic.
+// FailedPrecondition if none fits, naming the smallest peak found.
 //
 // Registered (by the :auto_recompute_registration target, which links the cost model)
 // as "auto-recompute{budget_mb=N}" or "{budget_gb=X}", with "profile=cpu|h200|<path>"
@@ -23,6 +25,7 @@
 #define MAGI_PASSES_AUTO_RECOMPUTE_H_
 
 #include <memory>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -31,6 +34,14 @@
 #include "magi/passes/pass.h"
 
 namespace magi {
+
+// What RecomputeForBackward changed, so that UndoRecompute can take it back exactly
+// (searches and the pass's own probes rewrite in place instead of on copies).
+struct RecomputeUndo {
+  std::vector<Node*> copies;                         // in creation order
+  std::vector<std::tuple<Node*, int, Value*>> uses;  // (user, operand index, value it read before)
+  std::vector<std::pair<Node*, RematDecision>> remat;  // annotations as they were
+};
 
 struct RecomputeReport {
   int64_t peak_before = 0;
@@ -53,6 +64,9 @@ class AutoRecompute : public Pass {
 
   absl::string_view name() const override { return "auto-recompute"; }
   const RecomputeReport& report() const { return report_; }
+  // Records every change the next Run makes in `undo` (null: none), so a caller that
+  // evaluates the result can take it back with UndoRecompute.
+  void set_undo_log(RecomputeUndo* undo) { undo_ = undo; }
 
  protected:
   absl::StatusOr<bool> RunImpl(Module& module) override;
@@ -63,11 +77,18 @@ class AutoRecompute : public Pass {
   int64_t budget_bytes_;
   std::unique_ptr<const NodeCostOracle> model_;
   RecomputeReport report_;
+  RecomputeUndo* undo_ = nullptr;
 };
 
 // Recomputes the results of `chosen` (forward nodes of `graph`, views of them are
-// added) for their backward uses, as described above; returns the copies made.
-std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& chosen);
+// added) for their backward uses, as described above; returns the copies made. With
+// `undo`, appends what it changed there.
+std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& chosen,
+                                        RecomputeUndo* undo = nullptr);
+
+// Takes back the changes `undo` recorded, newest first, and clears it. The graph is as
+// before (nodes, order, uses, annotations); only the fresh-name counter has moved on.
+void UndoRecompute(Graph& graph, RecomputeUndo& undo);
 
 }  // namespace magi
 

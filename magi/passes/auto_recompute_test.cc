@@ -53,6 +53,60 @@ TEST(AutoRecomputeTest, RecomputesTheCheapestActivationsUntilTheStepFits) {
   EXPECT_GE(marked, 1);
 }
 
+// With an undo log the pass's rewrite can be taken back exactly (what searches do to
+// evaluate many plans on one graph), and rewriting again gives the same graph.
+TEST(AutoRecomputeTest, UndoTakesTheRewriteBackExactly) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  testing::RunPipeline(*module, "reshard-after-forward{mode=reshard},schedule-overlap{prefetch=2}");
+  Graph& graph = *module->graphs()[0];
+  const std::string before = PrintModule(*module);
+  AutoRecompute probe = MakePass(1);  // too small: reports the floor
+  ASSERT_FALSE(probe.Run(*module).ok());
+  ASSERT_EQ(PrintModule(*module), before);
+  const int64_t budget = (probe.report().peak_before + probe.report().peak_floor) / 2;
+  AutoRecompute pass = MakePass(budget);
+  RecomputeUndo undo;
+  pass.set_undo_log(&undo);
+  ASSERT_TRUE(pass.Run(*module).ok());
+  EXPECT_GT(undo.copies.size(), 0u);
+  EXPECT_LE(Peak(graph), budget);
+  const int nodes_after = graph.num_nodes();
+  UndoRecompute(graph, undo);
+  EXPECT_TRUE(undo.copies.empty());
+  ASSERT_TRUE(VerifyModule(*module).ok());
+  EXPECT_EQ(PrintModule(*module), before);
+  // The same rewrite again (the probes left nothing behind that changes the choice).
+  AutoRecompute again = MakePass(budget);
+  ASSERT_TRUE(again.Run(*module).ok());
+  EXPECT_EQ(graph.num_nodes(), nodes_after);
+  EXPECT_EQ(again.report().recomputed, pass.report().recomputed);
+  EXPECT_EQ(again.report().peak_after, pass.report().peak_after);
+}
+
+// On the 8B-shaped step recomputing every activation peaks higher (9,738,799,152
+// bytes) than the step as given (9,710,980,144): the copies keep the values they read
+// alive into backward. A shorter prefix gets under 9.6 GB, which the pass finds by
+// trying halving prefixes before giving up.
+TEST(AutoRecomputeTest, FitsWhereRecomputingEverythingWouldNot) {
+  auto module = LoadTestdata("step8b_4layers.mir");
+  ASSERT_NE(module, nullptr);
+  Graph& graph = *module->graphs()[0];
+  ASSERT_EQ(Peak(graph), 9710980144);
+  AutoRecompute pass(9600000000, CostModel(*LoadDeviceProfile("h200")));
+  absl::StatusOr<bool> changed = pass.Run(*module);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_LE(Peak(graph), 9600000000);
+  EXPECT_LT(pass.report().peak_floor, 9600000000);
+  auto again = LoadTestdata("step8b_4layers.mir");
+  AutoRecompute too_tight(9000000000, CostModel(*LoadDeviceProfile("h200")));
+  absl::StatusOr<bool> failed = too_tight.Run(*again);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(failed.status().message().find("at 9738799152 with all"), std::string::npos) << failed.status();
+  EXPECT_NE(failed.status().message().find("at best"), std::string::npos) << failed.status();
+}
+
 // The pass only needs the per-node cost interface: with every node equally expensive
 // the ranking is by bytes alone, and the step still fits.
 class UniformCost : public NodeCostOracle {

@@ -48,14 +48,15 @@ Node* Merge(Graph& graph, Node* a, Node* b, int64_t bucket, absl::flat_hash_set<
   Node* wait_before = nullptr;   // where the fused wait goes
   if (HoistBefore(graph, b, a, max_hoisted)) {
     start_before = a;
-    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
-    wait_before = positions.at(wait_a) < positions.at(wait_b) ? wait_a : wait_b;
+    std::vector<Node*> order = graph.nodes();
+    wait_before = IndexOf(order, wait_a) < IndexOf(order, wait_b) ? wait_a : wait_b;
   } else {
-    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
-    Node* first_use_a = FirstUser(graph, *wait_a, positions);
-    if (first_use_a != nullptr && positions.at(first_use_a) < positions.at(b)) return nullptr;
+    std::vector<Node*> order = graph.nodes();
+    Node* first_use_a = FirstUserIn(order, *wait_a);
+    if (first_use_a != nullptr && IndexOf(order, first_use_a) < IndexOf(order, b)) return nullptr;
     start_before = b;
-    wait_before = first_use_a != nullptr && positions.at(first_use_a) < positions.at(wait_b) ? first_use_a : wait_b;
+    wait_before =
+        first_use_a != nullptr && IndexOf(order, first_use_a) < IndexOf(order, wait_b) ? first_use_a : wait_b;
   }
 
   std::vector<Value*> inputs(a->operands().begin(), a->operands().end());

@@ -4,9 +4,11 @@
 
 namespace magi {
 
-int BackwardBoundary(const Graph& graph) {
+int BackwardBoundary(const Graph& graph) { return BackwardBoundary(graph.nodes()); }
+
+int BackwardBoundary(absl::Span<Node* const> nodes) {
   int position = 0;
-  for (const Node* node : graph.nodes()) {
+  for (const Node* node : nodes) {
     // Collectives do not count: prefetching moves backward gathers into forward.
     if (node->annotations().phase == Phase::kBackward && !IsCommunication(node->op())) return position;
     ++position;
@@ -23,10 +25,14 @@ const Value* GatheredShard(const Value* operand) {
 }
 
 absl::flat_hash_map<Value*, Value*> BackwardRegathers(const Graph& graph) {
+  return BackwardRegathers(graph.nodes());
+}
+
+absl::flat_hash_map<Value*, Value*> BackwardRegathers(absl::Span<Node* const> nodes) {
   // (shard, gathered dtype) -> gathered value, separately for forward and backward gathers.
   using Key = std::pair<const Value*, DType>;
   absl::flat_hash_map<Key, Value*> forward_of_shard, backward_of_shard;
-  for (const Node* node : graph.nodes()) {
+  for (const Node* node : nodes) {
     if (node->op() != kWaitOp) continue;
     const Node* start = StartOfWait(*node);
     if (start == nullptr || start->op() != kAllGatherStartOp || start->num_operands() != node->num_results()) continue;

@@ -4,6 +4,7 @@
 #define MAGI_PASSES_PHASE_UTIL_H_
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
 #include "magi/ir/graph.h"
 
 namespace magi {
@@ -11,6 +12,8 @@ namespace magi {
 // Program position of the first compute node annotated phase=bwd (collectives may be
 // prefetched into forward), or -1 if there is none.
 int BackwardBoundary(const Graph& graph);
+// The same on a snapshot of the program order (Graph::nodes()).
+int BackwardBoundary(absl::Span<Node* const> nodes);
 
 // The shard an all-gather operand carries: with mixed precision each gather reads its own
 // cast of the shard (`aten::_to_copy`), so two gathers of one parameter have different
@@ -21,6 +24,7 @@ const Value* GatheredShard(const Value* operand);
 // also gathered again by a backward all-gather: the backward result. Keyed by forward
 // result.
 absl::flat_hash_map<Value*, Value*> BackwardRegathers(const Graph& graph);
+absl::flat_hash_map<Value*, Value*> BackwardRegathers(absl::Span<Node* const> nodes);
 
 }  // namespace magi
 

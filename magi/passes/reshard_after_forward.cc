@@ -99,20 +99,24 @@ bool ReshardAfterForward::Reshard(Graph& graph) const {
     }
     Node* wait = WaitOfStart(*start);
     if (wait == nullptr || !early.contains(wait)) continue;
-    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
     // Backward users of the results, directly or through forward views of them.
-    Node* first_late_user = nullptr;
+    std::vector<Node*> late_users;
     std::function<void(const Value*)> find_late = [&](const Value* value) {
       for (Node* user : value->Users()) {
         if (!early.contains(user)) {
-          if (first_late_user == nullptr || positions.at(user) < positions.at(first_late_user)) first_late_user = user;
+          late_users.push_back(user);
         } else if (IsViewOp(user->op())) {
           for (const Value* view : user->results()) find_late(view);
         }
       }
     };
     for (const Value* result : wait->results()) find_late(result);
-    if (first_late_user == nullptr) continue;
+    if (late_users.empty()) continue;  // the common case: positions are not needed
+    absl::flat_hash_map<const Node*, int> positions = NodePositions(graph);
+    Node* first_late_user = nullptr;
+    for (Node* user : late_users) {
+      if (first_late_user == nullptr || positions.at(user) < positions.at(first_late_user)) first_late_user = user;
+    }
 
     Node* regather_wait = ExistingRegather(graph, *start);
     if (regather_wait != nullptr) {

@@ -6,6 +6,9 @@
 //    (i - prefetch)-th (the first ones to the top), so it runs while the layers
 //    before it compute; across the forward/backward boundary too. While more than
 //    `max_inflight_mb` of gathered parameters would be in flight, the distance shrinks;
+//    `per_gather` sets the distance of single gathers by their FSDP group and phase
+//    (GatherKey: "layers.31.bwd", "root.fwd"), e.g. 0 for a gather whose buffer would
+//    sit at the memory peak;
 //  - every wait moves to right before the first use of its results, but no later than
 //    the next start of its process group on the same kind of collective, so in-flight
 //    buffers stay bounded (a group's collectives finish in issue order, so that wait
@@ -14,28 +17,52 @@
 //    all-to-all; every node's `sched` is its position.
 // With prefetch=0 starts stay where they are (only waits sink). Every rank runs the
 // same pass on the same graph, so each process group sees its collectives in the same
-// order everywhere (no cross-rank reordering, no hang).
+// order everywhere (no cross-rank reordering, no hang). It never moves compute other
+// than the casts that feed a gather it issues earlier.
 //
-// Registered as "schedule-overlap{prefetch=N,max_inflight_mb=M}" (defaults 1 and no limit).
+// Registered as "schedule-overlap{prefetch=N,max_inflight_mb=M,per_gather=G.PHASE.N+...}"
+// (defaults 1, no limit, none), e.g. per_gather=root.bwd.0+layers.31.bwd.1.
 #ifndef MAGI_PASSES_SCHEDULE_OVERLAP_H_
 #define MAGI_PASSES_SCHEDULE_OVERLAP_H_
 
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
 #include "magi/passes/pass.h"
 
 namespace magi {
 
+class ProgramOrder;
+
+// Prefetch distances by GatherKey.
+using PerGatherPrefetch = std::map<std::string, int>;
+
+// The key per_gather uses for an all-gather start: its FSDP group (module path, "root"
+// for the root group) and phase, "layers.3.fwd".
+std::string GatherKey(const Node& start);
+
+// Parses and prints per_gather's value ("root.bwd.0+layers.31.bwd.1", keys in order).
+absl::StatusOr<PerGatherPrefetch> ParsePerGatherPrefetch(absl::string_view text);
+std::string FormatPerGatherPrefetch(const PerGatherPrefetch& distances);
+
 class ScheduleOverlap : public Pass {
  public:
-  explicit ScheduleOverlap(int prefetch = 1, double max_inflight_mb = 0)
-      : prefetch_(prefetch), max_inflight_bytes_(max_inflight_mb * 1e6) {}
+  explicit ScheduleOverlap(int prefetch = 1, double max_inflight_mb = 0, PerGatherPrefetch per_gather = {})
+      : prefetch_(prefetch), max_inflight_bytes_(max_inflight_mb * 1e6), per_gather_(std::move(per_gather)) {}
   absl::string_view name() const override { return "schedule-overlap"; }
 
  protected:
   absl::StatusOr<bool> RunImpl(Module& module) override;
 
  private:
+  int DistanceOf(const Node& start) const;
+  bool PrefetchGathers(ProgramOrder& order) const;
+  bool SinkWaits(ProgramOrder& order) const;
+
   int prefetch_;
   double max_inflight_bytes_;  // 0: no limit
+  PerGatherPrefetch per_gather_;
 };
 
 }  // namespace magi

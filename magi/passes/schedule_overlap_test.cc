@@ -7,6 +7,7 @@
 #include "magi/ir/printer.h"
 #include "magi/passes/pass_test_util.h"
 #include "magi/passes/schedule_util.h"
+#include "magi/registry/registry.h"
 
 namespace magi {
 namespace {
@@ -102,6 +103,56 @@ TEST(ScheduleOverlapTest, InflightLimitBoundsPrefetch) {
   auto unlimited_positions = NodePositions(*unlimited->graphs()[0]);
   std::vector<Node*> unlimited_gathers = Starts(*unlimited->graphs()[0], kAllGatherStartOp);
   EXPECT_EQ(unlimited_positions.at(unlimited_gathers[2]), 2);
+}
+
+TEST(ScheduleOverlapTest, PerGatherDistancesOverrideTheDefault) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  const Graph& graph = *module->graphs()[0];
+  // The root group's backward gather stays where it was; every other gather is issued
+  // one ahead; layers.3's backward gather, asked to go two ahead, is stopped by the
+  // rule that keeps the issue order: right after the root's start.
+  RunPipeline(*module, "schedule-overlap{prefetch=1,per_gather=root.bwd.0+layers.3.bwd.2}");
+  std::vector<Node*> gathers = Starts(graph, kAllGatherStartOp);
+  ASSERT_EQ(gathers.size(), 10u);
+  auto positions = NodePositions(graph);
+  for (size_t i = 1; i < gathers.size(); ++i) {
+    std::string key = GatherKey(*gathers[i]);
+    if (key == "root.bwd") {
+      EXPECT_GT(positions.at(gathers[i]), positions.at(WaitOf(*gathers[i - 1])) + 1) << key;
+    } else if (key == "layers.3.bwd") {
+      EXPECT_EQ(positions.at(gathers[i]), positions.at(gathers[i - 1]) + 1) << key;
+      EXPECT_LT(positions.at(gathers[i]), positions.at(WaitOf(*gathers[i - 1]))) << key;
+    } else {
+      EXPECT_EQ(positions.at(gathers[i]), positions.at(WaitOf(*gathers[i - 1])) + 1) << key;
+    }
+  }
+  EXPECT_EQ(GatherKey(*gathers[0]), "root.fwd");
+  EXPECT_EQ(GatherKey(*gathers[1]), "layers.0.fwd");
+  // With prefetch=0 only the named gathers move.
+  auto only = LoadTestdata("llama4_fsdp_step.mir");
+  RunPipeline(*only, "schedule-overlap{prefetch=0,per_gather=layers.2.fwd.1}");
+  std::vector<Node*> only_gathers = Starts(*only->graphs()[0], kAllGatherStartOp);
+  auto only_positions = NodePositions(*only->graphs()[0]);
+  EXPECT_EQ(only_positions.at(only_gathers[3]), only_positions.at(WaitOf(*only_gathers[2])) + 1);
+  EXPECT_GT(only_positions.at(only_gathers[2]), only_positions.at(WaitOf(*only_gathers[1])) + 1);
+}
+
+TEST(ScheduleOverlapTest, PerGatherTextRoundTripsAndBadEntriesAreRefused) {
+  absl::StatusOr<PerGatherPrefetch> parsed = ParsePerGatherPrefetch("root.bwd.0+layers.31.fwd.2");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->at("root.bwd"), 0);
+  EXPECT_EQ(parsed->at("layers.31.fwd"), 2);
+  EXPECT_EQ(FormatPerGatherPrefetch(*parsed), "layers.31.fwd.2+root.bwd.0");
+  for (const char* bad : {"root.0", "layers.1.bwd", "layers.1.bwd.x", "layers.1.bwd.-1", ".bwd.1", "root.bwd.1+root.bwd.2",
+                          "layers.1.mid.1", "root.bwd.65"}) {
+    EXPECT_EQ(ParsePerGatherPrefetch(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  absl::StatusOr<std::unique_ptr<Pass>> pass =
+      Registry<Pass>::Global().Create("schedule-overlap", {{"per_gather", "layers.1.fwd"}});
+  ASSERT_FALSE(pass.ok());
+  EXPECT_NE(pass.status().message().find("per_gather entries are GROUP.fwd.N or GROUP.bwd.N"), std::string::npos)
+      << pass.status();
 }
 
 TEST(ScheduleOverlapTest, Deterministic) {

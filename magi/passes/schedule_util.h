@@ -31,6 +31,13 @@ bool HoistBefore(Graph& graph, Node* node, Node* before, int max_moved = 16);
 // graph outputs (or nobody) use them.
 Node* FirstUser(const Graph& graph, const Node& node, const absl::flat_hash_map<const Node*, int>& positions);
 
+// The index of `node` in `order` (a snapshot of Graph::nodes()), or -1: a linear scan,
+// cheaper than building a position map when a pass needs a few positions.
+int IndexOf(const std::vector<Node*>& order, const Node* node);
+
+// FirstUser by scanning `order` (a snapshot of Graph::nodes()).
+Node* FirstUserIn(const std::vector<Node*>& order, const Node& node);
+
 // Bytes of a value's tensor (0 for dynamic sizes).
 int64_t ValueBytes(const Value& value);
 

@@ -80,6 +80,21 @@ expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $
 expect_failure "bad budget" 1 "--budget_gb must be a positive, finite number" -- $MAGI plan $STEP --budget_gb=lots
 expect_failure "unknown device" 1 "no device profile 'tpu'; built in: cpu, h200" -- $MAGI simulate $STEP --device=tpu
 expect_failure "plan needs a budget" 2 "'plan' needs --budget_gb=..." -- $MAGI plan $STEP
+# The budget frontier: a row per budget (the plan of each), nothing fitting shown as such,
+# and the chart written whole.
+$MAGI plan $STEP --frontier=0.0017:0.0019:0.0001,0.001 --svg="$TMP/f.svg" > /dev/null 2>&1 && frontier_rc=0 || frontier_rc=$?
+check "frontier range and list do not mix" test "$frontier_rc" = 1
+$MAGI plan $STEP --frontier=0.00175,0.0018,0.0019,0.0001 --svg="$TMP/frontier.svg" --threads=2 > "$TMP/frontier.txt"
+check "frontier prints a row per budget" test "$(grep -c '^ *0\.00' "$TMP/frontier.txt")" = 4
+check "frontier rows carry the plan" grep -q '^ *0\.0019 .*reshard-after-forward' "$TMP/frontier.txt"
+check "frontier says where nothing fits" grep -q '^ *0\.0001 .*nothing fits' "$TMP/frontier.txt"
+check "frontier writes an SVG" grep -q '</svg>' "$TMP/frontier.svg"
+check "frontier SVG marks every plan" test "$(grep -c '<circle' "$TMP/frontier.svg")" = 3
+check "frontier leaves no temp file" test "$(ls "$TMP" | grep -c 'frontier.svg')" = 1
+expect_failure "frontier range backwards" 1 "--frontier=2:1:0.5: needs 0 < LO <= HI and STEP > 0" -- $MAGI plan $STEP --frontier=2:1:0.5
+expect_failure "frontier bad list" 1 "--frontier=1,x: 'x' is not a positive, finite number of GB" -- $MAGI plan $STEP --frontier=1,x
+expect_failure "frontier or budget" 2 "'plan' takes --budget_gb=... or --frontier=..., not both" -- $MAGI plan $STEP --frontier=1 --budget_gb=1
+expect_failure "svg needs frontier" 2 "'plan' takes --svg and --exhaustive only with --frontier" -- $MAGI plan $STEP --budget_gb=1 --svg=x.svg
 check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
 
 printf 'module @m {\n  graph @g {\n    %%y = aten::relu(%%x) : f32[2]\n  }\n}\n' > "$TMP/bad.mir"
@@ -90,7 +105,7 @@ expect_failure "missing file" 1 "cannot open $TMP/none.mir: No such file or dire
 printf 'garbage' > "$TMP/bad.pb"
 expect_failure "bad protobuf" 1 "bad.pb: not a valid magi.proto.ModuleProto" -- $MAGI verify "$TMP/bad.pb"
 expect_failure "unknown extension" 1 "unknown IR file extension" -- $MAGI verify "$TMP/file.txt"
-expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: auto-recompute, bucket-collectives, cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
+expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: auto-recompute, batch-invariant, bucket-collectives, cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
 expect_failure "bad pipeline" 1 "pass pipeline, column 5: expected a pass name" -- $MAGI opt $SAMPLE --passes=dce,
 expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=nope
 expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob
@@ -145,8 +160,37 @@ done
 printf 'name: bad\nvector_flops: nan\n' > "$TMP/nan.profile"
 expect_failure "a profile with NaN" 1 "'vector_flops' needs a non-negative, finite number, not 'nan'" -- $MAGI simulate $STEP --device="$TMP/nan.profile"
 
+# Deterministic mode: the compile options are listed; batch-invariant unrolls a one-sequence graph.
+check "registry lists deterministic mode's compile options" grep -q '^compile-option: deterministic, batch_invariant_sequences' <($MAGI registry)
+printf 'module @m {\n  graph @g {\n    input %%w: f32[3,4] {role = param}\n    input %%x: f32[1,4]\n    %%t = aten::t(%%w) : f32[4,3]strides[1,4]\n    %%y = aten::mm(%%x, %%t) : f32[1,3]\n    output y = %%y\n  }\n}\n' > "$TMP/one_seq.mir"
+$MAGI opt "$TMP/one_seq.mir" --passes='batch-invariant{batch=3}' -o "$TMP/three_seq.mir"
+check "batch-invariant: one mm per sequence" test "$(grep -c 'aten::mm' "$TMP/three_seq.mir")" -eq 3
+check "batch-invariant: the input takes 3 sequences" grep -q 'input %x: f32\[3,4\]' "$TMP/three_seq.mir"
+
+# magi compare: magi-tensors-v1 dumps, bitwise.
+python3 - "$TMP" <<'PY'
+import json, struct, sys
+def write(prefix, w, loss):
+    data = struct.pack("<4f", *w) + struct.pack("<d", loss)
+    open(prefix + ".bin", "wb").write(data)
+    json.dump({"format": "magi-tensors-v1", "tensors": [
+        {"name": "w", "dtype": "float32", "shape": [2, 2], "offset": 0, "nbytes": 16},
+        {"name": "loss", "dtype": "float64", "shape": [], "offset": 16, "nbytes": 8}]}, open(prefix + ".json", "w"))
+write(sys.argv[1] + "/run1", [1, 2, 3, 4], 2.5)
+write(sys.argv[1] + "/run2", [1, 2, 3, 4], 2.5)
+write(sys.argv[1] + "/run3", [1, 2, 3, 4.5], 2.5)
+PY
+check "compare: identical dumps" test "$($MAGI compare "$TMP/run1" "$TMP/run2.json")" = "identical: 2 tensors, 0.000 MB"
+expect_failure "compare: the first differing element" 3 "first difference: tensor 'w' (float32[2,2]) element [1,1] (flat 3): $TMP/run1 4 (0x40800000), $TMP/run3 4.5 (0x40900000); 1 of 4 elements differ" -- $MAGI compare "$TMP/run1" "$TMP/run3"
+expect_failure "compare: checkpoints need LibTorch" 1 "a.pt is a LibTorch archive; compare checkpoints with: bazel run //magi/frontend/fsdp:compare_checkpoints" -- $MAGI compare "$TMP/a.pt" "$TMP/b.pt"
+expect_failure "compare: a missing dump" 1 "cannot open $TMP/none.json" -- $MAGI compare "$TMP/none" "$TMP/run1"
+# magi_compare, the same command without Protobuf (built on the GPU machine), says the same.
+check "magi_compare: identical dumps" test "$(magi/tools/magi_compare "$TMP/run1" "$TMP/run2")" = "identical: 2 tensors, 0.000 MB"
+expect_failure "magi_compare: the first differing element" 3 "first difference: tensor 'w' (float32[2,2]) element [1,1] (flat 3)" -- magi/tools/magi_compare "$TMP/run1" "$TMP/run3"
+expect_failure "magi_compare: usage" 2 "usage: magi_compare A B" -- magi/tools/magi_compare "$TMP/run1"
+
 # --help: every command prints its own usage on stdout and exits 0; `magi --help` lists them.
-COMMANDS=(verify fmt convert dot partition-map opt simulate plan registry)
+COMMANDS=(verify fmt convert dot partition-map opt simulate plan registry compare)
 help_out=$($MAGI --help)
 for cmd in "${COMMANDS[@]}"; do
   check "magi --help lists $cmd" grep -q "^  magi $cmd" <<<"$help_out"
@@ -162,7 +206,7 @@ for cmd in "${COMMANDS[@]}"; do
   done
 done
 check "opt --help explains --passes" grep -q -- '--passes=SPEC' <($MAGI opt --help)
-check "--help wins over other arguments" test "$($MAGI plan $STEP --budget_gb=1 --help | head -n 1)" = "usage: magi plan IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]"
+check "--help wins over other arguments" test "$($MAGI plan $STEP --budget_gb=1 --help | head -n 1)" = "usage: magi plan IN (--budget_gb=B | --frontier=LO:HI:STEP [--svg=OUT.svg] [--exhaustive=true]) [--device=...] [--calibration=CSV] [--graph=NAME] [--threads=N] [-o OUT]"
 check "magi help opt is opt's usage" test "$($MAGI help opt)" = "$($MAGI opt --help)"
 check "magi -h lists the commands" test "$($MAGI -h)" = "$help_out"
 expect_failure "unknown command with --help" 2 "unknown command 'frob'" -- $MAGI frob --help

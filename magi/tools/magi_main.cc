@@ -14,15 +14,26 @@
 //                                        strategy search: the fastest pipeline that fits B GB
 //                                        per rank, with every candidate's prediction; -o writes
 //                                        the optimized module
-//   magi registry                        list every registered pass, backend, ... by kind
+//   magi plan IN --frontier=LO:HI:STEP [--svg=OUT.svg]
+//                                        the budget frontier: the search at every budget of the
+//                                        range (GB), a table of the plans, and a chart of them
+//   magi registry                        list every registered pass, backend, ... by kind, and the
+//                                        compile options of deterministic mode
+//   magi compare A B                     bitwise comparison of two magi-tensors-v1 dumps (PREFIX,
+//                                        PREFIX.json or PREFIX.bin): "identical" or the first
+//                                        differing tensor and element; exit status 3 if they differ
 //   magi --help | -h | help [COMMAND]    list the commands, or one command's usage
 //   magi COMMAND --help | -h             one command's usage
 //
 // Exit status: 0 on success (and for --help), 1 on bad input (with a message naming
-// file and line), 2 on bad usage.
+// file and line), 2 on bad usage, 3 when `compare` finds a difference.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -37,6 +48,7 @@
 #include "magi/compiler/partition_map.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/cost_model.h"
+#include "magi/compiler/compile_options.h"
 #include "magi/cost/simulator.h"
 #include "magi/ir/dot_export.h"
 #include "magi/ir/printer.h"
@@ -44,8 +56,12 @@
 #include "magi/passes/pass.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
+#include "magi/search/exhaustive_search.h"
+#include "magi/search/frontier_svg.h"
+#include "magi/search/plan_evaluator.h"
 #include "magi/search/strategy_search.h"
 #include "magi/tools/ir_io.h"
+#include "magi/tools/compare_command.h"
 
 namespace magi {
 namespace {
@@ -139,17 +155,33 @@ const std::vector<CommandSpec>& CommandSpecs() {
        "  --graph=NAME         the graph (default: the module's first)\n"},
       {"plan",
        1,
-       {"o", "budget_gb", "device", "calibration", "graph"},
-       {"budget_gb"},
-       "IN --budget_gb=B [--device=...] [--calibration=CSV] [--graph=NAME] [-o OUT]",
+       {"o", "budget_gb", "frontier", "svg", "exhaustive", "threads", "device", "calibration", "graph"},
+       {},
+       "IN (--budget_gb=B | --frontier=LO:HI:STEP [--svg=OUT.svg] [--exhaustive=true]) [--device=...] [--calibration=CSV] "
+       "[--graph=NAME] [--threads=N] [-o OUT]",
        "Strategy search: the fastest pass pipeline whose predicted peak fits B GB per rank,\n"
        "with every candidate's prediction.\n"
        "  --budget_gb=B        the memory budget per rank (a positive, finite number of GB)\n"
+       "  --frontier=LO:HI:STEP  instead of one budget: search every budget from LO to HI GB in\n"
+       "                       steps of STEP (or a list: --frontier=38,40,45) and print the\n"
+       "                       predicted step time, peak and plan of each\n"
+       "  --svg=OUT.svg        with --frontier: also draw the frontier as an SVG chart\n"
+       "  --exhaustive=true    with --frontier: also try every setting of a fixed knob space\n"
+       "                       (exhaustive_search.h; for small steps) and print the search's gap\n"
+       "  --threads=N          candidates evaluated in parallel (default: one per core)\n"
        "  --device=NAME        device profile, as for simulate (default h200)\n"
        "  --calibration=CSV    measured op times that replace the formulas\n"
        "  --graph=NAME         the graph (default: the module's first)\n"
        "  -o OUT               write the optimized module\n"},
-      {"registry", 0, {}, {}, "", "Lists every registered component (passes, backends, ...) by kind.\n"},
+      {"registry", 0, {}, {}, "",
+       "Lists every registered component (passes, backends, ...) by kind, one line per kind\n"
+       "(\"pass: cse, dce, ...\"), and the compile options of deterministic mode (\"compile-option: ...\";\n"
+       "docs/deterministic.md).\n"},
+      {"compare", 2, {}, {}, "A B",
+       "Compares two magi-tensors-v1 dumps bitwise (examples:train --dump_dir, examples:generate --logits_out;\n"
+       "A and B are PREFIX, PREFIX.json or PREFIX.bin). Prints \"identical: ...\" (exit 0) or the first\n"
+       "differing tensor and element with both values and their bits (exit 3). Checkpoints (LibTorch\n"
+       "archives) are compared by //magi/frontend/fsdp:compare_checkpoints.\n"},
   };
   return *specs;
 }
@@ -191,6 +223,15 @@ absl::Status ValidateUsage(const CommandLine& line) {
       if (!ok)
         return absl::InvalidArgumentError(
             absl::StrCat("'", line.command, "' does not take ", flag == "o" ? "-o" : "--" + flag));
+    }
+    if (line.command == std::string("plan") && line.flags.count("budget_gb") == line.flags.count("frontier")) {
+      return absl::InvalidArgumentError(line.flags.count("budget_gb")
+                                            ? "'plan' takes --budget_gb=... or --frontier=..., not both"
+                                            : "'plan' needs --budget_gb=... (or --frontier=LO:HI:STEP)");
+    }
+    if (line.command == std::string("plan") && !line.flags.count("frontier") &&
+        (line.flags.count("svg") || line.flags.count("exhaustive"))) {
+      return absl::InvalidArgumentError("'plan' takes --svg and --exhaustive only with --frontier");
     }
     for (const std::string& flag : spec.required_flags) {
       if (!line.flags.count(flag)) {
@@ -262,9 +303,105 @@ absl::Status RunSimulate(const CommandLine& line) {
   return absl::OkStatus();
 }
 
+// Budgets in bytes from --frontier: "LO:HI:STEP" (GB, HI included) or "A,B,C".
+absl::StatusOr<std::vector<int64_t>> ParseFrontier(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("--frontier=", text, ": ", why));
+  };
+  std::vector<double> gbs;
+  std::vector<std::string> range = absl::StrSplit(text, ':');
+  if (range.size() == 3) {
+    double low = 0, high = 0, step = 0;
+    if (!ParseFiniteDouble(range[0], &low) || !ParseFiniteDouble(range[1], &high) ||
+        !ParseFiniteDouble(range[2], &step)) {
+      return bad("LO, HI and STEP must be finite numbers of GB");
+    }
+    if (low <= 0 || high < low || step <= 0) return bad("needs 0 < LO <= HI and STEP > 0");
+    const double count = std::floor((high - low) / step + 1e-9) + 1;
+    if (count > 1000) return bad(absl::StrFormat("%.0f budgets; at most 1000", count));
+    for (int i = 0; i < static_cast<int>(count); ++i) gbs.push_back(low + i * step);
+  } else if (range.size() == 1) {
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      double gb = 0;
+      if (!ParseFiniteDouble(part, &gb) || gb <= 0) {
+        return bad(absl::StrCat("'", part, "' is not a positive, finite number of GB"));
+      }
+      gbs.push_back(gb);
+    }
+  } else {
+    return bad("expected LO:HI:STEP or a list A,B,C (GB)");
+  }
+  std::vector<int64_t> budgets;
+  for (double gb : gbs) {
+    std::optional<int64_t> bytes = BytesFromDouble(gb * 1e9);
+    if (!bytes) return bad(absl::StrCat(gb, " GB is more bytes than int64 can hold"));
+    budgets.push_back(*bytes);
+  }
+  return budgets;
+}
+
+absl::Status RunFrontier(const CommandLine& line, const Module& module, const Graph& graph, const CostModel& model,
+                         const SearchOptions& options) {
+  MAGI_ASSIGN_OR_RETURN(std::vector<int64_t> budgets, ParseFrontier(line.flags.at("frontier")));
+  MAGI_ASSIGN_OR_RETURN(std::vector<FrontierPoint> points,
+                        SearchFrontier(module, graph.name(), model, budgets, options));
+  std::printf("graph @%s on %s: %d nodes; budget frontier\n%s", graph.name().c_str(), model.profile().name.c_str(),
+              graph.num_nodes(), FormatFrontier(points).c_str());
+  if (FlagOr(line, "exhaustive", "false") == "true") {
+    // The yardstick: the best setting of a fixed space, tried whole, at each budget.
+    PlanEvaluator evaluator(module, graph.name(), model, options.allow_recompute);
+    std::vector<StrategyKnobs> settings = ExhaustiveSettings(graph, ExhaustiveSpace());
+    const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+    std::printf("exhaustive search over %zu settings (every kept-group subset x bucket sizes x prefetch x cap)\n",
+                settings.size());
+    std::printf("%10s %10s %14s %8s %9s  %s\n", "budget_GB", "search_ms", "exhaustive_ms", "gap", "time_s",
+                "exhaustive best");
+    for (const FrontierPoint& point : points) {
+      auto begin = std::chrono::steady_clock::now();
+      MAGI_ASSIGN_OR_RETURN(ExhaustiveResult best,
+                            ExhaustiveBest(evaluator, settings, point.budget_bytes, std::max(1, threads)));
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      if (!best.found || !point.status.ok()) {
+        std::printf("%10.6g %10s %14s %8s %9.2f  %s\n", point.budget_bytes / 1e9,
+                    point.status.ok() ? absl::StrFormat("%.3f", point.plan.chosen.prediction.step_seconds * 1e3).c_str()
+                                      : "-",
+                    best.found ? absl::StrFormat("%.3f", best.best.prediction.step_seconds * 1e3).c_str() : "-", "-",
+                    seconds, best.found ? best.best.pipeline.c_str() : "(nothing fits)");
+        continue;
+      }
+      const double search_ms = point.plan.chosen.prediction.step_seconds * 1e3;
+      const double exhaustive_ms = best.best.prediction.step_seconds * 1e3;
+      const std::string recompute =
+          best.best.recomputed ? absl::StrFormat(",auto-recompute{budget_mb=%.6f,profile=%s}",
+                                                 point.budget_bytes / 1e6, model.profile().name)
+                               : "";
+      std::printf("%10.6g %10.3f %14.3f %+7.2f%% %9.2f  %s%s\n", point.budget_bytes / 1e9, search_ms, exhaustive_ms,
+                  100 * (search_ms / exhaustive_ms - 1), seconds, best.best.pipeline.c_str(), recompute.c_str());
+    }
+  }
+  if (!line.flags.count("svg")) return absl::OkStatus();
+  return WriteFileAtomically(
+      line.flags.at("svg"),
+      FrontierSvg(points, absl::StrFormat("@%s (%d nodes) on %s: predicted step vs memory budget", graph.name(),
+                                          graph.num_nodes(), model.profile().name)));
+}
+
 absl::Status RunPlan(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
   MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
+  SearchOptions options;
+  if (line.flags.count("threads")) {
+    if (!absl::SimpleAtoi(line.flags.at("threads"), &options.threads) || options.threads < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--threads must be a positive integer, not '", line.flags.at("threads"), "'"));
+    }
+  }
+  if (line.flags.count("frontier")) {
+    if (line.flags.count("o")) return absl::InvalidArgumentError("'plan --frontier' writes no module (-o)");
+    std::unique_ptr<CalibrationTable> calibration;
+    MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
+    return RunFrontier(line, *module, *graph, model, options);
+  }
   double budget_gb = 0;
   if (!ParseFiniteDouble(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
     return absl::InvalidArgumentError(
@@ -277,7 +414,6 @@ absl::Status RunPlan(const CommandLine& line) {
   }
   std::unique_ptr<CalibrationTable> calibration;
   MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
-  SearchOptions options;
   options.memory_budget_bytes = *budget_bytes;
   MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, options));
   std::printf("%s", FormatStrategyPlan(plan).c_str());
@@ -341,9 +477,19 @@ absl::Status Run(const CommandLine& line) {
   if (command == "registry") {
     for (const auto& [kind, names] : AllRegistries())
       std::printf("%s: %s\n", kind.c_str(), absl::StrJoin(names, ", ").c_str());
+    std::vector<std::string> options;
+    for (const CompileOptionDoc& doc : DocumentedCompileOptions()) options.push_back(doc.name);
+    std::printf("compile-option: %s\n", absl::StrJoin(options, ", ").c_str());
     return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat("command '", command, "' has no implementation"));
+}
+
+// The exit status of a valid command line (failures are returned as a Status: exit 1).
+absl::StatusOr<int> RunCommand(const CommandLine& line) {
+  if (line.command == "compare") return CompareTensorFiles(line.positional[0], line.positional[1]);
+  MAGI_RETURN_IF_ERROR(Run(line));
+  return 0;
 }
 
 }  // namespace
@@ -380,10 +526,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "magi: %s\n%s", std::string(usage.message()).c_str(), magi::GeneralUsage().c_str());
     return 2;
   }
-  absl::Status status = magi::Run(*line);
-  if (!status.ok()) {
-    std::fprintf(stderr, "magi: %s\n", std::string(status.message()).c_str());
+  absl::StatusOr<int> code = magi::RunCommand(*line);
+  if (!code.ok()) {
+    std::fprintf(stderr, "magi: %s\n", std::string(code.status().message()).c_str());
     return 1;
   }
-  return 0;
+  return *code;
 }

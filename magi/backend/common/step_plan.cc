@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "magi/analysis/liveness.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 
@@ -142,6 +143,9 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
     if (input->role() == InputRole::kRng) step.rng_slot = s;
   }
   absl::flat_hash_map<const Node*, int> plan_of_start;
+  // Donation: which magi::adamw results are written over their inputs (liveness.h).
+  absl::flat_hash_map<const Value*, const Value*> in_place;
+  bool in_place_known = false;
   absl::flat_hash_set<std::string> groups, callees;
   for (const Node* node : graph.nodes()) {
     NodePlan plan(node);
@@ -176,6 +180,12 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
       }
       plan.kind = NodePlan::Kind::kAdamW;
       plan.adamw = AdamWConstantsOf(*node);
+      if (!in_place_known) {  // once, for graphs with an optimizer
+        absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+        if (liveness.ok()) in_place = std::move(liveness->in_place);
+        in_place_known = true;
+      }
+      for (int r = 0; r < 3; ++r) plan.adamw_in_place[r] = in_place.contains(node->result(r));
     } else if (node->op_namespace() == "magi") {
       return absl::UnimplementedError(absl::StrCat(Where(*node), ": no LibTorch executor for ", node->op()));
     }
@@ -319,14 +329,19 @@ absl::Status SetGeneratorState(const StepPlan& plan, const at::Tensor& state) {
 std::vector<at::Tensor> AdamWReference(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                                        const at::Tensor& exp_avg_sq, const at::Tensor& decay,
                                        const at::Tensor& step_size, const at::Tensor& bc2_sqrt,
-                                       const AdamWConstants& c) {
+                                       const AdamWConstants& c, const bool in_place[3]) {
   // LibTorch's AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
   // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps); each step the op LibTorch's own AdamW runs.
-  at::Tensor decayed = at::mul(param, decay);
-  at::Tensor m = at::add(at::mul(exp_avg, c.beta1), grad, 1.0 - c.beta1);
-  at::Tensor v = at::addcmul(at::mul(exp_avg_sq, c.beta2), grad, grad, 1.0 - c.beta2);
+  const bool p_in_place = in_place != nullptr && in_place[0];
+  const bool m_in_place = in_place != nullptr && in_place[1];
+  const bool v_in_place = in_place != nullptr && in_place[2];
+  at::Tensor m = m_in_place ? exp_avg.mul_(c.beta1).add_(grad, 1.0 - c.beta1)
+                            : at::add(at::mul(exp_avg, c.beta1), grad, 1.0 - c.beta1);
+  at::Tensor v = v_in_place ? exp_avg_sq.mul_(c.beta2).addcmul_(grad, grad, 1.0 - c.beta2)
+                            : at::addcmul(at::mul(exp_avg_sq, c.beta2), grad, grad, 1.0 - c.beta2);
   at::Tensor denom = at::add(at::div(at::sqrt(v), bc2_sqrt), c.eps, 1);
-  at::Tensor next = at::sub(decayed, at::mul(at::div(m, denom), step_size), 1);
+  at::Tensor update = at::mul(at::div(m, denom), step_size);
+  at::Tensor next = p_in_place ? param.mul_(decay).sub_(update) : at::sub(at::mul(param, decay), update, 1);
   return {next, m, v};
 }
 

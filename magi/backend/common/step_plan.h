@@ -46,6 +46,9 @@ struct NodePlan {
   int start_plan = -1;  // kWait: the plan index of its start
   std::string callee;   // kCall: the callee graph
   AdamWConstants adamw;  // kAdamW
+  // kAdamW: whether p', m', v' are written over p, m, v when the inputs are donated
+  // (magi/analysis/liveness.h decides, so runtime and memory plan agree).
+  bool adamw_in_place[3] = {false, false, false};
   // kOp: schema arguments; starts, calls and adamw: one kOperandList with every operand.
   std::vector<ArgPlan> args;
   std::vector<int> result_slots;
@@ -101,11 +104,12 @@ absl::Status SetGeneratorState(const StepPlan& plan, const at::Tensor& state);
 
 // LibTorch's AdamW update of one shard, op by op (the reference semantics of
 // magi::adamw; bitwise what LibTorch's own AdamW computes from the same scalars).
-// Returns {param', exp_avg', exp_avg_sq'}.
+// Returns {param', exp_avg', exp_avg_sq'}; with `in_place[i]` the i-th is written over
+// its input (param, exp_avg, exp_avg_sq) with the same ops in place, bitwise the same.
 std::vector<at::Tensor> AdamWReference(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                                        const at::Tensor& exp_avg_sq, const at::Tensor& decay,
                                        const at::Tensor& step_size, const at::Tensor& bc2_sqrt,
-                                       const AdamWConstants& constants);
+                                       const AdamWConstants& constants, const bool in_place[3] = nullptr);
 
 }  // namespace magi
 

@@ -7,7 +7,9 @@ runs it with the configured Python (whose torch must be the LibTorch the process
     python3 aoti_compile.py JOB                   # compiles the tasks listed in the file JOB
 
 JOB is a text file of tab-separated lines: first "magi-aoti-job 1", then "torch", VERSION;
-"worker", "I/N"; and one line per task: "task", the program (.py written by fx_program.cc),
+"worker", "I/N"; optionally "deterministic", "1" (deterministic mode, docs/deterministic.md: ATen's
+deterministic algorithms on while Inductor lowers, so it emits no atomic-add reductions, and no
+autotuning or benchmark-driven choices); and one line per task: "task", the program (.py written by fx_program.cc),
 the package to write (.pt2), the result file to write, and a label for progress lines. Each
 program's build() gives a torch.fx.GraphModule of torch.ops.aten calls; it is exported with
 torch.export.export on example inputs of the declared dtypes, sizes, strides and devices, and
@@ -69,7 +71,14 @@ def _example(entry, torch):
     return base.to(device).as_strided(sizes, strides)
 
 
-def _compile(torch, program_path, package_path):
+def deterministic_configs(config):
+    """The Inductor settings of deterministic mode that this torch has (names vary by version)."""
+    wanted = {"deterministic": True, "max_autotune": False, "max_autotune_gemm": False,
+              "max_autotune_pointwise": False, "coordinate_descent_tuning": False}
+    return {name: value for name, value in wanted.items() if hasattr(config, name)}
+
+
+def _compile(torch, program_path, package_path, deterministic=False):
     spec = importlib.util.spec_from_file_location("magi_partition", program_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -81,9 +90,11 @@ def _compile(torch, program_path, package_path):
     exported = time.time()
     directory, name = os.path.split(package_path)
     tmp = os.path.join(directory, ".%s.%d.tmp.pt2" % (name[: -len(".pt2")], os.getpid()))
-    torch._inductor.aoti_compile_and_package(
-        program, package_path=tmp,
-        inductor_configs={"aot_inductor.metadata": {"magi.graph": str(module.GRAPH)}})
+    configs = {"aot_inductor.metadata": {"magi.graph": str(module.GRAPH)}}
+    if deterministic:
+        import torch._inductor.config as inductor_config
+        configs.update(deterministic_configs(inductor_config))
+    torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
     os.replace(tmp, package_path)
     done = time.time()
     return ops, exported - start, done - exported
@@ -94,13 +105,15 @@ def _run_job(job_path):
         lines = [line.rstrip("\n") for line in f]
     if not lines or lines[0] != "magi-aoti-job\t1":
         sys.exit("aoti_compile.py: %s is not a job file" % job_path)
-    expected_torch, worker, tasks = None, "1/1", []
+    expected_torch, worker, tasks, deterministic = None, "1/1", [], False
     for line in lines[1:]:
         fields = line.split("\t")
         if fields[0] == "torch":
             expected_torch = fields[1]
         elif fields[0] == "worker":
             worker = fields[1]
+        elif fields[0] == "deterministic":
+            deterministic = fields[1] == "1"
         elif fields[0] == "task":
             tasks.append(fields[1:5])
     # Progress lines go to the caller's stderr; the compile's own output to the log.
@@ -119,6 +132,10 @@ def _run_job(job_path):
             _write_atomically(result, "error\n%s\n" % message)
         progress.write("magi: inductor: %s\n" % message)
         return 1
+    if deterministic:
+        # Inductor reads this while lowering (no atomic-add reductions). warn_only: ops run on fake
+        # tensors here; the process that runs the package enforces error mode on its kernels.
+        torch.use_deterministic_algorithms(True, warn_only=True)
     failures = 0
     for program, package, result, label in tasks:
         lock_path = package + ".lock"
@@ -130,7 +147,7 @@ def _run_job(job_path):
                     progress.write("magi: inductor: %s: compiled meanwhile by another process\n" % label)
                     progress.flush()
                     continue
-                ops, export_s, compile_s = _compile(torch, program, package)
+                ops, export_s, compile_s = _compile(torch, program, package, deterministic)
                 _write_atomically(result, "ok\n%.3f\n%.3f\n%d\n" % (export_s, compile_s, ops))
                 progress.write("magi: inductor: %s: %d aten ops compiled in %.1f s (export %.1f s) [worker %s]\n"
                                % (label, ops, export_s + compile_s, export_s, worker))

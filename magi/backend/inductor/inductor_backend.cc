@@ -308,12 +308,12 @@ Capability InductorBackend::GetCapability(const Module& module, const Graph& gra
 absl::StatusOr<std::unique_ptr<Executable>> InductorBackend::Compile(const Module& module, const Graph& graph,
                                                                      const CompileContext& context) const {
   if (!context.callees.empty()) return absl::InvalidArgumentError("the inductor backend calls no partitions");
-  std::vector<absl::StatusOr<std::unique_ptr<Executable>>> results = CompileAll(module, {&graph});
+  std::vector<absl::StatusOr<std::unique_ptr<Executable>>> results = CompileAll(module, {&graph}, context);
   return std::move(results[0]);
 }
 
 std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::CompileAll(
-    const Module& module, const std::vector<const Graph*>& graphs) const {
+    const Module& module, const std::vector<const Graph*>& graphs, const CompileContext& context) const {
   std::vector<absl::StatusOr<std::unique_ptr<Executable>>> results;
   const Environment& env = Env();
   if (!env.status.ok()) {
@@ -340,7 +340,9 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     item.program = *std::move(program);
     item.key = Sha256Hex(absl::StrCat("magi-inductor-package ", kPackageKeyVersion, "\nfx-format ", kFxProgramFormat,
                                       "\nlibtorch ", TORCH_VERSION, "\npython-torch ", env.torch.version, "\ntarget ",
-                                      *target, "\nprogram ", Sha256Hex(canonical->source), "\n"));
+                                      *target, "\nprogram ", Sha256Hex(canonical->source), "\n",
+                                      // A package compiled in deterministic mode is another package.
+                                      context.deterministic ? "deterministic 1\n" : ""));
     std::string stem = absl::StrCat(env.cache_dir, "/packages/", item.key);
     item.package = stem + ".pt2";
     item.program_path = stem + ".py";
@@ -381,7 +383,8 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     std::vector<std::vector<size_t>> assigned(jobs);
     for (size_t k = 0; k < misses.size(); ++k) assigned[k % jobs].push_back(misses[k]);
     for (int w = 0; w < jobs; ++w) {
-      std::string job = absl::StrCat("magi-aoti-job\t1\ntorch\t", TORCH_VERSION, "\nworker\t", w + 1, "/", jobs, "\n");
+      std::string job = absl::StrCat("magi-aoti-job\t1\ntorch\t", TORCH_VERSION, "\nworker\t", w + 1, "/", jobs, "\n",
+                                     context.deterministic ? "deterministic\t1\n" : "");
       for (size_t i : assigned[w]) {
         absl::StrAppend(&job, "task\t", items[i].program_path, "\t", items[i].package, "\t", items[i].result_path,
                         "\t@", items[i].graph->name(), "\n");

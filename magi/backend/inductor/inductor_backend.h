@@ -25,6 +25,9 @@
 //      compiling with torch._inductor.aoti_compile_and_package; packages appear atomically;
 //   4. each package is loaded with compat::AotiPackage, single-threaded by default so that
 //      a run can be captured in a CUDA graph (nccl_stream's whole-step graph).
+// Deterministic mode (CompileContext::deterministic): the packages are compiled with ATen's
+// deterministic algorithms on and Inductor's deterministic settings, without autotuning
+// (aoti_compile.py), and cached under another key than the default mode's.
 // A progress line per compiled partition and a summary with the cold (compiled) and cached
 // times go to stderr. A partition whose compile or load fails gets an error Status of its
 // own (the compile driver then falls back for that partition and warns).
@@ -78,8 +81,9 @@ class InductorBackend : public Backend {
   using Backend::Compile;
   absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph,
                                                       const CompileContext& context) const override;
+  using Backend::CompileAll;
   std::vector<absl::StatusOr<std::unique_ptr<Executable>>> CompileAll(
-      const Module& module, const std::vector<const Graph*>& graphs) const override;
+      const Module& module, const std::vector<const Graph*>& graphs, const CompileContext& context) const override;
 
   // OK when partitions can be compiled and loaded here; otherwise Unavailable saying why
   // (no AOTInductor in this LibTorch, no suitable Python, an unusable cache folder).

@@ -11,6 +11,7 @@
 #include "magi/backend/common/step_plan.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
@@ -58,6 +59,18 @@ class InterpreterExecutable : public TorchExecutable {
   }
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    std::vector<at::Tensor> held = inputs;
+    return RunImpl(held, /*donated=*/false);
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> RunDonating(std::vector<at::Tensor> inputs) override {
+    return RunImpl(inputs, /*donated=*/true);
+  }
+
+ private:
+  // `inputs` is emptied once its tensors are in the slots when they are donated, so each
+  // is freed after its last read.
+  absl::StatusOr<std::vector<at::Tensor>> RunImpl(std::vector<at::Tensor>& inputs, bool donated) {
     for (const std::string& group : step_.groups) {
       if (!communicators_.contains(group)) {
         return absl::FailedPreconditionError(
@@ -80,6 +93,9 @@ class InterpreterExecutable : public TorchExecutable {
         input_storages_.insert(inputs[i].storage().unsafeGetStorageImpl());
       }
     }
+    // Donated inputs are still protected: the caller may keep other references (a trainer's buffers).
+    if (donated) inputs.clear();
+    donated_ = donated;
     if (step_.rng_slot >= 0) MAGI_RETURN_IF_ERROR(SetGeneratorState(step_, slots_[step_.rng_slot]));
 
     handles_.clear();
@@ -128,7 +144,6 @@ class InterpreterExecutable : public TorchExecutable {
     return outputs;
   }
 
- private:
   InterpreterExecutable() = default;
 
   // An op that writes its operands (batch norm's running statistics, an in-place op in a
@@ -173,8 +188,10 @@ class InterpreterExecutable : public TorchExecutable {
     std::vector<at::Tensor> o = Operands(plan);
     std::vector<at::Tensor> results;
     try {
+      // In place only over donated inputs: a caller of Run keeps its tensors unchanged.
       results = AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
-                               o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw);
+                               o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw,
+                               donated_ ? plan.adamw_in_place : nullptr);
     } catch (const c10::Error& error) {
       return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
     }
@@ -264,6 +281,7 @@ class InterpreterExecutable : public TorchExecutable {
   absl::flat_hash_map<const c10::StorageImpl*, int> storage_refs_;
   int64_t live_bytes_ = 0;
   bool profile_nodes_ = false;
+  bool donated_ = false;  // this run's inputs were handed over (RunDonating)
   struct InFlight {
     std::vector<at::Tensor> inputs;
     int64_t result_bytes = 0;
@@ -285,6 +303,9 @@ Capability InterpreterBackend::GetCapability(const Module& module, const Graph& 
 
 absl::StatusOr<std::unique_ptr<Executable>> InterpreterBackend::Compile(const Module& module, const Graph& graph,
                                                                         const CompileContext& context) const {
+  // ATen's kernels are the interpreter's: deterministic when ATen's deterministic
+  // algorithms are on (an op without a deterministic kernel then fails naming itself).
+  if (context.deterministic) MAGI_RETURN_IF_ERROR(compat::CheckDeterministicAlgorithms(name()));
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<InterpreterExecutable> exe, InterpreterExecutable::Build(graph, context));
   return std::unique_ptr<Executable>(std::move(exe));
 }

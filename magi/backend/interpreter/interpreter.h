@@ -14,7 +14,9 @@
 // group (BindCommunicator): a start enqueues the collective and returns; its wait blocks
 // for the result, so compute between the two overlaps with communication. magi::call
 // runs the callee's compiled partition (from the CompileContext); magi::adamw runs
-// LibTorch's AdamW op by op (AdamWReference in magi/backend/common/step_plan.h).
+// LibTorch's AdamW op by op (AdamWReference in magi/backend/common/step_plan.h), in place
+// over donated state under RunDonating (where magi/analysis/liveness.h says so, which is
+// what the memory plan counts). RunDonating also frees each input after its last read.
 #ifndef MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 #define MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 

@@ -19,6 +19,7 @@
 #include "magi/backend/nccl_stream/fused_adamw.h"
 #include "magi/backend/nccl_stream/stream_plan.h"
 #include "magi/backend/torch_executable.h"
+#include "magi/compat/deterministic.h"
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
@@ -733,6 +734,12 @@ Capability NcclStreamBackend::GetCapability(const Module& module, const Graph& g
 
 absl::StatusOr<std::unique_ptr<Executable>> NcclStreamBackend::Compile(const Module& module, const Graph& graph,
                                                                        const CompileContext& context) const {
+  // Deterministic steps: ATen's kernels in deterministic mode (cuBLAS then also refuses a
+  // workspace configuration that is not fixed); the multi-tensor AdamW is one thread per
+  // element; each bucket is one NCCL call in a fixed order on NCCL pinned to Ring/Simple
+  // (the NCCL communicator checks that when it starts); a CUDA graph replays the same
+  // kernels. Nothing here autotunes.
+  if (context.deterministic) MAGI_RETURN_IF_ERROR(compat::CheckDeterministicAlgorithms(name()));
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<NcclStreamExecutable> exe,
                         NcclStreamExecutable::Build(module, graph, context, options_));
   return std::unique_ptr<Executable>(std::move(exe));

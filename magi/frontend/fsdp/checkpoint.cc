@@ -1,5 +1,7 @@
 #include "magi/frontend/fsdp/checkpoint.h"
 
+#include <torch/serialize.h>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -179,6 +181,26 @@ absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const
   if (!state.ok()) return state.status();  // NotFound on every rank
   if (rank == 0 && use == CheckpointUse::kResume) CleanOrWarn(root, /*keep_last=*/0);
   return state;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadArchiveTensors(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const std::string& key : archive.keys()) {
+      at::Tensor tensor;
+      if (!archive.try_read(key, tensor)) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": entry '", key, "' is not a tensor"));
+      }
+      tensors.emplace_back(key, tensor.cpu().contiguous());
+    }
+    return tensors;
+  } catch (const c10::Error& error) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what_without_backtrace()));
+  } catch (const std::exception& error) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what()));
+  }
 }
 
 }  // namespace magi

@@ -24,6 +24,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -69,6 +71,11 @@ absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const
                                                   const std::optional<std::string>& config, Communicator& communicator,
                                                   const at::Device& device,
                                                   CheckpointUse use = CheckpointUse::kResume);
+
+// Every tensor of the archive at `path` (shards, moments, "magi.step", "magi.rng.cpu"), in
+// the archive's order, on the CPU: what compare_checkpoints compares. NotFound if the
+// file cannot be read.
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadArchiveTensors(const std::string& path);
 
 }  // namespace magi
 

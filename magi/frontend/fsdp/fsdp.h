@@ -8,6 +8,8 @@
 
 #include "magi/frontend/fsdp/fully_shard.h"
 #include "magi/frontend/fsdp/inference.h"
+#include "magi/frontend/fsdp/materialize.h"
+#include "magi/frontend/fsdp/mesh_communicators.h"
 #include "magi/frontend/fsdp/trainer.h"
 
 #endif  // MAGI_FRONTEND_FSDP_FSDP_H_

@@ -3,9 +3,12 @@
 //
 // The test binary is its own worker: the gtest cases launch it with the local launcher
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and MAGI_FSDP_WORKER naming a scenario.
+#include <malloc.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -371,14 +374,364 @@ int RunBatchNorm(const DistributedEnv& env, const std::shared_ptr<Communicator>&
   return 0;
 }
 
+std::vector<at::Tensor> LocalRows(const std::pair<at::Tensor, at::Tensor>& global, int rank, int local) {
+  return {global.first.narrow(0, rank * local, local).clone(), global.second.narrow(0, rank * local, local).clone()};
+}
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+// The mean of this rank's loss over `communicator`'s group.
+absl::StatusOr<double> MeanLoss(Communicator& communicator, double loss) {
+  auto handle = communicator.Start(CollectiveKind::kAllReduce, {at::scalar_tensor(loss, at::kDouble)}, "avg");
+  if (!handle.ok()) return handle.status();
+  auto mean = (*handle)->Wait();
+  if (!mean.ok()) return mean.status();
+  return (*mean)[0].item<double>();
+}
+
+// The parameters the trainer gathers against `expected`; the largest difference, or -1
+// naming the first beyond `tolerance` in `failure`.
+double CompareParameters(FsdpTrainer& trainer, const std::map<std::string, at::Tensor>& expected, double tolerance,
+                         std::string* failure) {
+  auto gathered = trainer.GatherFullParameters();
+  if (!gathered.ok()) {
+    *failure = Message(gathered.status());
+    return -1;
+  }
+  double worst = 0;
+  for (const auto& [name, value] : *gathered) {
+    double diff = (value - expected.at(name).to(at::kFloat)).abs().max().item<double>();
+    worst = std::max(worst, diff);
+    if (diff > tolerance) {
+      *failure = name + " differs from eager by " + std::to_string(diff);
+      return -1;
+    }
+  }
+  return worst;
+}
+
+std::map<std::string, at::Tensor> NamedParameters(torch::nn::Module& module) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : module.named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+// FSDP2 parity in one run: a model built on meta and materialized per shard (bitwise the
+// weights a CPU construction after the same seed gives), gradient accumulation over two
+// micro-batches (one reduce-scatter per step), global gradient-norm clipping and a cosine
+// schedule with warm-up, against eager LibTorch doing the same on the global batch
+// (clip_grad_norm_, the learning rate set on torch::optim::AdamW each step).
+int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators, const DeviceMesh& mesh) {
+  const uint64_t seed = 7;
+  models::Llama model(TestConfig(false), torch::TensorOptions().device(torch::kMeta));
+  for (auto& layer : model->layers) FullyShard(*layer, mesh);
+  FullyShard(*model, mesh);
+  const int local = 4, micro = 2;  // each rank: 2 micro-batches of 2 sequences
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  AdamWOptions adamw;
+  adamw.lr = 1e-2;
+  TrainingOptions training;
+  training.init_seed = seed;
+  training.grad_accum = local / micro;
+  training.clip_grad_norm = 0.5;
+  training.lr_schedule.kind = LrSchedule::Kind::kCosine;
+  training.lr_schedule.warmup_steps = 2;
+  training.lr_schedule.total_steps = 4;
+  training.lr_schedule.min_lr = 1e-3;
+  const int world = static_cast<int>(mesh.size());
+  std::vector<at::Tensor> example = LocalRows(GlobalBatch(0, world, local), env.rank, local);
+  for (at::Tensor& t : example) t = t.narrow(0, 0, micro);
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, example, communicators, adamw, {}, "interpreter", {}, training);
+  if (!trainer.ok()) return Fail(Message(trainer.status()));
+  // One reduce-scatter per group in the step, none in the micro-batch graph.
+  auto count = [](const Graph& graph, absl::string_view op) {
+    int n = 0;
+    for (const Node* node : graph.nodes()) n += node->op() == op;
+    return n;
+  };
+  const Graph* accumulation = (*trainer)->accumulation_graph();
+  if (accumulation == nullptr || count(*accumulation, kReduceScatterStartOp) != 0 ||
+      count(*accumulation, "magi::adamw") != 0 || count((*trainer)->graph(), kReduceScatterStartOp) != 3) {
+    return Fail("gradient accumulation should reduce-scatter once per group per step, only in the step graph");
+  }
+  const Graph* compiled = &(*trainer)->graph();
+
+  torch::manual_seed(seed);
+  models::Llama reference(TestConfig(false));
+  std::string failure;
+  double init_diff = CompareParameters(**trainer, NamedParameters(*reference), 0.0, &failure);
+  if (init_diff < 0) return Fail("meta materialization: " + failure);
+  for (const auto& item : reference->named_buffers()) {
+    if (!(*trainer)->buffers().at(item.key()).equal(item.value())) {
+      return Fail("buffer " + item.key() + " differs after materialization");
+    }
+  }
+  torch::optim::AdamW optimizer(reference->parameters(), torch::optim::AdamWOptions(adamw.lr)
+                                                             .betas({adamw.beta1, adamw.beta2})
+                                                             .eps(adamw.eps)
+                                                             .weight_decay(adamw.weight_decay));
+  double worst_loss = 0, worst_norm = 0;
+  std::vector<double> lrs;
+  for (int step = 0; step < 4; ++step) {
+    const double lr = (*trainer)->next_learning_rate();
+    lrs.push_back(lr);
+    auto loss = (*trainer)->Step(LocalRows(GlobalBatch(step, world, local), env.rank, local));
+    if (!loss.ok()) return Fail(Message(loss.status()));
+    auto mean = MeanLoss(*communicators.at(mesh.axis_name(mesh.num_axes() - 1)), *loss);
+    if (!mean.ok()) return Fail(Message(mean.status()));
+    if (mesh.num_axes() == 2) {  // HSDP: the mean over the replicas too
+      mean = MeanLoss(*communicators.at(mesh.axis_name(0)), *mean);
+      if (!mean.ok()) return Fail(Message(mean.status()));
+    }
+    auto [tokens, targets] = GlobalBatch(step, world, local);
+    optimizer.zero_grad();
+    at::Tensor eager_loss = models::LanguageModelLoss(reference->forward(tokens), targets);
+    eager_loss.backward();
+    double eager_norm = torch::nn::utils::clip_grad_norm_(reference->parameters(), training.clip_grad_norm);
+    static_cast<torch::optim::AdamWOptions&>(optimizer.param_groups()[0].options()).lr(lr);
+    optimizer.step();
+    double expected = eager_loss.item<double>();
+    worst_loss = std::max(worst_loss, std::abs(*mean - expected) / std::abs(expected));
+    worst_norm = std::max(worst_norm, std::abs((*trainer)->last_grad_norm() - eager_norm) / eager_norm);
+    if (eager_norm <= training.clip_grad_norm) return Fail("the test should clip: norm " + std::to_string(eager_norm));
+  }
+  if (&(*trainer)->graph() != compiled) return Fail("the schedule recompiled the step");
+  if (!(lrs[0] < lrs[1] && lrs[1] > lrs[2] && lrs[2] > lrs[3] && lrs[3] == training.lr_schedule.min_lr)) {
+    return Fail("unexpected schedule");
+  }
+  double worst = CompareParameters(**trainer, NamedParameters(*reference), world == 1 ? 1e-5 : 1e-4, &failure);
+  if (worst < 0) return Fail(failure);
+  if (env.rank == 0) {
+    std::cout << "parity (world " << world << ", mesh " << mesh.num_axes() << "-D): init bitwise, loss within "
+              << worst_loss << " rel, grad norm within " << worst_norm << " rel, parameters within " << worst
+              << "; lr " << lrs[0] << " " << lrs[1] << " " << lrs[2] << " " << lrs[3] << "\n";
+  }
+  if (worst_loss > 1e-5) return Fail("loss differs from eager by " + std::to_string(worst_loss) + " rel");
+  if (worst_norm > 1e-5) return Fail("grad norm differs from eager by " + std::to_string(worst_norm) + " rel");
+  return 0;
+}
+
+// A module whose step reads a buffer and updates another (a step counter, as BatchNorm's
+// num_batches_tracked): the trainer owns both and writes the update back.
+class CountingImpl : public torch::nn::Module {
+ public:
+  CountingImpl() {
+    fc = register_module("fc", models::Linear(8, 6, /*bias=*/true, torch::TensorOptions()));
+    scale = register_buffer("scale", torch::linspace(0.5, 1.5, 6));
+    calls = register_buffer("calls", torch::zeros({1}));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    {
+      torch::NoGradGuard no_grad;
+      calls.add_(1);
+    }
+    return models::CallScoped("fc", fc, x) * scale * (1 + 0.25 * calls);
+  }
+  models::Linear fc{nullptr};
+  at::Tensor scale, calls;
+};
+TORCH_MODULE(Counting);
+
+std::pair<at::Tensor, at::Tensor> RegressionBatch(int step, int world, int local) {
+  torch::manual_seed(2000 + step);
+  return {torch::randn({world * local, 8}), torch::randn({world * local, 6})};
+}
+
+// The trainer owns the module's buffers: after Create the module is destroyed (the
+// trainer keeps no reference to its parameters, checked with weak references), and the
+// steps still read and update the buffers as eager does.
+int RunOwnsBuffers(const DistributedEnv& env, const std::shared_ptr<Communicator>& communicator) {
+  auto mesh = DeviceMesh::Create({env.world_size}, {"dp"}, env.rank);
+  const int local = 2;
+  auto local_batch = [&](int step) { return LocalRows(RegressionBatch(step, env.world_size, local), env.rank, local); };
+  AdamWOptions adamw;
+  adamw.lr = 1e-2;
+  std::unique_ptr<FsdpTrainer> trainer;
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> parameters;
+  int64_t full_bytes = 0;
+  {
+    torch::manual_seed(0);
+    Counting model;
+    FullyShard(*model, *mesh);
+    LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+      return torch::mse_loss(model->forward(in[0]), in[1]);
+    };
+    auto created = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw);
+    if (!created.ok()) return Fail(Message(created.status()));
+    trainer = *std::move(created);
+    for (const at::Tensor& p : model->parameters()) {
+      parameters.emplace_back(p.getIntrusivePtr());
+      full_bytes += p.nbytes();
+    }
+    // The module goes out of scope here (capture left its buffers as they were: calls == 0,
+    // as eager's first step sees them).
+  }
+  for (const auto& weak : parameters) {
+    if (!weak.expired()) return Fail("the trainer keeps a module parameter alive after the module is destroyed");
+  }
+  int64_t state_bytes = 0;
+  for (const auto& [name, tensor] : trainer->state()) state_bytes += tensor.nbytes();
+  // Shards, not a replica: 3 tensors (shard, 2 moments) of ceil(rows / world) rows.
+  const int64_t expected_state = 3 * (ShardRows(6, env.world_size) * (8 + 1)) * 4;
+  if (state_bytes != expected_state) {
+    return Fail("the trainer holds " + std::to_string(state_bytes) + " bytes of state, expected " +
+                std::to_string(expected_state) + " (full parameters: " + std::to_string(full_bytes) + ")");
+  }
+
+  torch::manual_seed(0);
+  Counting reference;
+  torch::optim::AdamW optimizer(reference->parameters(), torch::optim::AdamWOptions(adamw.lr)
+                                                             .betas({adamw.beta1, adamw.beta2})
+                                                             .eps(adamw.eps)
+                                                             .weight_decay(adamw.weight_decay));
+  for (int step = 0; step < 3; ++step) {
+    auto loss = trainer->Step(local_batch(step));
+    if (!loss.ok()) return Fail(Message(loss.status()));
+    auto mean = MeanLoss(*communicator, *loss);
+    if (!mean.ok()) return Fail(Message(mean.status()));
+    auto [x, y] = RegressionBatch(step, env.world_size, local);
+    optimizer.zero_grad();
+    at::Tensor eager = torch::mse_loss(reference->forward(x), y);
+    eager.backward();
+    optimizer.step();
+    if (std::abs(*mean - eager.item<double>()) > 1e-5 * std::max(1.0, std::abs(eager.item<double>()))) {
+      return Fail("step " + std::to_string(step) + ": loss " + std::to_string(*mean) + " vs eager " +
+                  std::to_string(eager.item<double>()));
+    }
+  }
+  if (trainer->buffers().at("calls").item<double>() != 3 || reference->calls.item<double>() != 3) {
+    return Fail("the step counter buffer should be 3, is " +
+                std::to_string(trainer->buffers().at("calls").item<double>()));
+  }
+  std::string failure;
+  double worst = CompareParameters(*trainer, NamedParameters(*reference), env.world_size == 1 ? 1e-6 : 1e-4, &failure);
+  if (worst < 0) return Fail(failure);
+  if (env.rank == 0) std::cout << "module destroyed after Create; buffers owned and updated; within " << worst << "\n";
+  return 0;
+}
+
+// /proc/self/status's `key` (VmSize, VmPeak, VmHWM) in bytes, or -1.
+int64_t ProcStatusBytes(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+// 17.8 M parameters: 71 MB in fp32, 285 MB with gradients and AdamW's two moments.
+models::LlamaConfig BigConfig() {
+  models::LlamaConfig c;
+  c.vocab_size = 4096;
+  c.dim = 512;
+  c.n_layers = 4;
+  c.n_heads = 8;
+  c.ffn_hidden = 1536;
+  c.max_seq_len = 16;
+  return c;
+}
+
+// A model that does not fit: each process may map only MAGI_TEST_CAP_MB more than it has
+// once LibTorch and Gloo are up (setrlimit(RLIMIT_AS), with glibc held to one arena and
+// fixed mmap threshold so freed memory goes back). Built on meta and sharded over 4
+// ranks it trains; on one rank the same model cannot. Prints the loss and peaks.
+int RunBig(const DistributedEnv& env) {
+  ::mallopt(M_ARENA_MAX, 1);
+  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  torch::set_num_threads(1);
+  auto store = ConnectStore(env, std::chrono::seconds(60));
+  if (!store.ok()) return Fail(Message(store.status()));
+  auto communicator = CreateGlooCommunicator(*store, env.rank, env.world_size, "dp", std::chrono::seconds(120));
+  if (!communicator.ok()) return Fail(Message(communicator.status()));
+  auto mesh = DeviceMesh::Create({env.world_size}, {"dp"}, env.rank);
+  torch::manual_seed(5);
+  at::Tensor warm = torch::randint(0, 10, {2, 16});  // LibTorch's lazy allocations before the cap
+  const int64_t base = ProcStatusBytes("VmSize");
+  const int64_t cap = base + int64_t{std::atoi(std::getenv("MAGI_TEST_CAP_MB"))} * (1 << 20);
+  struct rlimit limit = {static_cast<rlim_t>(cap), static_cast<rlim_t>(cap)};
+  if (::setrlimit(RLIMIT_AS, &limit) != 0) return Fail("setrlimit failed");
+
+  models::Llama model(BigConfig(), torch::TensorOptions().device(torch::kMeta));
+  for (auto& layer : model->layers) FullyShard(*layer, *mesh);
+  FullyShard(*model, *mesh);
+  const int local = 2;
+  auto batch = [&](int step) {
+    torch::manual_seed(100 + step);
+    at::Tensor tokens = torch::randint(0, 4096, {env.world_size * local, 16});
+    at::Tensor targets = torch::randint(0, 4096, {env.world_size * local, 16});
+    return std::vector<at::Tensor>{tokens.narrow(0, env.rank * local, local).clone(),
+                                   targets.narrow(0, env.rank * local, local).clone()};
+  };
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  TrainingOptions training;
+  training.init_seed = 11;
+  AdamWOptions adamw;
+  adamw.lr = 1e-3;
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, "interpreter", {}, training);
+  if (!trainer.ok()) return Fail(Message(trainer.status()));
+  std::vector<double> losses;
+  for (int step = 0; step < 2; ++step) {
+    auto loss = (*trainer)->Step(batch(step));
+    if (!loss.ok()) return Fail(Message(loss.status()));
+    auto mean = MeanLoss(**communicator, *loss);
+    if (!mean.ok()) return Fail(Message(mean.status()));
+    losses.push_back(*mean);
+  }
+  if (env.rank == 0) {
+    std::cout << "big model (" << BigConfig().NumParameters() << " parameters) on " << env.world_size
+              << " ranks under a cap of " << (cap - base) / (1 << 20) << " MB above " << base / (1 << 20)
+              << " MB: loss " << losses[0] << " -> " << losses[1] << "; VmPeak " << ProcStatusBytes("VmPeak") / (1 << 20)
+              << " MB, VmHWM " << ProcStatusBytes("VmHWM") / (1 << 20) << " MB, planned step peak "
+              << (*trainer)->prediction().peak_bytes / (1 << 20) << " MB\n";
+  }
+  if (!(std::isfinite(losses[0]) && std::isfinite(losses[1]))) return Fail("the loss is not finite");
+  return 0;
+}
+
+// Turns the launcher's RANK/WORLD_SIZE/LOCAL_RANK into what srun sets (the master as the
+// first host of the node list), so the worker finds its rank the SLURM way.
+void BecomeSlurmTask() {
+  ::setenv("SLURM_PROCID", std::getenv("RANK"), 1);
+  ::setenv("SLURM_NTASKS", std::getenv("WORLD_SIZE"), 1);
+  ::setenv("SLURM_LOCALID", std::getenv("LOCAL_RANK"), 1);
+  ::setenv("SLURM_JOB_NODELIST", "localhost,node[2-3]", 1);
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"}) ::unsetenv(name);
+}
+
 int RunWorker(const std::string& scenario) {
+  if (std::getenv("MAGI_TEST_AS_SLURM") != nullptr) BecomeSlurmTask();
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));
-  auto timeout = std::chrono::seconds(scenario == "train" || scenario == "optimized" || scenario == "batch_norm" ? 60 : 5);
+  if (std::getenv("MAGI_TEST_AS_SLURM") != nullptr && (env->source != "slurm" || env->master_addr != "localhost")) {
+    return Fail("the environment was not read from SLURM's variables");
+  }
+  if (scenario == "big") return RunBig(*env);
+  const bool long_timeout = scenario == "train" || scenario == "optimized" || scenario == "parity" ||
+                           scenario == "batch_norm";
+  auto timeout = std::chrono::seconds(long_timeout ? 60 : 5);
   auto store = ConnectStore(*env, std::chrono::seconds(60));
   if (!store.ok()) return Fail(std::string(store.status().message()));
+  if (scenario == "parity") {
+    // MAGI_TEST_MESH=2x2: HSDP (replicate x shard); else 1-D.
+    const bool hsdp = std::getenv("MAGI_TEST_MESH") != nullptr;
+    auto mesh = hsdp ? DeviceMesh::Create({2, env->world_size / 2}, {"replicate", "shard"}, env->rank)
+                     : DeviceMesh::Create({env->world_size}, {"dp"}, env->rank);
+    if (!mesh.ok()) return Fail(Message(mesh.status()));
+    CommunicatorOptions options;
+    options.store = *store;
+    options.timeout = timeout;
+    auto communicators = CreateMeshCommunicators(*mesh, "gloo", options);
+    if (!communicators.ok()) return Fail(Message(communicators.status()));
+    return RunParity(*env, *communicators, *mesh);
+  }
   auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", timeout);
   if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
+  if (scenario == "buffers") return RunOwnsBuffers(*env, *communicator);
   if (scenario == "dead" && env->rank == 1) std::_Exit(7);  // this rank dies before training
   if (scenario == "hung" && env->rank == 1) {               // this one hangs
     std::this_thread::sleep_for(std::chrono::minutes(5));
@@ -451,6 +804,9 @@ int RunWorker(const std::string& scenario) {
                                                              .betas({adamw.beta1, adamw.beta2})
                                                              .eps(adamw.eps)
                                                              .weight_decay(adamw.weight_decay));
+  // Donated state: AdamW updates the shards and moments in place (same memory every step).
+  std::map<std::string, const void*> addresses;
+  for (const auto& [name, tensor] : (*trainer)->state()) addresses[name] = tensor.data_ptr();
   const int steps = 3;
   for (int step = 0; step < steps; ++step) {
     absl::StatusOr<double> loss = (*trainer)->Step(local_batch(step));
@@ -473,6 +829,9 @@ int RunWorker(const std::string& scenario) {
     }
     if (env->rank == 0) std::cout << "step " << step << " loss " << fsdp_loss << " (eager " << expected << ")\n";
   }
+  for (const auto& [name, tensor] : (*trainer)->state()) {
+    if (tensor.data_ptr() != addresses.at(name)) return Fail(name + " was not updated in place");
+  }
   auto gathered = (*trainer)->GatherFullParameters();
   if (!gathered.ok()) return Fail(std::string(gathered.status().message()));
   std::map<std::string, at::Tensor> expected;
@@ -490,6 +849,11 @@ int RunWorker(const std::string& scenario) {
   }
   if (env->rank == 0) std::cout << "parameters match eager within " << worst << "\n";
   return 0;
+}
+
+std::string TempDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp != nullptr ? tmp : "/tmp";
 }
 
 int Launch(int world, const std::string& scenario, std::map<std::string, std::string> env = {}) {
@@ -513,6 +877,35 @@ TEST(FsdpTrainingTest, BatchNormRunningStatisticsMatchEagerOnTwoRanks) { EXPECT_
 TEST(FsdpTrainingTest, TiedEmbeddings) { EXPECT_EQ(Launch(2, "train", {{"MAGI_TEST_TIED", "1"}}), 0); }
 TEST(FsdpTrainingTest, OptimizedStepsAgreeBitwiseOnTwoRanks) { EXPECT_EQ(Launch(2, "optimized"), 0); }
 TEST(FsdpTrainingTest, OptimizedStepsAgreeOnFourRanks) { EXPECT_EQ(Launch(4, "optimized"), 0); }
+// Meta init + sharded materialization, gradient accumulation, clipping, cosine schedule.
+TEST(FsdpParityTest, OneRank) { EXPECT_EQ(Launch(1, "parity"), 0); }
+TEST(FsdpParityTest, TwoRanks) { EXPECT_EQ(Launch(2, "parity"), 0); }
+TEST(FsdpParityTest, FourRanks) { EXPECT_EQ(Launch(4, "parity"), 0); }
+TEST(FsdpParityTest, HsdpTwoByTwo) { EXPECT_EQ(Launch(4, "parity", {{"MAGI_TEST_MESH", "2x2"}}), 0); }
+TEST(FsdpTrainingTest, TrainerOwnsBuffersModuleDestroyed) {
+  EXPECT_EQ(Launch(1, "buffers"), 0);
+  EXPECT_EQ(Launch(2, "buffers"), 0);
+  EXPECT_EQ(Launch(4, "buffers"), 0);
+}
+// The cap: the sharded run peaks ~150 MB above its start (see the printed VmPeak), the
+// unsharded one needs the 285 MB of parameters, gradients and moments and more.
+constexpr char kBigCapMb[] = "250";
+TEST(FsdpBigModelTest, ShardedOverFourRanksTrainsUnderTheCap) {
+  EXPECT_EQ(Launch(4, "big", {{"MAGI_TEST_CAP_MB", kBigCapMb}}), 0);
+}
+TEST(FsdpBigModelTest, UnshardedFailsUnderTheSameCap) {
+  const std::string dir = TempDir() + "/big1";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(
+      1, {g_self}, {{"MAGI_FSDP_WORKER", "big"}, {"MAGI_TEST_CAP_MB", kBigCapMb}, {"MAGI_TEST_OUT", dir}});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  std::ifstream file(dir + "/rank0.txt");
+  std::stringstream message;
+  message << file.rdbuf();
+  EXPECT_NE(message.str().find("can't allocate memory"), std::string::npos) << message.str();
+}
+TEST(FsdpTrainingTest, SlurmVariables) { EXPECT_EQ(Launch(2, "train", {{"MAGI_TEST_AS_SLURM", "1"}}), 0); }
 
 absl::StatusOr<LaunchResult> LaunchTimed(int world, const std::string& scenario, const std::string& out_dir,
                                          double* seconds) {
@@ -521,11 +914,6 @@ absl::StatusOr<LaunchResult> LaunchTimed(int world, const std::string& scenario,
       LaunchLocalWorkers(world, {g_self}, {{"MAGI_FSDP_WORKER", scenario}, {"MAGI_TEST_OUT", out_dir}});
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
-}
-
-std::string TempDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return tmp != nullptr ? tmp : "/tmp";
 }
 
 TEST(FsdpTrainingTest, HungRankTimesOutNamingTheCollective) {

@@ -13,8 +13,7 @@ namespace {
 struct Marked {
   std::weak_ptr<torch::nn::Module> module;
   FullyShardOptions options;
-  int64_t world_size = 1;
-  std::string axis;
+  DeviceMesh mesh;
 };
 
 std::mutex& MarksMutex() {
@@ -42,7 +41,18 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(std::vector<int64_t> shape, std::v
   if (shape.empty() || shape.size() != axis_names.size()) {
     return absl::InvalidArgumentError("a mesh needs one name per axis and at least one axis");
   }
-  if (shape.size() > 1) return absl::UnimplementedError("2-D meshes (HSDP) are not supported yet");
+  if (shape.size() > 2) {
+    return absl::UnimplementedError(
+        absl::StrCat("meshes of ", shape.size(), " axes: 1-D (FSDP) and 2-D (HSDP: replicate x shard) only"));
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 1) return absl::InvalidArgumentError(absl::StrCat("mesh axis '", axis_names[i], "' has size ", shape[i]));
+    for (size_t j = 0; j < i; ++j) {
+      if (axis_names[i] == axis_names[j]) {
+        return absl::InvalidArgumentError(absl::StrCat("mesh axis name '", axis_names[i], "' is used twice"));
+      }
+    }
+  }
   DeviceMesh mesh;
   mesh.shape_ = std::move(shape);
   mesh.axis_names_ = std::move(axis_names);
@@ -59,13 +69,36 @@ int64_t DeviceMesh::size() const {
   return n;
 }
 
+int64_t DeviceMesh::coordinate(size_t axis) const {
+  int64_t stride = 1;
+  for (size_t a = axis + 1; a < shape_.size(); ++a) stride *= shape_[a];
+  return (rank_ / stride) % shape_.at(axis);
+}
+
+std::vector<int> DeviceMesh::GroupRanks(size_t axis) const {
+  int64_t stride = 1;
+  for (size_t a = axis + 1; a < shape_.size(); ++a) stride *= shape_[a];
+  const int64_t first = rank_ - coordinate(axis) * stride;
+  std::vector<int> ranks;
+  for (int64_t i = 0; i < shape_.at(axis); ++i) ranks.push_back(static_cast<int>(first + i * stride));
+  return ranks;
+}
+
+std::string DeviceMesh::GroupName(size_t axis) const {
+  std::string name = axis_names_.at(axis);
+  for (size_t a = 0; a < shape_.size(); ++a) {
+    if (a != axis) absl::StrAppend(&name, ".", coordinate(a));
+  }
+  return name;
+}
+
 void FullyShard(torch::nn::Module& module, const DeviceMesh& mesh, const FullyShardOptions& options) {
   std::lock_guard<std::mutex> lock(MarksMutex());
   auto& marks = Marks();
   marks.erase(std::remove_if(marks.begin(), marks.end(),
                              [&](const Marked& m) { return m.module.expired() || m.module.lock().get() == &module; }),
               marks.end());
-  marks.push_back({module.shared_from_this(), options, mesh.axis_size(0), mesh.axis_name(0)});
+  marks.push_back({module.shared_from_this(), options, mesh});
 }
 
 absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root) {
@@ -73,8 +106,16 @@ absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root) {
   const Marked* root_mark = FindMark(&root);
   if (root_mark == nullptr) return absl::FailedPreconditionError("FullyShard was not called on the root module");
   FsdpPlan plan;
-  plan.world_size = root_mark->world_size;
-  plan.mesh_axis = root_mark->axis;
+  const DeviceMesh& mesh = root_mark->mesh;
+  const size_t shard_axis = mesh.num_axes() - 1;  // HSDP: {replicate, shard}
+  plan.world_size = mesh.axis_size(shard_axis);
+  plan.mesh_axis = mesh.axis_name(shard_axis);
+  plan.process_group = mesh.axis_name(shard_axis);
+  if (mesh.num_axes() == 2) {
+    plan.replicate_size = mesh.axis_size(0);
+    plan.replicate_axis = mesh.axis_name(0);
+    plan.replicate_group = mesh.axis_name(0);
+  }
   plan.master_dtype = DType::kFloat32;
   plan.reduce_dtype = root_mark->options.mixed_precision.reduce_dtype;
   // Innermost groups claim their parameters first; deeper module paths sort after their parents.
@@ -86,9 +127,10 @@ absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root) {
   std::vector<FsdpGroupPlan> groups;
   for (auto it = marked.rbegin(); it != marked.rend(); ++it) {
     const Marked* mark = FindMark(it->second.get());
-    if (mark->world_size != plan.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat("module '", it->first, "' was sharded over ", mark->world_size,
-                                                     " ranks, the root over ", plan.world_size));
+    if (!(mark->mesh == mesh)) {
+      return absl::InvalidArgumentError(absl::StrCat("module '", it->first, "' was sharded over a mesh of ",
+                                                     mark->mesh.size(), " ranks (", mark->mesh.num_axes(),
+                                                     " axes), the root over another of ", mesh.size()));
     }
     FsdpGroupPlan group;
     group.name = it->first;

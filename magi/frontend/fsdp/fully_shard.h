@@ -10,7 +10,11 @@
 // are sharded on dim 0 across the mesh (uneven sizes padded); reshard_after_forward
 // frees the gathered parameters after forward and gathers them again in backward;
 // mixed precision gathers and computes in param_dtype and reduces in reduce_dtype,
-// with fp32 master shards and optimizer state.
+// with fp32 master shards and optimizer state. A 2-D mesh ({replicate, shard}, FSDP2's
+// HSDP) shards over its last axis and replicates over its first: gradients are
+// reduce-scattered within the shard group, then all-reduced across the replicas.
+//
+//   auto mesh = *magi::DeviceMesh::Create({2, 2}, {"replicate", "shard"}, rank);   // 4 ranks
 #ifndef MAGI_FRONTEND_FSDP_FULLY_SHARD_H_
 #define MAGI_FRONTEND_FSDP_FULLY_SHARD_H_
 
@@ -26,16 +30,28 @@
 
 namespace magi {
 
-// Ranks arranged in a grid with named axes. 1-D today; the shape/axis form is what
-// 2-D HSDP meshes (replicate x shard) will use.
+// Ranks arranged in a grid with named axes, row-major (rank = coordinate 0 * shape[1] +
+// coordinate 1): 1-D, or 2-D {replicate, shard} for HSDP.
 class DeviceMesh {
  public:
+  // InvalidArgument: no axes, a name per axis missing or repeated, a size < 1, a rank
+  // outside the mesh; Unimplemented: more than 2 axes.
   static absl::StatusOr<DeviceMesh> Create(std::vector<int64_t> shape, std::vector<std::string> axis_names, int rank);
   int64_t size() const;  // all ranks
   int64_t axis_size(size_t axis) const { return shape_.at(axis); }
   const std::string& axis_name(size_t axis) const { return axis_names_.at(axis); }
   size_t num_axes() const { return shape_.size(); }
   int rank() const { return rank_; }
+  // This rank's position along `axis` (its rank within that axis' group).
+  int64_t coordinate(size_t axis) const;
+  // The global ranks of this rank's group along `axis` (the others' coordinates fixed), in order.
+  std::vector<int> GroupRanks(size_t axis) const;
+  // A name for this rank's group along `axis`, the same on every member and different
+  // for every other group: "<axis name>.<the other coordinates>" ("shard.1").
+  std::string GroupName(size_t axis) const;
+  bool operator==(const DeviceMesh& other) const {
+    return shape_ == other.shape_ && axis_names_ == other.axis_names_;
+  }
 
  private:
   std::vector<int64_t> shape_;

@@ -4,16 +4,35 @@
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fsdp/plan_check.h"
 #include "magi/frontend/fsdp/step_inputs.h"
 #include "magi/frontend/fsdp/trainer.h"
 
 namespace magi {
+namespace {
+
+// The batch every example input has on dim 0 (batch-invariant inference needs one).
+absl::StatusOr<int64_t> BatchOf(const std::vector<at::Tensor>& inputs) {
+  if (inputs.empty()) return absl::InvalidArgumentError("batch-invariant inference needs at least one input");
+  int64_t batch = -1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dim() == 0 || inputs[i].size(0) < 1 || (batch >= 0 && inputs[i].size(0) != batch)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch-invariant inference needs the batch on dim 0 of every input; input ", i, " has shape ",
+          c10::str(inputs[i].sizes()), batch >= 0 ? absl::StrCat(" (input 0 has ", batch, " sequences)") : ""));
+    }
+    batch = inputs[i].size(0);
+  }
+  return batch;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::Module& root,
                                                                      const ForwardFunction& forward_fn,
                                                                      const std::vector<at::Tensor>& example_inputs,
                                                                      std::shared_ptr<Communicator> communicator,
-                                                                     const std::string& backend) {
+                                                                     const InferenceOptions& inference_options) {
   auto inference = std::unique_ptr<FsdpInference>(new FsdpInference());
   MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
   if (plan.world_size != communicator->size()) {
@@ -21,11 +40,20 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
         absl::StrCat("the mesh has ", plan.world_size, " ranks but the communicator ", communicator->size()));
   }
   plan.optimizer = false;
-  MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureForward(root, forward_fn, example_inputs));
-  inference->constants_ = captured.constants;
   CompileOptions options;
   options.sharding = plan;
-  options.backend = backend;
+  options.backend = inference_options.backend;
+  options.deterministic = inference_options.deterministic;
+  options.expected_plan_hash = inference_options.expected_plan_hash;
+  std::vector<at::Tensor> capture_inputs = example_inputs;
+  if (inference_options.deterministic) {
+    // Batch invariance: capture one sequence (row 0), compile it unrolled to the batch.
+    MAGI_ASSIGN_OR_RETURN(int64_t batch, BatchOf(example_inputs));
+    for (at::Tensor& input : capture_inputs) input = input.narrow(0, 0, 1).contiguous();
+    options.batch_invariant_sequences = batch;
+  }
+  MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureForward(root, forward_fn, capture_inputs));
+  inference->constants_ = captured.constants;
   MAGI_ASSIGN_OR_RETURN(inference->compiled_,
                         CompileCapturedForTorch(std::move(captured), options, &inference->executable_));
   MAGI_RETURN_IF_ERROR(inference->executable_->BindCommunicator(plan.process_group, communicator));
@@ -38,6 +66,10 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
       inference->shards_[name + ".shard"] = ShardOf(params.at(name), plan.world_size, communicator->rank());
       inference->full_shapes_[name + ".shard"] = params.at(name).sizes().vec();
     }
+  }
+  if (inference_options.deterministic && !inference->shards_.empty()) {
+    MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*communicator, inference->plan_hash(),
+                                               inference->shards_.begin()->second.device()));
   }
   return inference;
 }
@@ -57,8 +89,7 @@ absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& root) {
 
 absl::StatusOr<std::vector<at::Tensor>> FsdpInference::Run(const std::vector<at::Tensor>& inputs) {
   std::map<std::string, at::Tensor> named = shards_;
-  for (const auto& [name, tensor] : buffers_) named[name] = tensor;
-  for (const auto& [name, tensor] : constants_) named[name] = tensor;
+  AddBuffersAndConstants(buffers_, constants_, named);
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherStepInputs(graph(), named, inputs));
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(bound));
   TakeUpdatedBuffers(graph(), outputs, buffers_);  // a forward in training mode updates statistics

@@ -60,4 +60,17 @@ void TakeUpdatedBuffers(const Graph& graph, const std::vector<at::Tensor>& outpu
   }
 }
 
+std::map<std::string, at::Tensor> TakeBuffers(torch::nn::Module& root) {
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& item : root.named_buffers()) buffers[item.key()] = item.value();
+  return buffers;
+}
+
+void AddBuffersAndConstants(const std::map<std::string, at::Tensor>& buffers,
+                            const std::vector<std::pair<std::string, at::Tensor>>& constants,
+                            std::map<std::string, at::Tensor>& named) {
+  for (const auto& [name, tensor] : buffers) named[name] = tensor;
+  for (const auto& [name, tensor] : constants) named[name] = tensor;
+}
+
 }  // namespace magi

@@ -28,6 +28,14 @@ std::map<std::string, at::Tensor> BuffersTheGraphReads(const Graph& graph, torch
 void TakeUpdatedBuffers(const Graph& graph, const std::vector<at::Tensor>& outputs,
                         std::map<std::string, at::Tensor>& buffers);
 
+// The module's buffers by name, referenced (not copied).
+std::map<std::string, at::Tensor> TakeBuffers(torch::nn::Module& root);
+
+// Adds `buffers` and the lifted constants to `named`.
+void AddBuffersAndConstants(const std::map<std::string, at::Tensor>& buffers,
+                            const std::vector<std::pair<std::string, at::Tensor>>& constants,
+                            std::map<std::string, at::Tensor>& named);
+
 }  // namespace magi
 
 #endif  // MAGI_FRONTEND_FSDP_STEP_INPUTS_H_

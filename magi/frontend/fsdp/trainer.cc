@@ -5,11 +5,15 @@
 #include <cmath>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fsdp/materialize.h"
+#include "magi/frontend/fsdp/plan_check.h"
 #include "magi/frontend/fsdp/step_inputs.h"
+#include "magi/ir/graph_utils.h"
 
 namespace magi {
 
@@ -25,25 +29,93 @@ absl::StatusOr<CompiledStep> CompileCapturedForTorch(CapturedGraph captured, con
   return compiled;
 }
 
+double ScheduledLearningRate(const LrSchedule& schedule, double lr, int64_t step) {
+  if (schedule.warmup_steps > 0 && step <= schedule.warmup_steps) {
+    return lr * static_cast<double>(step) / static_cast<double>(schedule.warmup_steps);
+  }
+  if (schedule.kind == LrSchedule::Kind::kConstant) return lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, schedule.total_steps - schedule.warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - schedule.warmup_steps) / span);
+  return schedule.min_lr + (lr - schedule.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+absl::StatusOr<LrSchedule::Kind> ParseLrScheduleKind(const std::string& name) {
+  if (name == "constant") return LrSchedule::Kind::kConstant;
+  if (name == "cosine") return LrSchedule::Kind::kCosine;
+  return absl::InvalidArgumentError(absl::StrCat("unknown learning-rate schedule '", name, "' (constant or cosine)"));
+}
+
 absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
     std::shared_ptr<Communicator> communicator, const AdamWOptions& adamw, const CaptureOptions& capture_options,
-    const std::string& backend, const StepOptimization& optimization) {
-  auto trainer = std::unique_ptr<FsdpTrainer>(new FsdpTrainer());
-  trainer->root_ = &root;
-  trainer->adamw_ = adamw;
-  trainer->communicator_ = communicator;
-  MAGI_ASSIGN_OR_RETURN(trainer->plan_, PlanFromFullyShard(root));
-  if (trainer->plan_.world_size != communicator->size()) {
+    const std::string& backend, const StepOptimization& optimization, const TrainingOptions& training) {
+  MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
+  if (plan.replicate_size > 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the mesh has ", trainer->plan_.world_size, " ranks but the communicator ", communicator->size()));
+        absl::StrCat("the mesh has a replicate axis '", plan.replicate_axis,
+                     "': pass one communicator per axis (CreateMeshCommunicators)"));
   }
-  trainer->plan_.adamw = {adamw.beta1, adamw.beta2, adamw.eps};
-  MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureTrainingStep(root, loss_fn, example_local_batch, capture_options));
+  return Create(root, loss_fn, example_local_batch, MeshCommunicators{{plan.mesh_axis, std::move(communicator)}},
+                adamw, capture_options, backend, optimization, training);
+}
+
+absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
+    torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
+    const MeshCommunicators& communicators, const AdamWOptions& adamw, const CaptureOptions& capture_options,
+    const std::string& backend, const StepOptimization& optimization, const TrainingOptions& training) {
+  auto trainer = std::unique_ptr<FsdpTrainer>(new FsdpTrainer());
+  try {
+    trainer->root_ = root.shared_from_this();
+  } catch (const std::bad_weak_ptr&) {
+    // A module not owned by a shared_ptr: ReleaseModuleParameters cannot reach it.
+  }
+  trainer->adamw_ = adamw;
+  trainer->training_ = training;
+  if (training.grad_accum < 1) return absl::InvalidArgumentError("grad_accum must be >= 1");
+  MAGI_ASSIGN_OR_RETURN(trainer->plan_, PlanFromFullyShard(root));
+  FsdpPlan& plan = trainer->plan_;
+  auto communicator_of = [&](const std::string& axis, int64_t size) -> absl::StatusOr<std::shared_ptr<Communicator>> {
+    auto it = communicators.find(axis);
+    if (it == communicators.end() || it->second == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("no communicator for mesh axis '", axis, "'"));
+    }
+    if (it->second->size() != size) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh axis '", axis, "' has ", size,
+                                                     " ranks but its communicator ", it->second->size()));
+    }
+    return it->second;
+  };
+  MAGI_ASSIGN_OR_RETURN(trainer->communicator_, communicator_of(plan.mesh_axis, plan.world_size));
+  std::shared_ptr<Communicator> replicate;
+  if (plan.replicate_size > 1) {
+    MAGI_ASSIGN_OR_RETURN(replicate, communicator_of(plan.replicate_axis, plan.replicate_size));
+  }
+  plan.adamw = {adamw.beta1, adamw.beta2, adamw.eps};
+  plan.clip_grad_norm = training.clip_grad_norm;
+
+  // A model on meta is captured there (allocating nothing), for the CPU unless told otherwise.
+  const bool on_meta = IsOnMeta(root);
+  if (on_meta && !training.init_seed) {
+    return absl::FailedPreconditionError(
+        "the module is on the meta device: set TrainingOptions::init_seed to materialize its shards");
+  }
+  CaptureOptions capture = capture_options;
+  std::vector<at::Tensor> example = example_local_batch;
+  if (on_meta) {
+    if (!capture.device) capture.device = Device{DeviceType::kCpu, -1};
+    for (at::Tensor& tensor : example) tensor = at::empty(tensor.sizes(), tensor.options().device(at::kMeta));
+  }
+  MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureTrainingStep(root, loss_fn, example, capture));
   trainer->constants_ = captured.constants;
+  for (const auto& [name, constant] : trainer->constants_) {
+    if (constant.is_meta()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the step reads a tensor created on the meta device outside the module (lifted as ", name,
+          "): make it a buffer of the module so it is materialized"));
+    }
+  }
 
   CompileOptions options;
-  options.sharding = trainer->plan_;
   options.optimization.passes = optimization.passes;
   options.optimization.memory_budget_bytes = optimization.memory_budget_bytes;
   options.cost_model.device_profile = optimization.device_profile;
@@ -52,63 +124,190 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.partitioning.min_nodes = optimization.partition_min_nodes;
   options.partitioning.max_nodes = optimization.partition_max_nodes;
   options.backend = backend;
+  options.deterministic = optimization.deterministic;
+  options.expected_plan_hash = optimization.expected_plan_hash;
+  auto bind = [&](TorchExecutable& executable) -> absl::Status {
+    MAGI_RETURN_IF_ERROR(executable.BindCommunicator(plan.process_group, trainer->communicator_));
+    if (replicate != nullptr) MAGI_RETURN_IF_ERROR(executable.BindCommunicator(plan.replicate_group, replicate));
+    return absl::OkStatus();
+  };
+  if (training.grad_accum > 1) {
+    // Micro-batches 1..N-1 accumulate unsharded gradients locally (no reduction, no
+    // optimizer); the step graph adds them to its own before its one reduce-scatter.
+    FsdpPlan accumulate = plan;
+    accumulate.gradient_sync = false;
+    accumulate.accumulated_gradient_input = true;
+    accumulate.optimizer = false;
+    accumulate.clip_grad_norm = 0;
+    CapturedGraph copy;
+    copy.module = CloneModule(*captured.module);
+    copy.graph_name = captured.graph_name;
+    options.sharding = accumulate;
+    TorchExecutable* executable = nullptr;
+    MAGI_ASSIGN_OR_RETURN(CompiledStep compiled, CompileCapturedForTorch(std::move(copy), options, &executable));
+    trainer->accumulate_.emplace(std::move(compiled));
+    trainer->accumulate_executable_ = executable;
+    MAGI_RETURN_IF_ERROR(bind(*executable));
+    plan.accumulated_gradient_input = true;
+    plan.gradient_divisor = training.grad_accum;
+  }
+  options.sharding = plan;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
-  MAGI_RETURN_IF_ERROR(trainer->executable_->BindCommunicator(trainer->plan_.process_group, communicator));
-  trainer->buffers_ = BuffersTheGraphReads(trainer->graph(), root);
+  MAGI_RETURN_IF_ERROR(bind(*trainer->executable_));
+  // Capture leaves the module's buffers as they were (the first step reads them): the
+  // trainer references them and replaces its references when a step updates them.
+  trainer->buffers_ = TakeBuffers(root);
 
   // This rank's rows of every parameter, padded to whole shards; zero moments.
-  const int64_t world = trainer->plan_.world_size;
-  const int rank = communicator->rank();
-  std::map<std::string, at::Tensor> params;
-  for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
-  for (const FsdpGroupPlan& group : trainer->plan_.groups) {
-    for (const std::string& name : group.params) {
-      at::Tensor shard = ShardOf(params.at(name), world, rank);
-      trainer->full_shapes_[name] = params.at(name).sizes().vec();
-      trainer->state_[name + ".shard"] = shard;
+  const int64_t world = plan.world_size;
+  const int rank = trainer->communicator_->rank();
+  std::map<std::string, at::Tensor> shards;
+  if (on_meta) {
+    MAGI_ASSIGN_OR_RETURN(MaterializedShards materialized, MaterializeShards(root, plan, rank, *training.init_seed));
+    shards = std::move(materialized.shards);
+    trainer->full_shapes_ = std::move(materialized.full_shapes);
+    trainer->buffers_ = std::move(materialized.buffers);
+  } else {
+    std::map<std::string, at::Tensor> params;
+    for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
+    for (const FsdpGroupPlan& group : plan.groups) {
+      for (const std::string& name : group.params) {
+        shards[name] = ShardRowsOf(params.at(name), world, rank);
+        trainer->full_shapes_[name] = params.at(name).sizes().vec();
+      }
+    }
+  }
+  try {
+    for (auto& [name, shard] : shards) {
       trainer->state_[name + ".exp_avg"] = at::zeros_like(shard);
       trainer->state_[name + ".exp_avg_sq"] = at::zeros_like(shard);
+      trainer->state_[name + ".shard"] = std::move(shard);
     }
+  } catch (const c10::Error& error) {
+    return absl::ResourceExhaustedError(absl::StrCat("allocating the AdamW moments: ", error.what_without_backtrace()));
+  }
+  if (optimization.deterministic && !trainer->state_.empty()) {
+    MAGI_RETURN_IF_ERROR(
+        CheckRanksAgreeOnPlan(*trainer->communicator_, trainer->plan_hash(), trainer->state_.begin()->second.device()));
   }
   return trainer;
 }
 
+double FsdpTrainer::next_learning_rate() const {
+  return ScheduledLearningRate(training_.lr_schedule, adamw_.lr, step_ + 1);
+}
+
+absl::StatusOr<std::map<std::string, at::Tensor>> FsdpTrainer::RunGraph(TorchExecutable& executable,
+                                                                        const Graph& graph,
+                                                                        std::map<std::string, at::Tensor> named,
+                                                                        const std::vector<at::Tensor>& data) {
+  AddBuffersAndConstants(buffers_, constants_, named);
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, GatherStepInputs(graph, named, data));
+  named.clear();  // `inputs` holds the only references the trainer gave: the executable owns them
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable.RunDonating(std::move(inputs)));
+  std::map<std::string, at::Tensor> by_name;
+  const auto& graph_outputs = graph.outputs();
+  for (size_t i = 0; i < graph_outputs.size(); ++i) by_name[graph_outputs[i].name] = std::move(outputs[i]);
+  return by_name;
+}
+
 absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_batch) {
-  ++step_;
+  const int n = training_.grad_accum;
+  std::vector<std::vector<at::Tensor>> micro(n);
+  for (const at::Tensor& tensor : local_batch) {
+    if (n > 1 && (tensor.dim() == 0 || tensor.size(0) % n != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("a batch tensor of shape ", c10::str(tensor.sizes()),
+                                                     " does not split into ", n, " micro-batches on dim 0"));
+    }
+    const int64_t rows = n > 1 ? tensor.size(0) / n : 0;
+    for (int k = 0; k < n; ++k) micro[k].push_back(n > 1 ? tensor.narrow(0, k * rows, rows) : tensor);
+  }
+  double loss_sum = 0;
+  std::map<std::string, at::Tensor> accumulated;  // "<param>.grad.acc"
+  if (n > 1) {
+    for (const Value* input : accumulate_->graph().inputs()) {
+      const std::string& name = input->name();
+      if (absl::EndsWith(name, ".grad.acc")) {
+        const TensorType& type = input->type().tensor();
+        accumulated[name] = at::zeros(type.sizes, at::TensorOptions()
+                                                      .dtype(compat::ToScalarType(type.dtype))
+                                                      .device(compat::ToTorchDevice(type.device)));
+      }
+    }
+    for (int k = 0; k + 1 < n; ++k) {
+      std::map<std::string, at::Tensor> named = std::move(accumulated);
+      accumulated.clear();
+      for (const auto& [name, tensor] : state_) {
+        if (absl::EndsWith(name, ".shard")) named[name] = tensor;
+      }
+      MAGI_ASSIGN_OR_RETURN(auto outputs,
+                            RunGraph(*accumulate_executable_, accumulate_->graph(), std::move(named), micro[k]));
+      for (auto& [name, tensor] : outputs) {
+        if (name == "loss") {
+          loss_sum += tensor.item<double>();
+        } else if (absl::EndsWith(name, ".grad.acc")) {
+          accumulated[name] = std::move(tensor);
+        } else {
+          TakeUpdatedBuffer(name, std::move(tensor));
+        }
+      }
+    }
+  }
+
+  const int64_t t = step_ + 1;
   const AdamWOptions& o = adamw_;
-  double bias1 = 1.0 - std::pow(o.beta1, static_cast<double>(step_));
-  double bias2 = 1.0 - std::pow(o.beta2, static_cast<double>(step_));
+  const double lr = ScheduledLearningRate(training_.lr_schedule, o.lr, t);
+  double bias1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
+  double bias2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
   at::TensorOptions scalar = at::TensorOptions().dtype(at::kFloat);
   for (const Value* input : graph().inputs()) {
     if (input->name() == "adamw.decay") scalar = scalar.device(compat::ToTorchDevice(input->type().tensor().device));
   }
-  std::map<std::string, at::Tensor> named = state_;
-  named["adamw.decay"] = at::scalar_tensor(1.0 - o.lr * o.weight_decay, scalar);
-  named["adamw.step_size"] = at::scalar_tensor(o.lr / bias1, scalar);
+  // The state is donated: the trainer keeps no reference while the step runs (AdamW
+  // updates it in place), and takes it back from the outputs.
+  std::map<std::string, at::Tensor> named = std::move(accumulated);
+  std::map<std::string, at::Tensor> saved = state_;  // references only, for a failed step
+  for (auto& [name, tensor] : state_) named[name] = std::move(tensor);
+  named["adamw.decay"] = at::scalar_tensor(1.0 - lr * o.weight_decay, scalar);
+  named["adamw.step_size"] = at::scalar_tensor(lr / bias1, scalar);
   named["adamw.bc2_sqrt"] = at::scalar_tensor(std::sqrt(bias2), scalar);
-  for (const auto& [name, tensor] : buffers_) named[name] = tensor;
-  for (const auto& [name, tensor] : constants_) named[name] = tensor;
-  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, GatherStepInputs(graph(), named, local_batch));
-  named.clear();  // `inputs` holds what the step needs
-  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(inputs));
-  TakeUpdatedBuffers(graph(), outputs, buffers_);  // running statistics: the next step reads these
-  double loss = 0;
-  const auto& graph_outputs = graph().outputs();
-  for (size_t i = 0; i < graph_outputs.size(); ++i) {
-    const std::string& name = graph_outputs[i].name;
+  absl::StatusOr<std::map<std::string, at::Tensor>> outputs =
+      RunGraph(*executable_, graph(), std::move(named), micro[n - 1]);
+  if (!outputs.ok()) {
+    // Collectives fail before AdamW runs (it is the graph's tail), so the state is unchanged.
+    state_ = std::move(saved);
+    return outputs.status();
+  }
+  saved.clear();
+  for (auto& [name, tensor] : *outputs) {
     if (name == "loss") {
-      loss = outputs[i].item<double>();
+      loss_sum += tensor.item<double>();
+    } else if (name == "grad_norm") {
+      last_grad_norm_ = tensor.item<double>();
     } else if (state_.count(name)) {
-      state_[name] = outputs[i];
+      state_[name] = std::move(tensor);
+    } else {
+      TakeUpdatedBuffer(name, std::move(tensor));  // running statistics: the next step reads these
     }
   }
-  return loss;
+  step_ = t;
+  return loss_sum / n;
+}
+
+void FsdpTrainer::TakeUpdatedBuffer(const std::string& output, at::Tensor value) {
+  constexpr char kSuffix[] = ".updated";  // capture's name for a written input
+  if (!absl::EndsWith(output, kSuffix)) return;
+  auto it = buffers_.find(output.substr(0, output.size() - (sizeof(kSuffix) - 1)));
+  if (it != buffers_.end()) it->second = std::move(value);
 }
 
 void FsdpTrainer::ReleaseModuleParameters() {
+  std::shared_ptr<torch::nn::Module> root = root_.lock();
+  if (root == nullptr) return;
   at::NoGradGuard no_grad;
-  for (const auto& item : root_->named_parameters()) {
+  for (const auto& item : root->named_parameters()) {
     at::Tensor param = item.value();
+    if (param.is_meta()) continue;  // holds no memory
     param.set_data(at::empty({0}, param.options()));
     if (param.grad().defined()) param.mutable_grad() = at::Tensor();
   }

@@ -2,17 +2,33 @@
 // the model's training (forward, loss, backward), has magi/compiler shard it with the
 // FullyShard plan, optimize, partition and compile it, and then runs ONE graph per step
 // holding this rank's all-gathers, forward, loss, backward, reduce-scatters and AdamW on
-// the local shards. It owns the rank's state: fp32 master shards and AdamW moments.
+// the local shards. It owns the rank's state: fp32 master shards, AdamW moments and the
+// module's buffers (updated when the step writes them), so after Create the module may
+// be released (ReleaseModuleParameters) or destroyed.
 //
 //   auto trainer = magi::FsdpTrainer::Create(*model, loss_fn, example_local_batch, communicator, adamw);
 //   double loss = *(*trainer)->Step(local_batch);
+//
+// What FSDP2 users expect, as TrainingOptions:
+//  - a model built on the meta device (init_seed): captured there, each rank materializing
+//    only its shards with the modules' initializers (materialize.h);
+//  - gradient accumulation over `grad_accum` micro-batches with one reduce-scatter per step
+//    (set_requires_gradient_sync): a second graph accumulates the unsharded gradients of
+//    the first N-1 micro-batches, the step graph adds them before its reduce-scatter;
+//  - clip_grad_norm_ over the full gradient (the norm is all-reduced across shards);
+//  - a learning-rate schedule (warm-up, cosine): the AdamW scalars are graph inputs, so
+//    it changes nothing compiled.
+// The state is donated to each step (GraphOutput::aliases): AdamW updates the shards and
+// moments in place and the trainer keeps no second copy while the step runs.
 #ifndef MAGI_FRONTEND_FSDP_TRAINER_H_
 #define MAGI_FRONTEND_FSDP_TRAINER_H_
 
 #include <torch/nn/module.h>
 
+#include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +39,7 @@
 #include "magi/frontend/capture/capture.h"
 #include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/fully_shard.h"
+#include "magi/frontend/fsdp/mesh_communicators.h"
 
 namespace magi {
 
@@ -50,6 +67,36 @@ struct StepOptimization {
   std::vector<std::string> partition_backends;
   int partition_min_nodes = 1;
   int partition_max_nodes = 0;
+  // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): bitwise-
+  // identical steps run after run. The process must have called
+  // magi::EnableDeterministicMode() first (the backend checks); the ranks check that
+  // they compiled the same plan (plan_hash()) and fail naming those that did not.
+  bool deterministic = false;
+  // Non-empty: the plan hash the step must compile to (an earlier run's), else Create fails.
+  std::string expected_plan_hash;
+};
+
+// Learning rate by step (t = 1, 2, ...): linear warm-up lr * t / warmup_steps for
+// t <= warmup_steps, then constant, or for kCosine
+// min_lr + (lr - min_lr) * (1 + cos(pi * min(1, (t - warmup_steps) / (total_steps - warmup_steps)))) / 2.
+struct LrSchedule {
+  enum class Kind { kConstant, kCosine };
+  Kind kind = Kind::kConstant;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // kCosine: the step where lr reaches min_lr (> warmup_steps)
+  double min_lr = 0;
+};
+double ScheduledLearningRate(const LrSchedule& schedule, double lr, int64_t step);
+// "constant" or "cosine"; InvalidArgument otherwise.
+absl::StatusOr<LrSchedule::Kind> ParseLrScheduleKind(const std::string& name);
+
+struct TrainingOptions {
+  int grad_accum = 1;         // micro-batches per optimizer step (Step splits its batch on dim 0)
+  double clip_grad_norm = 0;  // > 0: clip the global gradient norm to this (clip_grad_norm_)
+  LrSchedule lr_schedule;
+  // Required when the module is on the meta device: the seed its weights are
+  // materialized with (the weights torch::manual_seed(init_seed) + a CPU construction give).
+  std::optional<uint64_t> init_seed;
 };
 
 class FsdpTrainer {
@@ -57,26 +104,43 @@ class FsdpTrainer {
   // Captures one step of `loss_fn` on `example_local_batch` (the shapes every step will
   // have), compiles it with the FullyShard plan on `backend` and takes this rank's
   // shards of the module's current parameters.
+  // With gradient accumulation the example is one micro-batch.
   static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(
       torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
       std::shared_ptr<Communicator> communicator, const AdamWOptions& adamw, const CaptureOptions& capture_options = {},
-      const std::string& backend = "interpreter", const StepOptimization& optimization = {});
+      const std::string& backend = "interpreter", const StepOptimization& optimization = {},
+      const TrainingOptions& training = {});
+  // The same over a mesh's communicators by axis name (CreateMeshCommunicators; a 2-D
+  // mesh needs its shard and its replicate axis').
+  static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(
+      torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
+      const MeshCommunicators& communicators, const AdamWOptions& adamw, const CaptureOptions& capture_options = {},
+      const std::string& backend = "interpreter", const StepOptimization& optimization = {},
+      const TrainingOptions& training = {});
 
-  // One optimizer step on this rank's batch; returns this rank's loss.
+  // One optimizer step on this rank's batch (grad_accum micro-batches of the example's
+  // shape, stacked on dim 0); returns this rank's loss (the mean over its micro-batches).
+  // If the step fails the state is as before it.
   absl::StatusOr<double> Step(const std::vector<at::Tensor>& local_batch);
 
   // Frees the module's own (full, unsharded) parameter tensors: the trainer trains its
   // shards, so after Create the module's copies only cost memory (a full replica per rank;
-  // 1.8 GiB on the 953M model in bf16). Buffers stay (the trainer holds what the step
-  // reads; see buffers()). Afterwards the module's parameters are empty tensors: use
-  // GatherFullParameters() for their values.
+  // 1.8 GiB on the 953M model in bf16). The trainer owns the buffers (see
+  // buffers()). Afterwards the module's parameters are empty tensors: use
+  // GatherFullParameters() for their values. Does nothing if the module was destroyed.
   void ReleaseModuleParameters();
 
+  // The learning rate the next Step uses, and the total gradient norm the last Step
+  // computed (before clipping; needs clip_grad_norm > 0, else NaN).
+  double next_learning_rate() const;
+  double last_grad_norm() const { return last_grad_norm_; }
   // Every parameter, unsharded (all ranks take part: it is a collective).
   absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> GatherFullParameters();
 
   const Module& module() const { return compiled_.module(); }
   const Graph& graph() const { return compiled_.graph(); }
+  // The graph of the first grad_accum - 1 micro-batches (null without accumulation).
+  const Graph* accumulation_graph() const { return accumulate_ ? &accumulate_->graph() : nullptr; }
   int64_t steps_taken() const { return step_; }
   const RunStats& last_run_stats() const { return executable_->last_run_stats(); }
   // Records per-node times in last_run_stats() from the next step on (for calibration).
@@ -91,10 +155,13 @@ class FsdpTrainer {
   const std::string& strategy_report() const { return compiled_.optimized.strategy_report; }
   const SimulationResult& prediction() const { return compiled_.optimized.prediction; }
   const std::vector<Partition>& partitions() const { return compiled_.partitions; }
+  // The compiled plan's fingerprint (magi/compiler/plan_hash.h): two runs that print the
+  // same hash ran the same buckets, collective sizes, schedule and backends.
+  const std::string& plan_hash() const { return compiled_.plan_hash; }
 
   // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
   const std::map<std::string, at::Tensor>& state() const { return state_; }
-  // The module buffers the step reads, by name, owned by the trainer from Create on: a
+  // The module's buffers, by name, owned by the trainer from Create on: a
   // step that updates them (BatchNorm's running statistics) returns "<buffer>.updated",
   // which replaces them for the next step. Each rank keeps its own (no SyncBatchNorm).
   // The module's own buffers are not written.
@@ -118,15 +185,27 @@ class FsdpTrainer {
  private:
   FsdpTrainer() = default;
 
-  torch::nn::Module* root_ = nullptr;
+  // Runs `graph` on `named` tensors (moved in: donated) and `data`; the outputs by name.
+  absl::StatusOr<std::map<std::string, at::Tensor>> RunGraph(TorchExecutable& executable, const Graph& graph,
+                                                             std::map<std::string, at::Tensor> named,
+                                                             const std::vector<at::Tensor>& data);
+
+  // Replaces the buffer whose new value `output` ("<buffer>.updated") is; other outputs are ignored.
+  void TakeUpdatedBuffer(const std::string& output, at::Tensor value);
+
+  std::weak_ptr<torch::nn::Module> root_;  // for ReleaseModuleParameters only
   std::vector<std::pair<std::string, at::Tensor>> constants_;  // lifted by capture
+  std::map<std::string, at::Tensor> buffers_;                  // the module's, owned from Create on
   FsdpPlan plan_;
   AdamWOptions adamw_;
-  std::shared_ptr<Communicator> communicator_;
+  TrainingOptions training_;
+  std::shared_ptr<Communicator> communicator_;  // the shard axis'
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
+  std::optional<CompiledStep> accumulate_;  // grad_accum > 1: the micro-batch graph without reduction
+  TorchExecutable* accumulate_executable_ = nullptr;
+  double last_grad_norm_ = std::nan("");
   std::map<std::string, at::Tensor> state_;  // "<p>.shard", "<p>.exp_avg", "<p>.exp_avg_sq"
-  std::map<std::string, at::Tensor> buffers_;  // what the step reads of the module's buffers
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
 };

@@ -85,18 +85,98 @@ absl::StatusOr<std::vector<Value*>> GatherGroup(Graph& graph, const ProcessGroup
   return full;
 }
 
+
+// A parameter's update, emitted after every group is reduced (clipping needs them all).
+struct PendingUpdate {
+  std::string name;
+  std::string group;  // module path of its FSDP group
+  Value* shard = nullptr;
+  Value* grad_shard = nullptr;  // null: no gradient
+};
+
+Value* Scalar0d(Builder& b, const std::string& op, std::vector<NodeArg> args, const std::string& name) {
+  return b.Add(op, std::move(args), TensorType{DType::kFloat32, {}}, name);
+}
+
+// torch.nn.utils.clip_grad_norm_ over the full gradient, whose shards (zero padding rows
+// included, which add nothing) are spread over `group`: returns the total norm and
+// scales every gradient shard by min(1, max_norm / (norm + 1e-6)), the ops LibTorch's
+// clip_grad_norm_ runs.
+absl::StatusOr<Value*> ClipGradNorm(Graph& graph, const ProcessGroup& group, double max_norm,
+                                    std::vector<PendingUpdate>& updates) {
+  Builder b(graph, nullptr, "", Phase::kOptimizer);
+  std::vector<Value*> squares;
+  for (const PendingUpdate& update : updates) {
+    if (update.grad_shard == nullptr) continue;
+    if (update.grad_shard->type().tensor().dtype != DType::kFloat32) {
+      return absl::UnimplementedError(absl::StrCat("clipping needs f32 gradient shards; ", update.name, " has ",
+                                                   update.grad_shard->type().tensor().ToString()));
+    }
+    Value* squared = b.Add("aten::mul.Tensor", {NodeArg(update.grad_shard), NodeArg(update.grad_shard)},
+                           WithDim0(update.grad_shard->type().tensor(), update.grad_shard->type().tensor().sizes[0]),
+                           update.name + ".grad.sq.");
+    squares.push_back(Scalar0d(b, "aten::sum", {NodeArg(squared), NodeArg(Attribute(NoneAttr{}))},
+                               update.name + ".grad.sumsq."));
+  }
+  if (squares.empty()) return absl::InvalidArgumentError("clip_grad_norm: the step has no gradients");
+  TensorType stacked_type{DType::kFloat32, {static_cast<int64_t>(squares.size())}};
+  Value* stacked = b.Add("aten::stack", {NodeArg(squares), NodeArg(Attribute(int64_t{0}))}, stacked_type,
+                         "grad_norm.parts.");
+  Value* local = Scalar0d(b, "aten::sum", {NodeArg(stacked), NodeArg(Attribute(NoneAttr{}))},
+                          "grad_norm.local_sq.");
+  MAGI_ASSIGN_OR_RETURN(Node * start,
+                        AddCollectiveStart(graph, CollectiveKind::kAllReduce, {local}, group, "sum", nullptr));
+  b.Annotate(start);
+  Node* wait = AddWait(graph, start, nullptr);
+  b.Annotate(wait);
+  Value* norm = Scalar0d(b, "aten::sqrt", {NodeArg(wait->result(0))}, "grad_norm.");
+  Value* shifted = Scalar0d(
+      b, "aten::add.Scalar", {NodeArg(norm), NodeArg(Attribute(1e-6)), NodeArg(Attribute(int64_t{1}))},
+      "grad_norm.eps.");
+  Value* inverse = Scalar0d(b, "aten::reciprocal", {NodeArg(shifted)}, "clip.inverse.");
+  Value* coef = Scalar0d(b, "aten::mul.Scalar", {NodeArg(inverse), NodeArg(Attribute(max_norm))}, "clip.coef.");
+  Value* clamped = Scalar0d(b, "aten::clamp", {NodeArg(coef), NodeArg(Attribute(NoneAttr{})), NodeArg(Attribute(1.0))},
+                            "clip.coef.clamped.");
+  for (PendingUpdate& update : updates) {
+    if (update.grad_shard == nullptr) continue;
+    update.grad_shard = b.Add("aten::mul.Tensor", {NodeArg(update.grad_shard), NodeArg(clamped)},
+                              WithDim0(update.grad_shard->type().tensor(), update.grad_shard->type().tensor().sizes[0]),
+                              update.name + ".grad.clipped.");
+  }
+  return norm;
+}
+
 }  // namespace
 
 absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
   if (plan.world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
-  const ProcessGroup* group = module.FindProcessGroup(plan.process_group);
-  if (group == nullptr) {
-    group = module.AddProcessGroup({plan.process_group, plan.mesh_axis, plan.world_size, {}});
-  } else if (group->size != plan.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("process group @", group->name, " has size ", group->size, ", the plan says ", plan.world_size));
+  if (plan.replicate_size < 1) return absl::InvalidArgumentError("replicate_size must be >= 1");
+  if (plan.gradient_divisor < 1) return absl::InvalidArgumentError("gradient_divisor must be >= 1");
+  if (plan.clip_grad_norm < 0) return absl::InvalidArgumentError("clip_grad_norm must be >= 0");
+  if (plan.clip_grad_norm > 0 && (!plan.optimizer || !plan.gradient_sync)) {
+    return absl::InvalidArgumentError("clip_grad_norm clips before the optimizer: it needs optimizer and gradient_sync");
+  }
+  auto find_or_add_group = [&](const std::string& name, const std::string& axis,
+                               int64_t size) -> absl::StatusOr<const ProcessGroup*> {
+    const ProcessGroup* found = module.FindProcessGroup(name);
+    if (found == nullptr) return module.AddProcessGroup({name, axis, size, {}});
+    if (found->size != size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("process group @", found->name, " has size ", found->size, ", the plan says ", size));
+    }
+    return found;
+  };
+  MAGI_ASSIGN_OR_RETURN(const ProcessGroup* group,
+                        find_or_add_group(plan.process_group, plan.mesh_axis, plan.world_size));
+  const ProcessGroup* replicate = nullptr;
+  if (plan.replicate_size > 1) {
+    if (plan.replicate_group == plan.process_group) {
+      return absl::InvalidArgumentError(absl::StrCat("the replicate and shard groups are both @", plan.process_group));
+    }
+    MAGI_ASSIGN_OR_RETURN(replicate, find_or_add_group(plan.replicate_group, plan.replicate_axis, plan.replicate_size));
   }
   const int64_t world = plan.world_size;
+  const bool optimizer = plan.optimizer && plan.gradient_sync;
   absl::flat_hash_set<std::string> planned;
   for (const FsdpGroupPlan& g : plan.groups) {
     for (const std::string& name : g.params) {
@@ -110,7 +190,7 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
   Value* decay = nullptr;
   Value* step_size = nullptr;
   Value* bc2_sqrt = nullptr;
-  if (plan.optimizer) {
+  if (optimizer) {
     TensorType scalar{DType::kFloat32, {}};
     for (const Value* input : graph.inputs()) {
       if (input->role() == InputRole::kParam) scalar.device = input->type().tensor().device;
@@ -120,6 +200,9 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
     bc2_sqrt = graph.AddInput("adamw.bc2_sqrt", Type::Tensor(scalar), InputRole::kOptState);
   }
   std::vector<GraphOutput> new_outputs;
+  std::vector<PendingUpdate> updates;
+  // With donation, each new state output may reuse its old input's storage (in place).
+  auto donated = [&](Value* input) { return plan.donate_state ? input : nullptr; };
 
   for (const FsdpGroupPlan& g : plan.groups) {
     if (g.params.empty()) continue;
@@ -202,6 +285,23 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
       for (size_t i = 0; i < grads.size(); ++i) {
         if (grads[i] == nullptr) continue;
         Value* grad = plan.reduce_dtype ? b.Cast(grads[i], *plan.reduce_dtype) : grads[i];
+        if (plan.accumulated_gradient_input) {
+          Value* accumulated =
+              graph.AddInput(g.params[i] + ".grad.acc", Type::Tensor(WithDim0(grad->type().tensor(),
+                                                                               grad->type().tensor().sizes[0])),
+                             InputRole::kOptState);
+          grad = b.Add("aten::add.Tensor",
+                       {NodeArg(accumulated), NodeArg(grad), NodeArg(Attribute(int64_t{1}))},
+                       WithDim0(grad->type().tensor(), grad->type().tensor().sizes[0]), g.params[i] + ".grad.sum.");
+          if (!plan.gradient_sync) {  // accumulate locally: no reduction this micro-batch
+            new_outputs.push_back({g.params[i] + ".grad.acc", grad, donated(accumulated)});
+            continue;
+          }
+        }
+        if (!plan.gradient_sync) {
+          new_outputs.push_back({g.params[i] + ".grad.acc", grad});
+          continue;
+        }
         const TensorType& type = grad->type().tensor();
         int64_t padded_rows = ShardRows(type.sizes[0], world) * world;
         if (padded_rows != type.sizes[0]) {
@@ -214,52 +314,75 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
         to_reduce.push_back(grad);
         reduced_index.push_back(i);
       }
-      MAGI_ASSIGN_OR_RETURN(Node * start, AddCollectiveStart(graph, CollectiveKind::kReduceScatter, to_reduce, *group,
-                                                             "avg", b.before()));
-      b.Annotate(start);
-      Node* wait = AddWait(graph, start, b.before());
-      b.Annotate(wait);
-      for (size_t k = 0; k < reduced_index.size(); ++k) {
-        size_t i = reduced_index[k];
-        grad_shards[i] = b.Cast(wait->result(static_cast<int>(k)), shards[i]->type().tensor().dtype);
+      if (!to_reduce.empty()) {
+        MAGI_ASSIGN_OR_RETURN(Node * start, AddCollectiveStart(graph, CollectiveKind::kReduceScatter, to_reduce,
+                                                               *group, "avg", b.before()));
+        b.Annotate(start);
+        Node* wait = AddWait(graph, start, b.before());
+        b.Annotate(wait);
+        std::vector<Value*> reduced;
+        for (size_t k = 0; k < reduced_index.size(); ++k) reduced.push_back(wait->result(static_cast<int>(k)));
+        if (replicate != nullptr) {  // HSDP: the mean over the replicas of this shard
+          MAGI_ASSIGN_OR_RETURN(Node * all_reduce, AddCollectiveStart(graph, CollectiveKind::kAllReduce, reduced,
+                                                                      *replicate, "avg", b.before()));
+          b.Annotate(all_reduce);
+          Node* replicated = AddWait(graph, all_reduce, b.before());
+          b.Annotate(replicated);
+          for (size_t k = 0; k < reduced.size(); ++k) reduced[k] = replicated->result(static_cast<int>(k));
+        }
+        for (size_t k = 0; k < reduced_index.size(); ++k) {
+          size_t i = reduced_index[k];
+          Value* shard_grad = reduced[k];
+          if (plan.gradient_divisor > 1) {
+            shard_grad = b.Add("aten::div.Scalar", {NodeArg(shard_grad), NodeArg(Attribute(plan.gradient_divisor))},
+                               WithDim0(shard_grad->type().tensor(), shard_grad->type().tensor().sizes[0]),
+                               g.params[i] + ".grad.mean.");
+          }
+          grad_shards[i] = b.Cast(shard_grad, shards[i]->type().tensor().dtype);
+        }
       }
     }
     for (const std::string& name : g.params) {
       int index = graph.FindOutput(name + ".grad");
       if (index >= 0) graph.RemoveOutput(index);
     }
-
     for (size_t i = 0; i < params.size(); ++i) {
-      const std::string& name = g.params[i];
-      if (!plan.optimizer) {
-        if (grad_shards[i] != nullptr) new_outputs.push_back({name + ".grad.shard", grad_shards[i]});
+      if (!plan.gradient_sync) continue;
+      if (!optimizer) {
+        if (grad_shards[i] != nullptr) new_outputs.push_back({g.params[i] + ".grad.shard", grad_shards[i]});
         continue;
       }
-      const TensorType& type = shards[i]->type().tensor();
-      Value* exp_avg = graph.AddInput(name + ".exp_avg", Type::Tensor(type), InputRole::kOptState);
-      Value* exp_avg_sq = graph.AddInput(name + ".exp_avg_sq", Type::Tensor(type), InputRole::kOptState);
-      if (grad_shards[i] == nullptr) {  // no gradient: AdamW leaves everything as it is
-        new_outputs.push_back({name + ".shard", shards[i]});
-        new_outputs.push_back({name + ".exp_avg", exp_avg});
-        new_outputs.push_back({name + ".exp_avg_sq", exp_avg_sq});
-        continue;
-      }
-      // One magi::adamw per parameter (LibTorch's AdamW; see magi/ir/magi_ops.h), appended at
-      // the end: backends run them as one multi-tensor kernel.
-      const AdamWHyperparameters& h = plan.adamw;
-      MAGI_ASSIGN_OR_RETURN(Node * adamw, AddAdamW(graph, shards[i], grad_shards[i], exp_avg, exp_avg_sq, decay,
-                                                   step_size, bc2_sqrt, {h.beta1, h.beta2, h.eps}, name));
-      adamw->mutable_annotations().module_path = g.name;
-      adamw->mutable_annotations().phase = Phase::kOptimizer;
-      Value* p2 = adamw->result(0);
-      Value* m2 = adamw->result(1);
-      Value* v2 = adamw->result(2);
-      new_outputs.push_back({name + ".shard", p2});
-      new_outputs.push_back({name + ".exp_avg", m2});
-      new_outputs.push_back({name + ".exp_avg_sq", v2});
+      updates.push_back({g.params[i], g.name, shards[i], grad_shards[i]});
     }
   }
-  for (GraphOutput& output : new_outputs) graph.AddOutput(std::move(output.name), output.value);
+
+  if (optimizer && plan.clip_grad_norm > 0) {
+    MAGI_ASSIGN_OR_RETURN(Value * norm, ClipGradNorm(graph, *group, plan.clip_grad_norm, updates));
+    new_outputs.push_back({"grad_norm", norm});
+  }
+  for (const PendingUpdate& update : updates) {
+    const std::string& name = update.name;
+    const TensorType& type = update.shard->type().tensor();
+    Value* exp_avg = graph.AddInput(name + ".exp_avg", Type::Tensor(type), InputRole::kOptState);
+    Value* exp_avg_sq = graph.AddInput(name + ".exp_avg_sq", Type::Tensor(type), InputRole::kOptState);
+    if (update.grad_shard == nullptr) {  // no gradient: AdamW leaves everything as it is
+      new_outputs.push_back({name + ".shard", update.shard, donated(update.shard)});
+      new_outputs.push_back({name + ".exp_avg", exp_avg, donated(exp_avg)});
+      new_outputs.push_back({name + ".exp_avg_sq", exp_avg_sq, donated(exp_avg_sq)});
+      continue;
+    }
+    // One magi::adamw per parameter (LibTorch's AdamW; see magi/ir/magi_ops.h), appended at
+    // the end: backends run them as one multi-tensor kernel.
+    const AdamWHyperparameters& h = plan.adamw;
+    MAGI_ASSIGN_OR_RETURN(Node * adamw, AddAdamW(graph, update.shard, update.grad_shard, exp_avg, exp_avg_sq, decay,
+                                                 step_size, bc2_sqrt, {h.beta1, h.beta2, h.eps}, name));
+    adamw->mutable_annotations().module_path = update.group;
+    adamw->mutable_annotations().phase = Phase::kOptimizer;
+    new_outputs.push_back({name + ".shard", adamw->result(0), donated(update.shard)});
+    new_outputs.push_back({name + ".exp_avg", adamw->result(1), donated(exp_avg)});
+    new_outputs.push_back({name + ".exp_avg_sq", adamw->result(2), donated(exp_avg_sq)});
+  }
+  for (GraphOutput& output : new_outputs) graph.AddOutput(std::move(output.name), output.value, output.aliases);
   // Backward may also read forward views of gathered parameters (a transpose saved for
   // backward); for resharded groups those must read the backward gather, or the forward
   // copy stays alive until backward and resharding saves nothing.

@@ -16,7 +16,23 @@
 //    per-step scalars as inputs (`adamw.decay` = 1 - lr * weight_decay,
 //    `adamw.step_size` = lr / (1 - beta1^t), `adamw.bc2_sqrt` = sqrt(1 - beta2^t)) and
 //    the moments as inputs `P.exp_avg`, `P.exp_avg_sq`; outputs become `loss`, then per
-//    parameter `P.shard`, `P.exp_avg`, `P.exp_avg_sq`. Without it, `P.grad.shard`.
+//    parameter `P.shard`, `P.exp_avg`, `P.exp_avg_sq`, each aliasing (donation, see
+//    GraphOutput) the input of the same name when `donate_state`, so runtimes update the
+//    state in place. Without the optimizer, `P.grad.shard`.
+//  - HSDP (`replicate_size` > 1, a 2-D mesh replicate x shard): shards and gathers stay
+//    within the shard group; after each group's reduce-scatter one bucketed all-reduce
+//    (average) over the replicate group, so every replica holds the global mean.
+//  - gradient accumulation (FSDP2's set_requires_gradient_sync): with `gradient_sync`
+//    off the graph reduces nothing and steps nothing: its outputs are `loss` and per
+//    parameter `P.grad.acc`, the unsharded local gradient (in `reduce_dtype`) plus the
+//    input `P.grad.acc` when `accumulated_gradient_input`. A synchronizing graph with
+//    `accumulated_gradient_input` adds that input before the reduce-scatter, so a step
+//    of N micro-batches reduce-scatters once; `gradient_divisor` (N) divides the reduced
+//    shards (the mean over micro-batches, as eager's loss / N per micro-batch).
+//  - `clip_grad_norm` > 0: torch.nn.utils.clip_grad_norm_ on the full gradient: the sum of
+//    squares of this rank's gradient shards, all-reduced (sum) over the shard group, its
+//    square root is the total norm (output `grad_norm`), and every shard is multiplied
+//    by min(1, max_norm / (norm + 1e-6)) before AdamW.
 // Collectives of all groups sit in the one graph, so later passes can move them across
 // layer boundaries. It does not reorder anything else. No LibTorch.
 #ifndef MAGI_PASSES_FSDP_SHARD_FOR_FSDP_H_
@@ -44,14 +60,26 @@ struct AdamWHyperparameters {
 };
 
 struct FsdpPlan {
-  std::string process_group = "dp";  // created with `world_size` if the module lacks it
+  std::string process_group = "dp";  // the shard group; created with `world_size` if the module lacks it
   std::string mesh_axis = "dp";
-  int64_t world_size = 1;
+  int64_t world_size = 1;  // ranks of the shard group (a 2-D mesh: its shard axis)
+  // HSDP: the replicate group (the mesh's other axis); 1: no replication.
+  std::string replicate_group = "replicate";
+  std::string replicate_axis = "replicate";
+  int64_t replicate_size = 1;
   std::vector<FsdpGroupPlan> groups;
   std::optional<DType> master_dtype;  // dtype of the shards (default: the parameter's)
   std::optional<DType> reduce_dtype;  // dtype of gradient reduction (default: the gradient's)
   bool optimizer = true;              // append AdamW
   AdamWHyperparameters adamw;
+  // Gradient accumulation over micro-batches (see above).
+  bool gradient_sync = true;
+  bool accumulated_gradient_input = false;
+  int64_t gradient_divisor = 1;
+  double clip_grad_norm = 0;  // > 0: clip the global gradient norm to this (needs the optimizer)
+  // Donation: every state output (`P.shard`, `P.exp_avg`, `P.exp_avg_sq`, `P.grad.acc`)
+  // aliases its input (GraphOutput::aliases), so AdamW may update it in place.
+  bool donate_state = true;
 };
 
 // Rows of dim 0 each rank holds for a parameter of `dim0` rows.

@@ -120,5 +120,101 @@ TEST(ShardForFsdpTest, BadPlans) {
   EXPECT_EQ(ShardForFsdp(**module, *graph, missing).message(), "FSDP group 'l1': no parameter input %w9");
 }
 
+// The new state aliases the old (donation), so AdamW may update it in place.
+TEST(ShardForFsdpTest, StateOutputsAliasTheirInputs) {
+  std::unique_ptr<Module> module = Shard(TwoGroups(true));
+  const Graph& graph = *module->FindGraph("train_step");
+  for (const char* name : {"w1.shard", "w1.exp_avg", "w1.exp_avg_sq", "w2.shard"}) {
+    const GraphOutput& output = graph.outputs()[graph.FindOutput(name)];
+    EXPECT_EQ(output.aliases, graph.FindValue(name)) << name;
+  }
+  EXPECT_EQ(graph.outputs()[graph.FindOutput("loss")].aliases, nullptr);
+  FsdpPlan plain = TwoGroups(true);
+  plain.donate_state = false;
+  std::unique_ptr<Module> undonated = Shard(plain);
+  for (const GraphOutput& output : undonated->FindGraph("train_step")->outputs()) EXPECT_EQ(output.aliases, nullptr);
+}
+
+// HSDP: reduce-scatter within the shard group, then all-reduce (average) across replicas.
+TEST(ShardForFsdpTest, HybridShardingAllReducesAcrossReplicas) {
+  FsdpPlan plan = TwoGroups(true);
+  plan.process_group = "shard";
+  plan.mesh_axis = "shard";
+  plan.replicate_size = 2;
+  std::unique_ptr<Module> module = Shard(plan);
+  EXPECT_EQ(module->FindProcessGroup("shard")->size, 2);
+  EXPECT_EQ(module->FindProcessGroup("replicate")->size, 2);
+  int all_reduces = 0;
+  for (const Node* node : module->FindGraph("train_step")->nodes()) {
+    if (node->op() != kAllReduceStartOp) continue;
+    ++all_reduces;
+    EXPECT_EQ(node->FindArg("group")->as_string(), "replicate");
+    EXPECT_EQ(node->FindArg("reduce_op")->as_string(), "avg");
+    // Its operands are the reduce-scatter's results.
+    EXPECT_EQ(StartOfWait(*node->operand(0)->producer())->op(), kReduceScatterStartOp);
+  }
+  EXPECT_EQ(all_reduces, 2);  // one per FSDP group
+}
+
+// Gradient accumulation: the micro-batch graph reduces and steps nothing and adds its
+// gradients to the accumulated ones; the step graph adds them before its reduce-scatter
+// and divides the reduced shards by the number of micro-batches.
+TEST(ShardForFsdpTest, GradientAccumulation) {
+  FsdpPlan accumulate = TwoGroups(true);
+  accumulate.gradient_sync = false;
+  accumulate.accumulated_gradient_input = true;
+  std::unique_ptr<Module> micro = Shard(accumulate);
+  const Graph& micro_graph = *micro->FindGraph("train_step");
+  Counts c = Count(micro_graph);
+  EXPECT_EQ(c.reduce_scatters, 0);
+  EXPECT_EQ(c.adamw, 0);
+  EXPECT_EQ(micro_graph.FindValue("adamw.decay"), nullptr);
+  std::vector<std::string> outputs;
+  for (const GraphOutput& o : micro_graph.outputs()) outputs.push_back(o.name);
+  EXPECT_EQ(outputs, (std::vector<std::string>{"loss", "w1.grad.acc", "w2.grad.acc"}));
+  EXPECT_EQ(micro_graph.FindValue("w1.grad.acc")->type().ToString(), "f32[5,4]");  // unsharded
+  EXPECT_EQ(micro_graph.outputs()[1].aliases, micro_graph.FindValue("w1.grad.acc"));
+
+  FsdpPlan step = TwoGroups(true);
+  step.accumulated_gradient_input = true;
+  step.gradient_divisor = 4;
+  std::unique_ptr<Module> module = Shard(step);
+  EXPECT_EQ(Count(*module->FindGraph("train_step")).reduce_scatters, 2);
+  std::string text = PrintModule(*module);
+  EXPECT_NE(text.find("aten::add.Tensor(%w1.grad.acc, %gw1, 1) : f32[5,4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("aten::div.Scalar("), std::string::npos) << text;
+}
+
+// clip_grad_norm_: squares of every gradient shard summed, all-reduced over the shard
+// group, square-rooted (output grad_norm), and min(1, max / (norm + 1e-6)) applied to
+// each shard before AdamW.
+TEST(ShardForFsdpTest, ClipGradNorm) {
+  FsdpPlan plan = TwoGroups(true);
+  plan.clip_grad_norm = 1.5;
+  std::unique_ptr<Module> module = Shard(plan);
+  const Graph& graph = *module->FindGraph("train_step");
+  ASSERT_GE(graph.FindOutput("grad_norm"), 0);
+  const Value* norm = graph.outputs()[graph.FindOutput("grad_norm")].value;
+  EXPECT_EQ(norm->producer()->op(), "aten::sqrt");
+  const Node* wait = norm->producer()->operand(0)->producer();
+  const Node* start = StartOfWait(*wait);
+  EXPECT_EQ(start->op(), kAllReduceStartOp);
+  EXPECT_EQ(start->FindArg("group")->as_string(), "dp");
+  EXPECT_EQ(start->FindArg("reduce_op")->as_string(), "sum");
+  std::string text = PrintModule(*module);
+  EXPECT_NE(text.find(", 1.5) : f32[]"), std::string::npos) << text;         // max_norm * 1 / (norm + eps)
+  EXPECT_NE(text.find(", none, 1.0) : f32[]"), std::string::npos) << text;  // clamp(max = 1)
+  for (const Node* node : graph.nodes()) {
+    if (node->op() == "magi::adamw") EXPECT_EQ(node->operand(1)->producer()->op(), "aten::mul.Tensor");
+  }
+  FsdpPlan no_optimizer = TwoGroups(true);
+  no_optimizer.clip_grad_norm = 1.0;
+  no_optimizer.optimizer = false;
+  auto parsed = ParseModule(kStep);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(ShardForFsdp(**parsed, *(*parsed)->FindGraph("train_step"), no_optimizer).message(),
+            "clip_grad_norm clips before the optimizer: it needs optimizer and gradient_sync");
+}
+
 }  // namespace
 }  // namespace magi

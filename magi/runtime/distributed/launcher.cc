@@ -21,7 +21,11 @@ extern char** environ;
 namespace magi {
 
 std::optional<int> RunLocalWorkersIfLauncher(int world_size, int argc, char** argv) {
-  if (std::getenv("RANK") != nullptr || world_size <= 1) return std::nullopt;
+  // Under srun every task is already a rank (SLURM_PROCID; rendezvous.h reads it):
+  // launching copies there would start a separate job per task.
+  if (std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr || world_size <= 1) {
+    return std::nullopt;
+  }
   std::vector<std::string> child_argv(argv, argv + argc);
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -31,7 +31,8 @@ absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vecto
                                                 const std::map<std::string, std::string>& extra_env = {},
                                                 std::chrono::milliseconds grace = std::chrono::seconds(5));
 
-// For programs that are their own workers: when RANK is not set and `world_size` > 1,
+// For programs that are their own workers: when neither RANK nor SLURM_PROCID (srun's
+// tasks are ranks already) is set and `world_size` > 1,
 // runs `world_size` copies of this executable (/proc/self/exe) with the same arguments
 // and returns the exit code to end with; otherwise returns nullopt (this process is a
 // worker, or the only process). Prints which rank failed, if one did.

@@ -68,6 +68,17 @@ TEST(LauncherTest, AProgramThatCannotStartIsAnError) {
   EXPECT_EQ(result.status().message(), "cannot start /nonexistent/program: No such file or directory");
 }
 
+// Under srun each task is a rank already: launching copies would make one job per task.
+TEST(LauncherTest, ASlurmTaskIsAWorker) {
+  ASSERT_EQ(std::getenv("RANK"), nullptr);
+  ::setenv("SLURM_PROCID", "1", 1);
+  char arg0[] = "/nonexistent/program";
+  char* argv[] = {arg0, nullptr};
+  std::optional<int> code = RunLocalWorkersIfLauncher(2, 1, argv);
+  ::unsetenv("SLURM_PROCID");
+  EXPECT_FALSE(code.has_value()) << "launched workers under SLURM, exit code " << *code;
+}
+
 // Issue 14: after a SIGKILL of the launcher, its workers kept training for 40+ s.
 TEST(LauncherTest, WorkersDieWhenTheLauncherIsKilled) {
   // Orphans are re-parented to this process, so it can reap them and see how they died.

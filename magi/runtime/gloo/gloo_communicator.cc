@@ -82,6 +82,10 @@ template <typename T>
 void AllreduceTyped(const std::shared_ptr<gloo::Context>& context, at::Tensor& tensor,
                     std::chrono::milliseconds timeout) {
   gloo::AllreduceOptions options(context);
+  // The ring, named rather than left to Gloo's default choice: every element is reduced
+  // in one fixed order for a given world size and tensor size, in every mode (and every
+  // rank ends with the same bits).
+  options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
   options.setOutput(tensor.data_ptr<T>(), static_cast<size_t>(tensor.numel()));
   options.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<T>));
   options.setTimeout(timeout);

@@ -2,7 +2,8 @@
 //
 // Connects a full mesh of TCP pairs through a c10d::Store (as c10d's own
 // ProcessGroupGloo does) and runs collectives on one worker thread, in start order.
-// all_gather uses Gloo's allgather; all_reduce its allreduce; reduce_scatter is an
+// all_gather uses Gloo's allgather; all_reduce its ring allreduce (pinned: one reduction
+// order for a given world and size, so deterministic mode needs nothing more); reduce_scatter is an
 // allreduce of the padded input followed by taking this rank's rows (Gloo's own
 // reduce-scatter needs pre-registered buffers; this keeps the result exact at twice the
 // traffic, which CPU tests can afford). Reductions support f32, f64, i32 and i64.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "magi/registry/registry.h"
+#include "magi/runtime/deterministic/deterministic.h"
 
 namespace magi {
 
@@ -234,6 +235,12 @@ namespace {
 class NcclProvider : public CommunicatorProvider {
  public:
   absl::StatusOr<std::shared_ptr<Communicator>> Create(const CommunicatorOptions& options) const override {
+    if (options.deterministic) {
+      // NCCL reads these when its first communicator starts: pin them now (a no-op after
+      // EnableDeterministicMode) or refuse a conflicting environment.
+      absl::Status pinned = PinNcclForDeterminism();
+      if (!pinned.ok()) return absl::Status(pinned.code(), absl::StrCat("rank ", options.rank, ": ", pinned.message()));
+    }
     return CreateNcclCommunicator(options.store, options.rank, options.size, options.group_name, options.device_index,
                                   options.timeout);
   }

@@ -1,0 +1,100 @@
+"""aoti_compile.py's job handling without PyTorch: a stand-in `torch` module records what the
+compile step asks of it, so the deterministic-mode settings (issue 17) are checked here; the
+real compiles run where AOTInductor exists (LibTorch 2.11+, //magi/backend/inductor tests)."""
+import importlib.util
+import os
+import sys
+import tempfile
+import types
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _fake_torch(calls):
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.11.0+cu130"
+    torch.use_deterministic_algorithms = lambda on, warn_only=False: calls.append(("deterministic", on, warn_only))
+    inductor = types.ModuleType("torch._inductor")
+    config = types.ModuleType("torch._inductor.config")
+    config.max_autotune = True  # this torch's config has these and no `deterministic`
+    config.coordinate_descent_tuning = True
+
+    def aoti_compile_and_package(program, package_path, inductor_configs):
+        calls.append(("compile", dict(inductor_configs)))
+        with open(package_path, "w") as f:
+            f.write("package")
+
+    inductor.aoti_compile_and_package = aoti_compile_and_package
+    inductor.config = config
+    torch._inductor = inductor
+    export = types.ModuleType("torch.export")
+    export.export = lambda module, inputs: "exported"
+    torch.export = export
+    return {"torch": torch, "torch._inductor": inductor, "torch._inductor.config": config, "torch.export": export}
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("aoti_compile", os.path.join(HERE, "aoti_compile.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class GraphModule:
+    class graph:  # noqa: N801 - what the script reads of a torch.fx graph
+        nodes = []
+
+
+class AotiCompileJobTest(unittest.TestCase):
+    def run_job(self, deterministic):
+        calls = []
+        saved = {name: sys.modules.get(name) for name in _fake_torch(calls)}
+        sys.modules.update(_fake_torch(calls))
+        try:
+            script = _load_script()
+            with tempfile.TemporaryDirectory() as d:
+                program = os.path.join(d, "p.py")
+                with open(program, "w") as f:
+                    f.write("from aoti_compile_test import GraphModule\nGRAPH = 'g'\nINPUTS = []\n"
+                            "def build():\n    return GraphModule()\n")
+                job = os.path.join(d, "job")
+                with open(job, "w") as f:
+                    f.write("magi-aoti-job\t1\ntorch\t2.11.0\nworker\t1/1\n" +
+                            ("deterministic\t1\n" if deterministic else "") +
+                            "task\t%s\t%s\t%s\t@g\n" % (program, os.path.join(d, "p.pt2"), os.path.join(d, "r")))
+                os.environ.pop("MAGI_AOTI_LOG", None)
+                sys.path.insert(0, HERE)
+                self.assertEqual(script._run_job(job), 0)
+                with open(os.path.join(d, "r")) as f:
+                    self.assertEqual(f.readline(), "ok\n")
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+        return calls
+
+    def test_deterministic_job_compiles_with_deterministic_settings(self):
+        calls = self.run_job(deterministic=True)
+        self.assertEqual(calls[0], ("deterministic", True, True))
+        compile_configs = calls[1][1]
+        self.assertEqual(compile_configs["max_autotune"], False)
+        self.assertEqual(compile_configs["coordinate_descent_tuning"], False)
+        self.assertNotIn("deterministic", compile_configs)  # this torch's config has no such key
+        self.assertEqual(compile_configs["aot_inductor.metadata"], {"magi.graph": "g"})
+
+    def test_default_job_changes_nothing(self):
+        calls = self.run_job(deterministic=False)
+        self.assertEqual(calls, [("compile", {"aot_inductor.metadata": {"magi.graph": "g"}})])
+
+    def test_deterministic_configs_takes_what_the_config_has(self):
+        script = _load_script()
+        config = types.SimpleNamespace(deterministic=False, max_autotune=True, max_autotune_gemm=True)
+        self.assertEqual(script.deterministic_configs(config),
+                         {"deterministic": True, "max_autotune": False, "max_autotune_gemm": False})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,91 @@
+#include "magi/compat/deterministic.h"
+
+#include <ATen/Context.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace magi::compat {
+namespace {
+
+// Members that only some LibTorch versions have, detected instead of version-tested.
+template <typename C, typename = void>
+struct HasDeterministicMkldnn : std::false_type {};
+template <typename C>
+struct HasDeterministicMkldnn<C, std::void_t<decltype(std::declval<C&>().setDeterministicMkldnn(true))>>
+    : std::true_type {};
+
+template <typename C, typename = void>
+struct HasFillUninitializedMemory : std::false_type {};
+template <typename C>
+struct HasFillUninitializedMemory<C, std::void_t<decltype(std::declval<C&>().deterministicFillUninitializedMemory())>>
+    : std::true_type {};
+
+template <typename C>
+void SetMkldnn(C& context, bool on) {
+  if constexpr (HasDeterministicMkldnn<C>::value) context.setDeterministicMkldnn(on);
+}
+
+template <typename C>
+bool MkldnnOn(const C& context) {
+  if constexpr (HasDeterministicMkldnn<C>::value) {
+    return context.deterministicMkldnn();
+  } else {
+    return true;  // nothing to switch
+  }
+}
+
+template <typename C>
+const char* MkldnnNote(const C& context) {
+  if constexpr (HasDeterministicMkldnn<C>::value) {
+    return context.deterministicMkldnn() ? ", mkldnn deterministic" : "";
+  } else {
+    return "";
+  }
+}
+
+template <typename C>
+const char* FillNote(const C& context) {
+  if constexpr (HasFillUninitializedMemory<C>::value) {
+    return context.deterministicFillUninitializedMemory() ? ", fill uninitialized memory" : "";
+  } else {
+    return "";
+  }
+}
+
+}  // namespace
+
+void SetDeterministicAlgorithms(bool on) {
+  at::Context& context = at::globalContext();
+  context.setDeterministicAlgorithms(on, /*warn_only=*/false);
+  context.setDeterministicCuDNN(on);
+  context.setBenchmarkCuDNN(!on && context.benchmarkCuDNN());
+  SetMkldnn(context, on);
+}
+
+bool DeterministicAlgorithmsEnabled() {
+  const at::Context& context = at::globalContext();
+  return context.deterministicAlgorithms() && !context.deterministicAlgorithmsWarnOnly() &&
+         context.deterministicCuDNN() && !context.benchmarkCuDNN() && MkldnnOn(context);
+}
+
+std::string DescribeDeterministicAlgorithms() {
+  const at::Context& context = at::globalContext();
+  if (!context.deterministicAlgorithms()) return "aten deterministic algorithms off";
+  return std::string("aten deterministic") + (context.deterministicAlgorithmsWarnOnly() ? " (warnings)" : " (errors)") +
+         (context.deterministicCuDNN() ? ", cudnn deterministic" : "") +
+         (context.benchmarkCuDNN() ? ", cudnn benchmark ON" : ", no cudnn benchmark") + MkldnnNote(context) +
+         FillNote(context);
+}
+
+absl::Status CheckDeterministicAlgorithms(absl::string_view backend) {
+  if (DeterministicAlgorithmsEnabled()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "backend '", backend, "' was asked for a deterministic step, but this process runs with ",
+      DescribeDeterministicAlgorithms(),
+      ": call magi::EnableDeterministicMode() (magi/runtime/deterministic) before anything runs"));
+}
+
+}  // namespace magi::compat

@@ -1,0 +1,105 @@
+// FxTrainer: FSDP training of a model imported from PyTorch's FX (a joint graph written by
+// tools/fx_export.py --mode joint: parameters, buffers and data as inputs; "loss",
+// "<param>.grad" and "<buffer>.updated" as outputs).
+//
+// It takes the same road as the captured LibTorch step of magi/frontend/fsdp: the joint
+// graph is sharded by magi/compiler with an FsdpPlan whose groups are named by module-path
+// prefixes (FullyShard-style: "layers.0", "layers.1", "" for the root), AdamW is appended
+// to the graph, the pass pipeline or the strategy search runs, partition backends take
+// what they accept, and the primary backend runs ONE graph per step. The trainer holds
+// this rank's fp32 master shards, AdamW moments and buffers (BatchNorm running statistics
+// are per rank, replaced each step by the graph's "<buffer>.updated" outputs, as DDP/FSDP
+// without SyncBatchNorm do).
+//
+//   absl::StatusOr<FxImport> imported = ImportFxFile("resnet18_joint.fx.json");
+//   FxTrainOptions options;
+//   options.shard_groups = {"layer1", "layer2", "layer3", "layer4", ""};
+//   auto trainer = FxTrainer::Create(std::move(*imported), communicator, options);
+//   double loss = *(*trainer)->Step({images, labels});   // in data_inputs() order
+//
+// What it does NOT do: mixed precision (the graph's dtypes are the exported ones), random
+// ops (a joint graph that draws random numbers is compiled, but its generator is the
+// default CPU one of this process, not PyTorch's), or shapes other than the exported ones.
+#ifndef MAGI_FRONTEND_FX_FX_TRAINER_H_
+#define MAGI_FRONTEND_FX_FX_TRAINER_H_
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/backend/communicator.h"
+#include "magi/backend/torch_executable.h"
+#include "magi/compiler/compiler.h"
+#include "magi/frontend/fsdp/trainer.h"
+#include "magi/frontend/fx/fx_importer.h"
+#include "magi/passes/fsdp/shard_for_fsdp.h"
+
+namespace magi {
+
+// The FSDP plan of `graph` (an imported joint graph): one group per module-path prefix,
+// each parameter input (role param) in the group of the longest prefix it lies under
+// ("layers.0" holds "layers.0.wq.weight"; "" is the root and holds everything else), in
+// the order the prefixes are given, parameters in graph input order. InvalidArgument if a
+// prefix is repeated or holds no parameter, or if a parameter is in no group (name the
+// root "" to give it the rest).
+absl::StatusOr<FsdpPlan> FsdpPlanFromModulePrefixes(const Graph& graph, const std::vector<std::string>& prefixes,
+                                                    int64_t world_size, bool reshard_after_forward = true);
+
+struct FxTrainOptions {
+  // FullyShard-style groups by module path; the default shards the whole model as one.
+  std::vector<std::string> shard_groups = {""};
+  bool reshard_after_forward = true;
+  AdamWOptions adamw;
+  std::string backend = "interpreter";
+  StepOptimization optimization;
+};
+
+class FxTrainer {
+ public:
+  // Compiles `imported` (a joint graph with its tensors; taken over) for this rank of
+  // `communicator` and takes this rank's shards of the imported parameters.
+  static absl::StatusOr<std::unique_ptr<FxTrainer>> Create(FxImport imported,
+                                                           std::shared_ptr<Communicator> communicator,
+                                                           const FxTrainOptions& options);
+
+  // The names of the batch inputs a step takes, in order ("input.0", ..., "target.0", ...).
+  const std::vector<std::string>& data_inputs() const { return data_inputs_; }
+
+  // One optimizer step on this rank's batch (shapes as exported); returns this rank's loss.
+  absl::StatusOr<double> Step(const std::vector<at::Tensor>& local_batch);
+
+  // Every parameter, unsharded, in plan order (all ranks take part: it is a collective).
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> GatherFullParameters();
+
+  // This rank's buffers (and lifted constants) by input name, as of the last step.
+  const std::map<std::string, at::Tensor>& buffers() const { return buffers_; }
+  // The rank's optimizer state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
+  const std::map<std::string, at::Tensor>& state() const { return state_; }
+  const FsdpPlan& plan() const { return plan_; }
+  const Graph& graph() const { return compiled_.graph(); }
+  const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
+  int64_t steps_taken() const { return step_; }
+
+ private:
+  FxTrainer() = default;
+
+  FsdpPlan plan_;
+  AdamWOptions adamw_;
+  std::shared_ptr<Communicator> communicator_;
+  CompiledStep compiled_;
+  TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
+  std::vector<std::string> data_inputs_;
+  std::map<std::string, at::Tensor> buffers_;
+  std::map<std::string, at::Tensor> state_;
+  std::map<std::string, std::vector<int64_t>> full_shapes_;
+  int64_t step_ = 0;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_FRONTEND_FX_FX_TRAINER_H_

@@ -1,0 +1,261 @@
+// FSDP training of FX-imported joint graphs on real processes (CPU + Gloo), checked
+// against PyTorch's own data-parallel training of the same model (tools/fx_train_reference.py:
+// same initial state, same per-rank batches, torch.optim.AdamW), both produced at build time.
+//
+// The test binary is its own worker: a gtest case launches it with the local launcher
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and MAGI_FX_WORKER naming the model.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "magi/frontend/fx/fx_importer.h"
+#include "magi/frontend/fx/fx_trainer.h"
+#include "magi/runtime/distributed/launcher.h"
+#include "magi/runtime/distributed/rendezvous.h"
+#include "magi/runtime/gloo/gloo_communicator.h"
+
+namespace magi {
+namespace {
+
+std::string g_self;        // path of this binary
+constexpr int kSteps = 4;  // as in the BUILD's reference genrules
+
+struct ModelCase {
+  std::string joint;      // the exported joint graph
+  std::string reference;  // fx_train_reference.py's output prefix
+  std::vector<std::string> groups;
+};
+
+ModelCase CaseFor(const std::string& model) {
+  const std::string dir = "magi/frontend/fx/";
+  if (model == "llama") {
+    return {dir + "exported/llama_joint.fx.json", dir + "reference/llama", {"layers.0", "layers.1", ""}};
+  }
+  return {dir + "exported/resnet18_train_joint.fx.json",
+          dir + "reference/resnet18_train",
+          {"layer1", "layer2", "layer3", "layer4", ""}};
+}
+
+// Reads PREFIX.ref.txt / PREFIX.ref.bin (see tools/fx_train_reference.py).
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadReference(const std::string& prefix) {
+  std::ifstream bin(prefix + ".ref.bin", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
+  std::ifstream txt(prefix + ".ref.txt");
+  if (bytes.empty() || !txt.is_open()) return absl::NotFoundError(absl::StrCat("cannot read ", prefix, ".ref.*"));
+  std::map<std::string, at::Tensor> out;
+  std::string line;
+  int line_number = 0;
+  while (std::getline(txt, line)) {
+    ++line_number;
+    std::istringstream fields(line);
+    std::string name, dtype;
+    int64_t offset = 0, nbytes = 0, ndim = 0;
+    fields >> name >> dtype >> offset >> nbytes >> ndim;
+    std::vector<int64_t> sizes(ndim);
+    for (int64_t& s : sizes) fields >> s;
+    static const auto* kTypes = new std::map<std::string, at::ScalarType>{
+        {"float32", at::kFloat}, {"float64", at::kDouble}, {"int64", at::kLong}, {"int32", at::kInt}};
+    auto type = kTypes->find(dtype);
+    if (type == kTypes->end()) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, ".ref.txt:", line_number, ": unknown dtype ", dtype));
+    }
+    if (fields.fail() || offset + nbytes > static_cast<int64_t>(bytes.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, ".ref.txt:", line_number, ": malformed: ", line));
+    }
+    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type->second));
+    if (t.nbytes() != static_cast<size_t>(nbytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, ".ref.txt:", line_number, ": size mismatch"));
+    }
+    std::memcpy(t.data_ptr(), bytes.data() + offset, nbytes);
+    out[name] = t;
+  }
+  if (out.empty()) return absl::NotFoundError(absl::StrCat("no tensors in ", prefix, ".ref.txt"));
+  return out;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "worker failed: " << message << std::endl;
+  return 1;
+}
+
+// Tolerances (fp32), relative to max(1, |PyTorch's value|). Magi runs the same ATen kernels;
+// what differs is rounding: the order of the gradient average (reduce-scatter vs the
+// reference's sum) and AdamW's fused update. On the Llama twin that stays at rounding level
+// (observed 3e-7), so 1e-5 holds for every step. resnet18 with BatchNorm on 4 images is
+// chaotic under AdamW: in PyTorch alone, multiplying every gradient element by
+// (1 + 1e-7 * randn), i.e. about one fp32 ulp, moves the losses of steps 2 and 3 by 2e-5 and
+// 7.5e-5 and parameters by up to ~lr where a gradient is at rounding level (AdamW's first
+// steps normalize it to +-lr), and running statistics by up to 1.2% (relative, elementwise).
+// Per tensor, though, the difference stays small in L2: at most 3% (world 1) and 8.1%
+// (world 2, bn1.bias) of the parameter's movement over the 4 steps, 0.3% of a running
+// statistic. So resnet18 is held to 1e-5 for the losses of the first two steps, each
+// parameter to 20% of its movement in L2 (|magi - torch| <= 0.2 |torch - init|) and each
+// buffer to 1% in L2 (|magi - torch| <= 0.01 |torch|); the Llama twin checks AdamW itself
+// elementwise. The late losses are held to 5e-3: on world 2, the same one-ulp noise moves
+// PyTorch's own step-3 loss of rank 1 from 2.39246 to 2.39640 (1.6e-3), which is where
+// Magi's lands too.
+struct Tolerance {
+  double early_loss = 1e-5;  // steps 0 and 1
+  double late_loss = 1e-5;   // steps 2 on
+  double tensors = 1e-5;     // elementwise, final parameters and buffers (0: not checked)
+  double movement = 0;       // L2, parameters, relative to PyTorch's movement (0: not checked)
+  double buffers_l2 = 0;     // L2, buffers, relative to PyTorch's (0: not checked)
+};
+
+Tolerance ToleranceFor(const std::string& model) {
+  if (model == "llama") return {};
+  return {1e-5, 5e-3, 0, 0.2, 1e-2};
+}
+
+int RunWorker(const std::string& model) {
+  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
+  if (!env.ok()) return Fail(std::string(env.status().message()));
+  auto store = ConnectStore(*env, std::chrono::seconds(60));
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(120));
+  if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
+  const ModelCase c = CaseFor(model);
+  const Tolerance tolerance = ToleranceFor(model);
+  absl::StatusOr<std::map<std::string, at::Tensor>> ref = ReadReference(c.reference);
+  if (!ref.ok()) return Fail(std::string(ref.status().message()));
+  absl::StatusOr<FxImport> imported = ImportFxFile(c.joint);
+  if (!imported.ok()) return Fail(std::string(imported.status().message()));
+  std::map<std::string, at::Tensor> initial;  // the imported parameters, before training
+  for (const Value* input : imported->graph().inputs()) {
+    if (input->role() == InputRole::kParam) initial[input->name()] = imported->tensors.at(input->name()).clone();
+  }
+  FxTrainOptions options;
+  options.shard_groups = c.groups;
+  // A pass pipeline after sharding (MAGI_FX_PASSES): the same compile path as FsdpTrainer's.
+  if (const char* passes = std::getenv("MAGI_FX_PASSES")) options.optimization.passes = passes;
+  absl::StatusOr<std::unique_ptr<FxTrainer>> trainer = FxTrainer::Create(std::move(*imported), *communicator, options);
+  if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
+  if (!options.optimization.passes.empty() && (*trainer)->applied_pipeline().empty()) {
+    return Fail("the pass pipeline " + options.optimization.passes + " was not applied");
+  }
+  const std::string w = absl::StrCat("w", env->world_size, "/");
+  double worst_loss = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const std::string prefix = absl::StrCat(w, "step", step, "/rank", env->rank, "/");
+    std::vector<at::Tensor> batch;
+    for (const std::string& name : (*trainer)->data_inputs()) {
+      auto it = ref->find(prefix + name);
+      if (it == ref->end()) return Fail("the reference has no " + prefix + name);
+      batch.push_back(it->second);
+    }
+    absl::StatusOr<double> loss = (*trainer)->Step(batch);
+    if (!loss.ok()) return Fail(std::string(loss.status().message()));
+    double want = ref->at(prefix + "loss").item<double>();
+    double diff = std::abs(*loss - want);
+    worst_loss = std::max(worst_loss, diff / std::max(1.0, std::abs(want)));
+    std::cout << "rank " << env->rank << " step " << step << " loss " << *loss << " (PyTorch " << want << ")\n";
+    const double allowed = step < 2 ? tolerance.early_loss : tolerance.late_loss;
+    if (diff > allowed * std::max(1.0, std::abs(want))) {
+      return Fail(absl::StrCat("rank ", env->rank, " step ", step, ": loss ", *loss, " vs PyTorch ", want));
+    }
+  }
+  auto params = (*trainer)->GatherFullParameters();
+  if (!params.ok()) return Fail(std::string(params.status().message()));
+  double worst = 0;
+  // `init`: the parameter's initial value (movement check), undefined for buffers.
+  auto compare = [&](const std::string& what, const at::Tensor& got, const at::Tensor& want,
+                     const at::Tensor& init) -> bool {
+    if (!got.sizes().equals(want.sizes())) {
+      Fail(what + ": shape differs from PyTorch's");
+      return false;
+    }
+    at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
+    double diff = 0, allowed = 0;
+    if (tolerance.tensors > 0) {
+      diff = (g - w).abs().max().item<double>() / std::max(1.0, w.abs().max().item<double>());
+      allowed = tolerance.tensors;
+    } else if (init.defined()) {
+      diff = (g - w).norm().item<double>() / std::max(1e-12, (w - init.to(at::kDouble)).norm().item<double>());
+      allowed = tolerance.movement;
+    } else {
+      diff = (g - w).norm().item<double>() / std::max(1e-12, w.norm().item<double>());
+      allowed = tolerance.buffers_l2;
+    }
+    worst = std::max(worst, diff);
+    if (diff > allowed) {
+      Fail(what + " differs from PyTorch's by " + std::to_string(diff) + " (allowed " + std::to_string(allowed) + ")");
+      return false;
+    }
+    return true;
+  };
+  size_t checked = 0;
+  for (const auto& [name, value] : *params) {
+    auto it = ref->find(w + "param/" + name);
+    if (it == ref->end()) return Fail("the reference has no parameter " + name);
+    if (!compare(name, value, it->second, initial.at(name))) return 1;
+    ++checked;
+  }
+  size_t buffers = 0;
+  const std::string buffer_prefix = absl::StrCat(w, "rank", env->rank, "/buffer/");
+  for (const auto& [key, want] : *ref) {
+    if (key.rfind(buffer_prefix, 0) != 0) continue;
+    std::string name = key.substr(buffer_prefix.size());
+    auto it = (*trainer)->buffers().find(name);
+    if (it == (*trainer)->buffers().end()) return Fail("the trainer has no buffer " + name);
+    if (!compare(name, it->second, want, at::Tensor())) return 1;
+    ++buffers;
+  }
+  std::cout << "rank " << env->rank << ": " << kSteps << " steps, losses within " << worst_loss << " (relative), "
+            << checked << " parameters and " << buffers << " buffers within " << worst
+            << (tolerance.tensors > 0 ? " (elementwise)" : " (L2, of the movement / of the buffer)") << " of PyTorch\n";
+  return 0;
+}
+
+int Launch(int world, const std::string& model, std::map<std::string, std::string> env = {}) {
+  env["MAGI_FX_WORKER"] = model;
+  absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(world, {g_self}, env);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? result->exit_code : -1;
+}
+
+TEST(FxTrainingTest, LlamaMatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "llama"), 0); }
+TEST(FxTrainingTest, LlamaMatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "llama"), 0); }
+TEST(FxTrainingTest, LlamaMatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "llama"), 0); }
+TEST(FxTrainingTest, LlamaWithBucketingAndOverlapMatchesPyTorchOnTwoRanks) {
+  EXPECT_EQ(Launch(2, "llama", {{"MAGI_FX_PASSES", "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}"}}), 0);
+}
+TEST(FxTrainingTest, Resnet18MatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "resnet18_train"), 0); }
+TEST(FxTrainingTest, Resnet18MatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "resnet18_train"), 0); }
+TEST(FxTrainingTest, Resnet18MatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "resnet18_train"), 0); }
+
+TEST(FsdpPlanFromModulePrefixesTest, LongestPrefixClaimsAndErrorsNameTheCause) {
+  absl::StatusOr<FxImport> imported = ImportFxFile(CaseFor("llama").joint);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  auto plan = FsdpPlanFromModulePrefixes(imported->graph(), {"layers.0", "layers.1", ""}, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->groups.size(), 3u);
+  EXPECT_EQ(plan->groups[0].params.front(), "layers.0.attention_norm.weight");
+  EXPECT_EQ(plan->groups[2].params.front(), "tok_embeddings.weight");
+  for (const std::string& p : plan->groups[2].params) EXPECT_NE(p.rfind("layers.", 0), 0u) << p;
+  auto missing = FsdpPlanFromModulePrefixes(imported->graph(), {"layers.0", "layers.1"}, 2);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      missing.status().message(),
+      "parameter tok_embeddings.weight of graph @joint is in no FSDP group (name the root \"\" to take the rest)");
+  auto empty = FsdpPlanFromModulePrefixes(imported->graph(), {"layers.9", ""}, 2);
+  EXPECT_EQ(empty.status().message(), "FSDP group 'layers.9' holds no parameter of graph @joint");
+}
+
+}  // namespace
+}  // namespace magi
+
+int main(int argc, char** argv) {
+  magi::g_self = argv[0];
+  if (const char* model = std::getenv("MAGI_FX_WORKER")) return magi::RunWorker(model);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Writes the strategy-search tables of docs/passes.md (and the frontier chart), or checks
+# that they are current. Each table in the doc is fenced by
+#   <!-- table NAME: tools/docs_tables.sh ... -->  ...  <!-- end table NAME -->
+# and this script is the only writer of what lies between.
+#
+#   tools/docs_tables.sh            re-measure everything: the 4-layer table (cheap) and the
+#                                   32-layer 8B frontier (captures the step with LibTorch,
+#                                   ~1 min to build, searches ~10 budgets), the exhaustive
+#                                   comparison on the 4-layer step, docs/search_frontier_8b.svg
+#   tools/docs_tables.sh --quick    only the 4-layer frontier table (no LibTorch; seconds)
+#   tools/docs_tables.sh --quick --check --magi=PATH
+#                                   exit 1 with a diff if the doc's 4-layer table is stale
+#                                   (//tools:docs_tables_test runs this)
+#
+# Tables list predictions only (step, exposed communication, peak, recomputed nodes, plan):
+# they are deterministic, so a re-run reproduces them byte for byte. Search times depend on
+# the machine and are printed to stdout, not written into checked tables.
+set -euo pipefail
+
+quick=0
+check=0
+magi=""
+docs=docs/passes.md
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --check) check=1 ;;
+    --magi=*) magi="${arg#--magi=}" ;;
+    --docs=*) docs="${arg#--docs=}" ;;
+    *) echo "docs_tables.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+if [[ $check -eq 1 && $quick -eq 0 ]]; then
+  echo "docs_tables.sh: --check needs --quick (the full tables take minutes and are re-measured by hand)" >&2
+  exit 2
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [[ -z "$magi" ]]; then
+  # Optimized (the search times printed are then meaningful); copied, since bazel-bin
+  # follows the configuration of the last build.
+  tools/bazel build --config=opt //magi/tools:magi >&2
+  cp bazel-bin/magi/tools/magi "$tmp/magi"
+  magi="$tmp/magi"
+fi
+
+# The frontier text table (magi plan --frontier) as a markdown table without the search-time
+# column: budget_GB step_ms exposed_ms peak_GB recomputed search_s pipeline.
+frontier_markdown() {
+  echo "| budget (GB) | step (ms) | exposed comm. (ms) | peak (GB) | recomputed nodes | plan |"
+  echo "| ---: | ---: | ---: | ---: | ---: | --- |"
+  awk '/^ *budget_GB/ {on = 1; next}
+       on && /nothing fits/ {sub(/^ +/, ""); b = $1; sub(/^[^(]*\(nothing fits: /, ""); sub(/\)$/, "");
+                             printf "| %s | - | - | - | - | nothing fits: %s |\n", b, $0; next}
+       on && NF >= 7 {printf "| %s | %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, $5, $7}
+       on && NF < 7 {on = 0}' "$1"
+}
+
+# Replaces (or, with --check, compares) the block NAME of $docs with file $2.
+update_block() {
+  local name=$1 body=$2
+  if ! grep -q "^<!-- table $name:" "$docs"; then
+    echo "docs_tables.sh: $docs has no '<!-- table $name: ... -->' block" >&2
+    exit 1
+  fi
+  awk -v name="$name" -v body="$body" '
+    $0 ~ "^<!-- table " name ":" {print; while ((getline line < body) > 0) print line; skip = 1; next}
+    $0 == "<!-- end table " name " -->" {skip = 0}
+    !skip {print}' "$docs" > "$tmp/doc.md"
+  if [[ $check -eq 1 ]]; then
+    if ! diff -u "$docs" "$tmp/doc.md"; then
+      echo "docs_tables.sh: table '$name' in $docs is stale; re-run tools/docs_tables.sh --quick" >&2
+      exit 1
+    fi
+    echo "table '$name' is current"
+  else
+    cp "$tmp/doc.md" "$tmp/doc.new" && mv "$tmp/doc.new" "$docs"
+    echo "wrote table '$name' into $docs"
+  fi
+}
+
+# 1. The 4-layer version of the 8B step (a checked-in fixture): cheap, checked by a test.
+STEP4=magi/passes/testdata/step8b_4layers.mir
+"$magi" plan "$STEP4" --frontier=9,9.2,9.3,9.4,9.6,9.8,10,10.5,11 --threads=2 > "$tmp/four.txt"
+cat "$tmp/four.txt"
+frontier_markdown "$tmp/four.txt" > "$tmp/four.md"
+update_block search-frontier-4layers "$tmp/four.md"
+[[ $quick -eq 1 ]] && exit 0
+
+# 2. The exhaustive comparison on the 4-layer step (prints timings; the table keeps the gap).
+"$magi" plan "$STEP4" --frontier=9,9.2,9.3,9.4,9.6,9.8,10,10.5,11 --exhaustive=true > "$tmp/exhaustive.txt"
+cat "$tmp/exhaustive.txt"
+{
+  echo "| budget (GB) | search (ms) | exhaustive (ms) | search vs exhaustive | exhaustive best |"
+  echo "| ---: | ---: | ---: | ---: | --- |"
+  awk '/^exhaustive search over/ {on = 1; next} on && /^ *budget_GB/ {next}
+       on && NF >= 6 {printf "| %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, $6}' "$tmp/exhaustive.txt"
+} > "$tmp/exhaustive.md"
+update_block search-exhaustive-4layers "$tmp/exhaustive.md"
+
+# 3. The 32-layer 8B step: captured with LibTorch, then searched by the LibTorch-free tool.
+# Capture is done once and is not what is measured: the default (fastbuild) binary will do.
+tools/bazel build //magi/benchmarks:dump_step_8b >&2
+bazel-bin/magi/benchmarks/dump_step_8b --layers=32 --o="$tmp/step8b.mir" >&2
+"$magi" plan "$tmp/step8b.mir" --frontier=38,38.5,39,39.6,40,41,42,43,45,50,80 --svg="$tmp/frontier.svg" > "$tmp/eight.txt"
+cat "$tmp/eight.txt"
+frontier_markdown "$tmp/eight.txt" > "$tmp/eight.md"
+update_block search-frontier-8b "$tmp/eight.md"
+cp "$tmp/frontier.svg" docs/search_frontier_8b.svg.tmp && mv docs/search_frontier_8b.svg.tmp docs/search_frontier_8b.svg
+echo "wrote docs/search_frontier_8b.svg"
