@@ -4,9 +4,10 @@
 //   tools/bazel run //examples:train
 //   tools/bazel run //examples:generate -- --prompt="Sonnet 7" --length=300
 //
-// It runs on as many local processes as the checkpoint has shards (--world_size, as for
-// train), loads each rank's shards from --checkpoint_dir and decodes greedily (or samples
-// with --temperature > 0): every step runs the captured forward on the last --seq_len bytes.
+// It runs on --world_size local processes (any number: each rank rebuilds its shards from
+// the newest committed step in --checkpoint_dir, whatever world size trained it) and
+// decodes greedily (or samples with --temperature > 0): every step runs the captured
+// forward on the last --seq_len bytes.
 //
 // Several prompts (--prompts_file, one per line, "\n" for a newline) decode together,
 // --batch_size sequences per forward (the last batch is padded with repeats of its last
@@ -42,12 +43,13 @@
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 
-ABSL_FLAG(int, world_size, 2, "Processes: the number of shards in the checkpoint");
+ABSL_FLAG(int, world_size, 2, "Processes (any number: the checkpoint's shards are rebuilt for them)");
 ABSL_FLAG(std::string, model, "tiny",
           "The --model the checkpoint was trained with: tiny, small, or 1b (the 1b shape with a byte vocabulary, "
           "random weights only: for throughput)");
 ABSL_FLAG(std::string, checkpoint_dir, "/tmp/magi_train/checkpoint",
-          "Where examples:train wrote rank<r>.pt; empty: random weights (seeded by --init_seed)");
+          "Where examples:train wrote its checkpoint: the newest committed step-<N>/ is read; empty: random weights "
+          "(seeded by --init_seed)");
 ABSL_FLAG(int, init_seed, 0, "Seed of the random weights when --checkpoint_dir is empty");
 ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo) or cuda (NCCL; needs a --config=cuda build)");
 ABSL_FLAG(std::string, dtype, "f32", "f32 or bf16 (weights and compute)");
@@ -159,7 +161,7 @@ int Generate(const magi::DistributedEnv& env) {
   auto inference = magi::FsdpInference::Create(*model, forward, {example}, *communicator, inference_options);
   if (!inference.ok()) return Fail(rank, inference.status().message());
   if (!checkpoint_dir.empty()) {
-    absl::Status loaded = (*inference)->LoadShardsFromCheckpoint(absl::StrCat(checkpoint_dir, "/rank", rank, ".pt"));
+    absl::Status loaded = (*inference)->LoadShardsFromCheckpoint(checkpoint_dir);
     if (!loaded.ok()) return Fail(rank, loaded.message());
   }
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup_forwards); ++i) {

@@ -9,7 +9,9 @@
 // all-gathers, forward, loss, backward, reduce-scatters and AdamW of this rank (see
 // magi/frontend/fsdp). Rank 0 shows a progress line and writes, under --out_dir,
 // loss.csv, loss.svg, summary.json (also --summary_json) and, with every rank, a
-// sharded checkpoint (checkpoint/rank<r>.pt, written atomically).
+// sharded checkpoint: checkpoint/step-<N>/ with one file per rank and a manifest that
+// commits the step once every rank's file is on disk (--checkpoint_every, --keep_checkpoints).
+// --resume continues from the newest committed step, at any --world_size (resharded).
 //
 // --deterministic (docs/deterministic.md): bitwise-identical losses and parameters run
 // after run on the same hardware kind and world size. The process settings are applied
@@ -25,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -107,7 +110,11 @@ ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summar
 ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
 ABSL_FLAG(int, seed, 0, "Seed of the initial weights and of the batches");
 ABSL_FLAG(bool, checkpoint, true, "Write the sharded checkpoint at the end (benchmarks turn it off: 11 GB at 1b)");
-ABSL_FLAG(bool, resume, false, "Continue from the checkpoint in --out_dir (same world size and model)");
+ABSL_FLAG(int, checkpoint_every, 0, "Also commit a checkpoint every N steps (0: only at the end)");
+ABSL_FLAG(int, keep_checkpoints, 2, "Committed checkpoint steps to keep, the newest (0: all)");
+ABSL_FLAG(bool, resume, false,
+          "Continue from the newest committed checkpoint step in --out_dir/checkpoint (same model, dtype, seq_len and "
+          "seed; any world size: shards are rebuilt for this one)");
 ABSL_FLAG(int, timeout_s, 120, "Collective timeout: a dead or hung rank fails the run after this");
 ABSL_FLAG(double, budget_gb, 0,
           "Memory budget per rank in GB: the strategy search picks bucketing, prefetch, resharding and recompute so "
@@ -213,6 +220,20 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   const std::string dtype_flag = absl::GetFlag(FLAGS_dtype);
   if (dtype_flag != "f32" && dtype_flag != "bf16") return Fail(rank, "--dtype must be f32 or bf16");
   const bool bf16 = dtype_flag == "bf16";
+  // Checkpoint flags, before anything is built. A run that does not resume never writes
+  // into another run's checkpoints: its steps would interleave with theirs.
+  if (absl::GetFlag(FLAGS_keep_checkpoints) < 0) return Fail(rank, "--keep_checkpoints must be >= 0 (0 keeps all)");
+  if (absl::GetFlag(FLAGS_checkpoint_every) < 0) return Fail(rank, "--checkpoint_every must be >= 0 (0: at the end)");
+  if (absl::GetFlag(FLAGS_checkpoint) && !absl::GetFlag(FLAGS_resume)) {
+    const std::string dir = absl::GetFlag(FLAGS_out_dir) + "/checkpoint";
+    absl::StatusOr<std::optional<magi::CommittedStep>> earlier = magi::FindNewestCommittedStep(dir);
+    if (!earlier.ok()) return Fail(rank, earlier.status().message());
+    if (earlier->has_value()) {
+      return Fail(rank, absl::StrCat((*earlier)->dir, " is a committed checkpoint of an earlier run (step ",
+                                     (*earlier)->manifest.step(), "): pass --resume to continue it, or another ",
+                                     "--out_dir (or remove ", dir, ") to start anew"));
+    }
+  }
 
   // The training text (tiny, small): byte windows of it are the batches.
   at::Tensor corpus, corpus_on_device;
@@ -427,14 +448,32 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
 
   const int steps = absl::GetFlag(FLAGS_steps);
   std::string checkpoint_dir = absl::GetFlag(FLAGS_out_dir) + "/checkpoint";
+  // What a resumed run must share with the run that saved (the world size may differ).
+  magi::CheckpointOptions checkpoint_options;
+  checkpoint_options.keep_last = absl::GetFlag(FLAGS_keep_checkpoints);
+  checkpoint_options.config = absl::StrFormat("model=%s dtype=%s seq_len=%d seed=%d data=%s", model_flag, dtype_flag,
+                                              seq, absl::GetFlag(FLAGS_seed),
+                                              random_tokens ? "random" : "text");
   int first_step = 0;
+  int64_t committed_step = -1;  // the step of the newest committed checkpoint this run knows of
   if (absl::GetFlag(FLAGS_resume)) {
-    absl::Status loaded = (*trainer)->LoadCheckpoint(absl::StrCat(checkpoint_dir, "/rank", rank, ".pt"));
+    if (check_eager) return Fail(rank, "--check_eager cannot be combined with --resume");
+    absl::Status loaded = (*trainer)->LoadCheckpoint(checkpoint_dir, checkpoint_options.config);
     if (!loaded.ok()) return Fail(rank, loaded.message());
     first_step = static_cast<int>((*trainer)->steps_taken());
-    if (check_eager) return Fail(rank, "--check_eager cannot be combined with --resume");
-    if (rank == 0) std::fprintf(stderr, "magi: resumed from %s at step %d\n", checkpoint_dir.c_str(), first_step);
+    committed_step = first_step;
+    if (rank == 0) {
+      std::fprintf(stderr, "magi: resumed from %s/%s at step %d\n", checkpoint_dir.c_str(),
+                   magi::StepFolderName(first_step).c_str(), first_step);
+    }
   }
+  // Commits the trainer's current step (collective: every rank calls it at the same step).
+  auto save = [&]() -> absl::Status {
+    if ((*trainer)->steps_taken() == committed_step) return absl::OkStatus();  // nothing new
+    absl::Status saved = (*trainer)->SaveCheckpoint(checkpoint_dir, checkpoint_options);
+    if (saved.ok()) committed_step = (*trainer)->steps_taken();
+    return saved;
+  };
   std::vector<std::pair<int, double>> curve;
   std::vector<double> step_losses;  // the mean loss of every step run here, for --dump_dir
   int64_t peak_bytes = 0;
@@ -445,7 +484,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   double host_seconds_sum = 0;  // host time issuing those steps
   int timed_steps = 0;
   int64_t allocator_peak_bytes = -1;  // CUDA builds on a GPU only
-  const int warmup_steps = std::max(0, absl::GetFlag(FLAGS_untimed_steps));
+  const int untimed_steps = std::max(0, absl::GetFlag(FLAGS_untimed_steps));
   for (int step = first_step; step < steps; ++step) {
     std::vector<at::Tensor> local_batch = batch(step);
     const double step_lr = (*trainer)->next_learning_rate();
@@ -474,7 +513,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       allocator_peak_bytes = std::max<int64_t>(allocator_peak_bytes, stats.allocated_bytes[0].peak);
     }
 #endif
-    if (step >= first_step + warmup_steps) {
+    if (step >= first_step + untimed_steps) {
       step_seconds_sum += step_seconds;
       host_seconds_sum += run.host_seconds;
       ++timed_steps;
@@ -509,6 +548,11 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     final_loss = loss;
     step_losses.push_back(loss);
     curve.emplace_back(step + 1, loss);
+    const int every = absl::GetFlag(FLAGS_checkpoint_every);
+    if (absl::GetFlag(FLAGS_checkpoint) && every > 0 && (step + 1) % every == 0 && step + 1 < steps) {
+      absl::Status saved = save();
+      if (!saved.ok()) return Fail(rank, saved.message());
+    }
     if (rank == 0) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       int done = step + 1 - first_step;
@@ -544,13 +588,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     }
   }
 
-  // Sharded checkpoint: every rank its own shards, moments and step (temp file + rename).
+  // The last step, committed: every rank's shards, moments and state, then the manifest.
   std::string out_dir = absl::GetFlag(FLAGS_out_dir);
   if (absl::GetFlag(FLAGS_checkpoint)) {
-    std::error_code error;
-    std::filesystem::create_directories(checkpoint_dir, error);
-    if (error) return Fail(rank, absl::StrCat("cannot create ", checkpoint_dir, ": ", error.message()));
-    absl::Status saved = (*trainer)->SaveCheckpoint(absl::StrCat(checkpoint_dir, "/rank", rank, ".pt"));
+    absl::Status saved = save();
     if (!saved.ok()) return Fail(rank, saved.message());
   }
   if (rank == 0) {

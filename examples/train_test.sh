@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs examples:train as a user would (2 local processes, a few steps) and checks what it
-# promises: a falling loss, the summary JSON fields, the loss curve files, one checkpoint
-# shard per rank, and a clear error for a bad flag.
+# promises: a falling loss, the summary JSON fields, the loss curve files, a committed
+# checkpoint step with one file per rank, a clear error for a bad flag, bitwise resume,
+# resume at other world sizes and inference. checkpoint_kill_test.sh kills runs while they save.
 set -euo pipefail
 out="${TEST_TMPDIR:-$(mktemp -d)}/train"
 examples/train --steps=12 --world_size=2 --out_dir="$out" --summary_json="$out/summary_copy.json"
-for f in loss.csv loss.svg summary.json summary_copy.json checkpoint/rank0.pt checkpoint/rank1.pt; do
+for f in loss.csv loss.svg summary.json summary_copy.json checkpoint/step-00000012/manifest.json \
+         checkpoint/step-00000012/rank0.pt checkpoint/step-00000012/rank1.pt; do
   [[ -s "$out/$f" ]] || { echo "missing $out/$f"; exit 1; }
 done
 python3 - "$out/summary.json" <<'PY'
@@ -27,22 +29,52 @@ grep -q "unknown --model=huge (tiny, small or 1b)" "$out/err.txt"
 # A run resumed from its checkpoint continues bitwise: 3 + 3 steps == 6 steps.
 examples/train --steps=6 --world_size=2 --out_dir="$out/straight"
 examples/train --steps=3 --world_size=2 --out_dir="$out/resumed"
+cp -r "$out/resumed" "$out/on1"
+cp -r "$out/resumed" "$out/on4"
 examples/train --steps=6 --world_size=2 --out_dir="$out/resumed" --resume
-cmp "$out/straight/checkpoint/rank0.pt" "$out/resumed/checkpoint/rank0.pt"
-cmp "$out/straight/checkpoint/rank1.pt" "$out/resumed/checkpoint/rank1.pt"
-[[ "$(tail -n 1 "$out/straight/loss.csv")" == "$(tail -n 1 "$out/resumed/loss.csv")" ]]
-if examples/train --steps=6 --world_size=1 --out_dir="$out/resumed" --resume 2> "$out/err2.txt"; then
-  echo "resuming a 2-rank checkpoint on 1 rank should fail"; exit 1
+for f in rank0.pt rank1.pt manifest.json; do
+  cmp "$out/straight/checkpoint/step-00000006/$f" "$out/resumed/checkpoint/step-00000006/$f"
+done
+[[ "$(tail -n 1 "$out/straight/loss.csv")" == "$(tail -n 1 "$out/resumed/loss.csv")" ]] \
+  || { echo "last losses differ: $(tail -n 1 "$out/straight/loss.csv") vs $(tail -n 1 "$out/resumed/loss.csv")"; exit 1; }
+# Another world size resumes the same run (issue 16): the step-3 checkpoint of 2 ranks,
+# resharded for 1 and for 4 ranks, with the same global batch (16 sequences), gives the
+# losses of the uninterrupted run within fp32 rounding (the gradient sums run in another order).
+examples/train --steps=6 --world_size=1 --batch_size=16 --out_dir="$out/on1" --resume 2> "$out/on1.txt" \
+  || { cat "$out/on1.txt"; exit 1; }
+grep -q "resumed from $out/on1/checkpoint/step-00000003 at step 3" "$out/on1.txt" || { cat "$out/on1.txt"; exit 1; }
+examples/train --steps=6 --world_size=4 --batch_size=4 --out_dir="$out/on4" --resume
+python3 - "$out/straight/summary.json" "$out/on1/summary.json" "$out/on4/summary.json" <<'PY'
+import json, sys
+straight = json.load(open(sys.argv[1]))["losses"][3:]
+for path in sys.argv[2:]:
+    s = json.load(open(path))
+    assert len(s["losses"]) == 3, s
+    for a, b in zip(s["losses"], straight):
+        assert abs(a - b) <= 1e-5 * abs(b), (path, s["losses"], straight)
+    print("resharded resume ok:", s["world_size"], "ranks", s["losses"], "vs", straight)
+PY
+# Another model or another run configuration is refused, naming what differs.
+if examples/train --steps=7 --world_size=2 --model=small --out_dir="$out/resumed" --resume 2> "$out/err2.txt"; then
+  echo "resuming with another model should fail"; exit 1
 fi
-grep -q "does not match this run's shard" "$out/err2.txt"
-# The inference example continues a prompt with the trained shards (full-graph inference path).
+grep -q "was written by the run configuration 'model=tiny dtype=f32 seq_len=64 seed=0 data=text'; this run is 'model=small" "$out/err2.txt"
+if examples/train --steps=7 --world_size=2 --seed=3 --out_dir="$out/resumed" --resume 2> "$out/err2.txt"; then
+  echo "resuming with another seed should fail"; exit 1
+fi
+grep -q "this run is 'model=tiny dtype=f32 seq_len=64 seed=3 data=text'" "$out/err2.txt"
+
+# The inference example continues a prompt with the trained shards (full-graph inference
+# path), on 2 ranks and, resharded, on 1: the same text.
 examples/generate --world_size=2 --checkpoint_dir="$out/straight/checkpoint" --length=40 --prompt="Sonnet" > "$out/gen.txt"
 [[ $(wc -c < "$out/gen.txt") -ge 46 ]] || { echo "generated too little: $(cat "$out/gen.txt")"; exit 1; }
 head -c 6 "$out/gen.txt" | grep -q "^Sonnet"
-if examples/generate --world_size=1 --checkpoint_dir="$out/straight/checkpoint" --length=5 2> "$out/err3.txt"; then
-  echo "a 2-shard checkpoint on 1 rank should fail"; exit 1
+examples/generate --world_size=1 --checkpoint_dir="$out/straight/checkpoint" --length=40 --prompt="Sonnet" > "$out/gen1.txt"
+cmp "$out/gen.txt" "$out/gen1.txt"
+if examples/generate --world_size=1 --checkpoint_dir="$out/nothing" --length=5 2> "$out/err3.txt"; then
+  echo "generating without a checkpoint should fail"; exit 1
 fi
-grep -q "does not match this run's shard" "$out/err3.txt"
+grep -q "no committed checkpoint under $out/nothing" "$out/err3.txt"
 # Without a checkpoint the output folder (nested, new) is still made and written.
 examples/train --steps=2 --world_size=1 --checkpoint=false --out_dir="$out/new/nested" > /dev/null
 [[ -s "$out/new/nested/summary.json" && ! -e "$out/new/nested/checkpoint" ]]

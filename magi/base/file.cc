@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "magi/base/crash_points.h"
 
 namespace magi {
 namespace {
@@ -50,6 +51,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path) {
   std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
+  CrashPoint(absl::StrCat("create ", temp));
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "cannot create", temp);
   return AtomicFileWriter(path, temp, fd);
@@ -73,6 +75,7 @@ absl::Status AtomicFileWriter::Append(absl::string_view data) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("the writer of ", path_, " is closed"));
   const char* next = data.data();
   size_t left = data.size();
+  CrashPoint(absl::StrCat("write ", data.size(), " bytes to ", temp_));
   while (left > 0) {
     ssize_t n = ::write(fd_, next, left);
     if (n < 0) {
@@ -89,6 +92,7 @@ absl::Status AtomicFileWriter::Append(absl::string_view data) {
 
 absl::Status AtomicFileWriter::Commit() {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("the writer of ", path_, " is closed"));
+  CrashPoint(absl::StrCat("fsync ", temp_));
   if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
     int error = errno;
     fd_ = -1;
@@ -96,11 +100,27 @@ absl::Status AtomicFileWriter::Commit() {
     return ErrnoStatus(error, "cannot flush", temp_);
   }
   fd_ = -1;
+  CrashPoint(absl::StrCat("rename ", temp_, " -> ", path_));
   if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     int error = errno;
     ::unlink(temp_.c_str());
     return ErrnoStatus(error, "cannot rename onto", path_);
   }
+  // The rename is durable once the folder's entries are.
+  size_t slash = path_.rfind('/');
+  return SyncDirectory(slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash)));
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  CrashPoint(absl::StrCat("fsync folder ", dir));
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open folder", dir);
+  if (::fsync(fd) != 0) {
+    int error = errno;
+    ::close(fd);
+    return ErrnoStatus(error, "cannot flush folder", dir);
+  }
+  ::close(fd);
   return absl::OkStatus();
 }
 

@@ -17,7 +17,8 @@ namespace magi {
 // The contents of `path`; NotFound / PermissionDenied / Internal naming the path and errno text.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
-// Replaces `path` with `contents` atomically (temp file + fsync + rename).
+// Replaces `path` with `contents` atomically (temp file + fsync + rename + fsync of
+// the folder).
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 
 // The streaming form, for files too large to hold in memory at once:
@@ -27,7 +28,13 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 //   MAGI_RETURN_IF_ERROR(out->Commit());       // fsync + rename: `path` appears whole
 //
 // A writer destroyed before Commit (an error, an early return) removes its temporary
-// file and leaves `path` as it was.
+// file and leaves `path` as it was. The temporary is `path`.tmp.<pid>: a process killed
+// while writing leaves it behind, and whoever owns the folder may remove such files
+// once no writer runs. Each step is a crash point (magi/base/crash_points.h).
+// Flushes the entries of folder `dir` (files created, renamed or removed in it) to disk:
+// until then a power loss may undo a rename. A crash point.
+absl::Status SyncDirectory(const std::string& dir);
+
 class AtomicFileWriter {
  public:
   static absl::StatusOr<AtomicFileWriter> Open(const std::string& path);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -413,23 +414,10 @@ absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& 
   }
 
   for (const Tried& t : tried) plan.candidates.push_back(ToCandidate(t, budget, model));
-  const Tried& best = tried[current];
-  if (!best.evaluation.fits) {
-    int64_t smallest = INT64_MAX;
-    for (const Tried& t : tried) {
-      if (t.evaluation.status.ok() && !t.evaluation.pruned) smallest = std::min(smallest, t.evaluation.reachable_peak());
-    }
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "no strategy fits %d bytes per rank: the smallest predicted peak is %d bytes (graph as given: %d)", budget,
-        smallest, baseline.peak_bytes));
-  }
-  plan.chosen = plan.candidates[current];
-  plan.pipeline = plan.chosen.pipeline;
-  if (chosen_knobs != nullptr) *chosen_knobs = tried[current].knobs;
-  if (materialize) {
-    // The chosen text, run for real on a fresh copy: what the caller compiles.
-    std::unique_ptr<Module> optimized = CloneModule(module);
-    MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(plan.pipeline));
+  // A pipeline's text run for real on a fresh copy, and the copy's prediction.
+  auto apply = [&](const std::string& text) -> absl::StatusOr<std::pair<std::unique_ptr<Module>, SimulationResult>> {
+    std::unique_ptr<Module> copy = CloneModule(module);
+    MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(text));
     PassManager manager(/*verify_each=*/false);
     MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline, [&model](const PassSpec& spec)
                                                            -> absl::StatusOr<std::unique_ptr<Pass>> {
@@ -437,8 +425,47 @@ absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& 
       MAGI_ASSIGN_OR_RETURN(std::unique_ptr<AutoRecompute> pass, MakeAutoRecompute(spec.options, model));
       return std::unique_ptr<Pass>(std::move(pass));
     }));
-    MAGI_RETURN_IF_ERROR(manager.Run(*optimized).status());
-    MAGI_ASSIGN_OR_RETURN(SimulationResult applied, Simulate(*optimized->FindGraph(graph.name()), model));
+    MAGI_RETURN_IF_ERROR(manager.Run(*copy).status());
+    MAGI_ASSIGN_OR_RETURN(SimulationResult simulated, Simulate(*copy->FindGraph(graph.name()), model));
+    return std::make_pair(std::move(copy), std::move(simulated));
+  };
+  const Tried& best = tried[current];
+  if (!best.evaluation.fits) {
+    // The plan that came closest: the least peak over the settings tried, where recompute
+    // could not fit rebuilt with every activation recomputed (a budget of exactly its
+    // floor), so the figure and the pipeline named are ones a real pipeline reaches.
+    const Tried* closest = nullptr;
+    for (const Tried& t : tried) {
+      if (!t.evaluation.status.ok() || t.evaluation.pruned) continue;
+      if (closest == nullptr || t.evaluation.reachable_peak() < closest->evaluation.reachable_peak()) closest = &t;
+    }
+    if (closest == nullptr) return absl::InternalError("the strategy search evaluated no setting");
+    const PlanEvaluation& e = closest->evaluation;
+    std::string text = e.pipeline;
+    if (e.peak_floor > 0) {
+      absl::StrAppend(&text, text.empty() ? "" : ",", RecomputeSpec(e.peak_floor, model));
+    } else if (e.recomputed) {
+      absl::StrAppend(&text, text.empty() ? "" : ",", RecomputeSpec(budget, model));
+    }
+    SimulationResult reached = e.prediction;
+    if (!text.empty()) {
+      MAGI_ASSIGN_OR_RETURN(auto applied, apply(text));
+      reached = std::move(applied.second);
+    }
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "no strategy fits %d bytes per rank: the smallest predicted peak the search reached is %d bytes (%.6f MB), "
+        "with %s (graph as given: %d bytes)",
+        budget, reached.peak_bytes, reached.peak_bytes / 1e6, text.empty() ? "the graph as given" : text,
+        baseline.peak_bytes));
+  }
+  plan.chosen = plan.candidates[current];
+  plan.pipeline = plan.chosen.pipeline;
+  if (chosen_knobs != nullptr) *chosen_knobs = tried[current].knobs;
+  if (materialize) {
+    // The chosen text, run for real on a fresh copy: what the caller compiles.
+    MAGI_ASSIGN_OR_RETURN(auto result, apply(plan.pipeline));
+    std::unique_ptr<Module> optimized = std::move(result.first);
+    SimulationResult applied = std::move(result.second);
     if (applied.step_seconds != plan.chosen.prediction.step_seconds ||
         applied.peak_bytes != plan.chosen.prediction.peak_bytes) {
       return absl::InternalError(absl::StrFormat(

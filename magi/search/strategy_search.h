@@ -94,7 +94,9 @@ struct StrategyPlan {
 };
 
 // Searches over `graph_name` of `module` (unchanged). FailedPrecondition if no
-// candidate fits the budget, naming the smallest peak reached.
+// candidate fits the budget, naming the smallest peak a pipeline of the search reaches
+// (with every activation recomputed, where recompute applies) and that pipeline: a
+// budget of that many bytes is met, one byte less is not.
 absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name, const CostModel& model,
                                             const SearchOptions& options = {});
 

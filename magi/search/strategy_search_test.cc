@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
+#include "absl/strings/str_cat.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
@@ -127,6 +128,43 @@ TEST(StrategySearchTest, ImpossibleBudgetIsAClearError) {
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(plan.status().message().find("no strategy fits 100000 bytes"), std::string::npos) << plan.status();
   EXPECT_EQ(SearchStrategy(*module, "nope", H200()).status().code(), absl::StatusCode::kNotFound);
+}
+
+// The error names the least peak the search can reach and the pipeline that reaches it
+// (issue 14, item 5: it used to name the least peak before recompute, while budgets far
+// below that figure were met).
+TEST(StrategySearchTest, ImpossibleBudgetNamesTheLeastPeakAPipelineReaches) {
+  auto module = LoadTestdata("llama4_fsdp_step.mir");
+  ASSERT_NE(module, nullptr);
+  auto plan = SearchStrategy(*module, "train_step", H200(), SmallSpace(100000));
+  ASSERT_FALSE(plan.ok());
+  const std::string message(plan.status().message());
+  const std::string lead = "the smallest predicted peak the search reached is ";
+  size_t at = message.find(lead);
+  ASSERT_NE(at, std::string::npos) << message;
+  int64_t reached = std::stoll(message.substr(at + lead.size()));
+  size_t with = message.find(", with ", at);
+  size_t given = message.find(" (graph as given: ", at);
+  ASSERT_TRUE(with != std::string::npos && given != std::string::npos) << message;
+  const std::string pipeline = message.substr(with + 7, given - with - 7);
+  EXPECT_NE(pipeline.find("auto-recompute{"), std::string::npos) << message;
+  absl::StatusOr<SimulationResult> as_given = Simulate(*module->FindGraph("train_step"), H200());
+  ASSERT_TRUE(as_given.ok());
+  EXPECT_LT(reached, as_given->peak_bytes);
+  // That pipeline really reaches that peak...
+  std::unique_ptr<Module> copy = CloneModule(*module);
+  ASSERT_TRUE(RunPassPipeline(pipeline, *copy).ok()) << pipeline;
+  absl::StatusOr<SimulationResult> simulated = Simulate(*copy->FindGraph("train_step"), H200());
+  ASSERT_TRUE(simulated.ok());
+  EXPECT_EQ(simulated->peak_bytes, reached);
+  // ... a budget of exactly that figure is met, and one byte less is not.
+  auto at_figure = SearchStrategy(*module, "train_step", H200(), SmallSpace(reached));
+  ASSERT_TRUE(at_figure.ok()) << at_figure.status();
+  EXPECT_LE(at_figure->chosen.prediction.peak_bytes, reached);
+  auto below = SearchStrategy(*module, "train_step", H200(), SmallSpace(reached - 1));
+  ASSERT_FALSE(below.ok());
+  EXPECT_NE(below.status().message().find(absl::StrCat("reached is ", reached, " bytes")), std::string::npos)
+      << below.status();
 }
 
 TEST(StrategySearchTest, FrontierHasAPlanPerBudgetAndNoTimeGoesDownAsMemoryShrinks) {

@@ -261,9 +261,11 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
 }
 
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
-                                                     torch::jit::Stack& stack) {
+                                                     torch::jit::Stack& stack,
+                                                     const std::function<void(torch::jit::Stack&)>& before_call) {
   stack.clear();
   PushArguments(plan, slots, stack);
+  if (before_call) before_call(stack);
   try {
     plan.op->callBoxed(&stack);
   } catch (const c10::Error& error) {

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,8 +85,11 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
 
 // Runs `plan`'s operator (kOp) on its arguments read from `slots`, using `stack` as
 // scratch; returns the result tensors, or Internal naming the node on a LibTorch error.
+// `before_call`, when given, may replace arguments on the stack first (the interpreter
+// hands an op that writes its operands copies of the caller's input tensors).
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
-                                                     torch::jit::Stack& stack);
+                                                     torch::jit::Stack& stack,
+                                                     const std::function<void(torch::jit::Stack&)>& before_call = {});
 
 // The defined tensors among a kernel's returns, in order (as capture records them).
 std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack);

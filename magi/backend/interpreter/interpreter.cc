@@ -5,7 +5,9 @@
 #include <chrono>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/backend/common/step_plan.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/status_macros.h"
@@ -27,6 +29,10 @@ class InterpreterExecutable : public TorchExecutable {
                                                                       const CompileContext& context) {
     auto exe = std::unique_ptr<InterpreterExecutable>(new InterpreterExecutable());
     MAGI_ASSIGN_OR_RETURN(exe->step_, BuildStepPlan(graph));
+    for (const NodePlan& plan : exe->step_.nodes) {
+      exe->writes_operands_.push_back(plan.kind == NodePlan::Kind::kOp &&
+                                      GetOpTraits(plan.node->op()).side_effects);
+    }
     for (const std::string& callee : exe->step_.callees) {
       auto it = context.callees.find(callee);
       if (it == context.callees.end()) {
@@ -80,7 +86,14 @@ class InterpreterExecutable : public TorchExecutable {
     live_bytes_ = 0;
     storage_refs_.clear();
     slots_.assign(step_.num_slots, at::Tensor());
-    for (size_t i = 0; i < inputs.size(); ++i) Hold(step_.input_slots[i], inputs[i]);
+    input_storages_.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Hold(step_.input_slots[i], inputs[i]);
+      if (inputs[i].defined() && inputs[i].has_storage()) {
+        input_storages_.insert(inputs[i].storage().unsafeGetStorageImpl());
+      }
+    }
+    // Donated inputs are still protected: the caller may keep other references (a trainer's buffers).
     if (donated) inputs.clear();
     donated_ = donated;
     if (step_.rng_slot >= 0) MAGI_RETURN_IF_ERROR(SetGeneratorState(step_, slots_[step_.rng_slot]));
@@ -105,7 +118,10 @@ class InterpreterExecutable : public TorchExecutable {
           MAGI_RETURN_IF_ERROR(RunAdamW(plan));
           break;
         case NodePlan::Kind::kOp: {
-          absl::StatusOr<std::vector<at::Tensor>> results = CallOperator(plan, slots_, stack);
+          absl::StatusOr<std::vector<at::Tensor>> results =
+              writes_operands_[index]
+                  ? CallOperator(plan, slots_, stack, [this](torch::jit::Stack& args) { ProtectInputs(args); })
+                  : CallOperator(plan, slots_, stack);
           if (!results.ok()) return results.status();
           MAGI_RETURN_IF_ERROR(TakeResults(plan, *results));
           break;
@@ -129,6 +145,30 @@ class InterpreterExecutable : public TorchExecutable {
   }
 
   InterpreterExecutable() = default;
+
+  // An op that writes its operands (batch norm's running statistics, an in-place op in a
+  // hand-written graph) gets copies of those that share memory with a bound input: the
+  // caller's tensors are inputs, never outputs, and IR values do not change.
+  void ProtectInputs(torch::jit::Stack& stack) const {
+    auto shared = [&](const at::Tensor& t) {
+      return t.defined() && t.has_storage() && input_storages_.contains(t.storage().unsafeGetStorageImpl());
+    };
+    for (c10::IValue& value : stack) {
+      if (value.isTensor()) {
+        if (shared(value.toTensor())) value = value.toTensor().clone();
+      } else if (value.isTensorList()) {
+        std::vector<at::Tensor> tensors = value.toTensorVector();
+        bool any = false;
+        for (at::Tensor& t : tensors) {
+          if (shared(t)) {
+            t = t.clone();
+            any = true;
+          }
+        }
+        if (any) value = c10::IValue(c10::List<at::Tensor>(tensors));
+      }
+    }
+  }
 
   std::vector<at::Tensor> Operands(const NodePlan& plan) const {
     std::vector<at::Tensor> operands;
@@ -232,6 +272,8 @@ class InterpreterExecutable : public TorchExecutable {
   }
 
   StepPlan step_;
+  std::vector<bool> writes_operands_;  // per node: its op writes operands (op traits: side effects)
+  absl::flat_hash_set<const c10::StorageImpl*> input_storages_;  // of this run's bound inputs
   absl::flat_hash_map<std::string, std::shared_ptr<TorchExecutable>> callees_;
   absl::flat_hash_map<std::string, std::shared_ptr<Communicator>> communicators_;
   std::vector<std::unique_ptr<CollectiveHandle>> handles_;

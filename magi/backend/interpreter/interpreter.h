@@ -6,7 +6,9 @@
 // intermediate right after its last use. CPU and CUDA alike (tensors decide). If the
 // graph has an rng.state input, the default generator of the graph's device is set to
 // it before the first node, so random ops draw what eager mode drew from that state.
-// Peak memory is the most bytes of distinct storages it held at once.
+// Peak memory is the most bytes of distinct storages it held at once. Bound inputs are
+// never written: an op that writes its operands (op traits: side effects) gets copies of
+// those that share memory with an input.
 //
 // Collectives (magi::*_start / wait) run through the Communicator bound to their process
 // group (BindCommunicator): a start enqueues the collective and returns; its wait blocks

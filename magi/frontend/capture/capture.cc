@@ -10,12 +10,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/torch_compat.h"
 #include "magi/frontend/capture/capture_session.h"
 
 namespace magi {
 namespace {
 
 constexpr char kRngInput[] = "rng.state";
+constexpr char kUpdatedSuffix[] = ".updated";
 
 // Restores the module's .grad tensors when capture ends, however it ends.
 class GradientStash {
@@ -34,6 +36,66 @@ class GradientStash {
  private:
   std::vector<at::Tensor> params_;
   std::vector<at::Tensor> grads_;
+};
+
+// Bitwise equality (NaNs included), for checking that capture left a buffer as it was.
+bool SameBits(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  if (a.is_floating_point() && !a.is_complex()) {
+    at::ScalarType as_int = a.element_size() == 8 ? at::kLong : a.element_size() == 4 ? at::kInt : at::kShort;
+    return at::equal(a.contiguous().view(as_int), b.contiguous().view(as_int));
+  }
+  return at::equal(a, b);
+}
+
+// Copies the module's buffers (small: statistics, tables) and the random generator's
+// state when capture starts and puts them back when it ends, however it ends: capture
+// has no side effects on the module. Meta buffers hold no data and are skipped.
+class BufferAndGeneratorGuard {
+ public:
+  BufferAndGeneratorGuard(torch::nn::Module& model, at::Generator generator) : generator_(std::move(generator)) {
+    c10::impl::ExcludeDispatchKeyGuard exclude(compat::kCaptureKey);
+    at::NoGradGuard no_grad;
+    std::set<const c10::TensorImpl*> seen;
+    for (const auto& item : model.named_buffers()) {
+      const at::Tensor& buffer = item.value();
+      if (!buffer.defined() || buffer.is_meta() || !seen.insert(buffer.unsafeGetTensorImpl()).second) continue;
+      buffers_.push_back({item.key(), buffer, buffer.detach().clone()});
+    }
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_state_ = generator_.get_state();
+  }
+  ~BufferAndGeneratorGuard() {
+    c10::impl::ExcludeDispatchKeyGuard exclude(compat::kCaptureKey);
+    at::NoGradGuard no_grad;
+    for (Saved& saved : buffers_) saved.live.detach().copy_(saved.copy);
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(generator_state_);
+  }
+
+  // A buffer that changed although the graph does not return its new value was written
+  // by a kernel that does not declare the write: the graph would silently lose it.
+  absl::Status CheckWritesAreOutputs(const Graph& graph) const {
+    c10::impl::ExcludeDispatchKeyGuard exclude(compat::kCaptureKey);
+    for (const Saved& saved : buffers_) {
+      if (graph.FindOutput(saved.name + kUpdatedSuffix) >= 0 || SameBits(saved.live, saved.copy)) continue;
+      return absl::UnimplementedError(absl::StrCat(
+          "the step changed buffer '", saved.name,
+          "' through an op that does not declare the write, so the graph cannot return its new value "
+          "(Magi knows batch norm's running statistics; report the op)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Saved {
+    std::string name;
+    at::Tensor live;
+    at::Tensor copy;
+  };
+  std::vector<Saved> buffers_;
+  at::Generator generator_;
+  at::Tensor generator_state_;
 };
 
 at::Generator DefaultGenerator(const at::Tensor& like) {
@@ -72,7 +134,7 @@ absl::Status AddMutatedInputOutputs(CaptureSession& session, torch::nn::Module& 
   for (const auto& [name, tensor] : candidates) {
     if (!session.WasMutated(tensor)) continue;
     MAGI_ASSIGN_OR_RETURN(Value * value, session.OutputValueOf(tensor));
-    if (value != graph.FindValue(name)) graph.AddOutput(absl::StrCat("mutated.", name), value);
+    if (value != graph.FindValue(name)) graph.AddOutput(absl::StrCat(name, kUpdatedSuffix), value);
   }
   return absl::OkStatus();
 }
@@ -110,13 +172,17 @@ absl::StatusOr<CapturedGraph> Capture(torch::nn::Module& model, const std::vecto
 
   at::Tensor first = inputs.empty() ? at::Tensor() : inputs[0];
   at::Generator generator = DefaultGenerator(first);
+  BufferAndGeneratorGuard restore_buffers(model, generator);
   at::Tensor rng_state;
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
     rng_state = generator.get_state();
   }
-  MAGI_RETURN_IF_ERROR(RunCaptured(session, [&] { return body(session, *graph); }));
+  absl::Status ran = RunCaptured(session, [&] { return body(session, *graph); });
+  session.RestoreWrittenInputs();  // parameters, buffers and data the step wrote
+  MAGI_RETURN_IF_ERROR(ran);
   MAGI_RETURN_IF_ERROR(AddMutatedInputOutputs(session, model, *graph));
+  MAGI_RETURN_IF_ERROR(restore_buffers.CheckWritesAreOutputs(*graph));
   captured.constants = session.constants();
   captured.recorded_ops = session.recorded_ops();
   if (session.uses_rng()) {

@@ -7,13 +7,22 @@
 //   //   <parameter FQNs> {role = param}, <buffer FQNs> {role = buffer},
 //   //   input.0, input.1, ..., constant.N (lifted), rng.state {role = rng} (if random ops ran)
 //   // and outputs: loss, <parameter FQN>.grad for every parameter that got a gradient,
-//   //   mutated.<input> for every input the step wrote to (e.g. a running-stat buffer).
+//   //   <input>.updated for every parameter or buffer the step wrote to (BatchNorm's
+//   //   running_mean, running_var, num_batches_tracked), as the FX importer names them.
 //
 // The step runs for real while it is recorded (see capture_session.h for what is
 // recorded and how): on real tensors, or on meta tensors when the model was built on
 // the meta device, which allocates nothing (set CaptureOptions::device to the device
 // the graph will run on). Gradients come from the backward pass LibTorch's autograd
-// engine really runs. The module's existing .grad tensors are left as they were.
+// engine really runs.
+//
+// Capture has no side effects: the module's parameters, buffers and .grad tensors, the
+// data inputs and the default generator's state are as they were before the call
+// (inputs the step writes are copied before the write and restored; buffers and the
+// generator state are copied up front). The graph's inputs are never written either:
+// a stateful step returns the new state as <input>.updated, and its caller feeds that
+// into the next step (FsdpTrainer does). A buffer changed by a kernel that does not
+// declare the write is an error (Unimplemented, naming it), not a silent loss.
 #ifndef MAGI_FRONTEND_CAPTURE_CAPTURE_H_
 #define MAGI_FRONTEND_CAPTURE_CAPTURE_H_
 

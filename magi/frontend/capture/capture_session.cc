@@ -33,6 +33,48 @@ void OnBackwardNodeEnd(const at::RecordFunction&, at::ObserverContext*) {
   if (!BackwardSequenceStack().empty()) BackwardSequenceStack().pop_back();
 }
 
+// Arguments that `schema`'s kernel writes without declaring it: batch norm's running
+// statistics in training (native_batch_norm, cudnn_batch_norm and miopen_batch_norm in
+// LibTorch 1.13; 2.x's _native_batch_norm_legit declares them and is functionalized like
+// any in-place op). The FX importer applies the same rule (IsolateRunningStatistics).
+std::vector<size_t> UndeclaredWrites(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  std::vector<size_t> written;
+  if (!GetOpTraits(compat::OpNameOf(schema.operator_name())).side_effects || !MutatedArguments(schema).empty()) {
+    return written;
+  }
+  const auto& arguments = schema.arguments();
+  bool training = false;
+  for (size_t i = 0; i < arguments.size() && i < args.size(); ++i) {
+    if (arguments[i].name() == "training" && args[i].isBool()) training = args[i].toBool();
+  }
+  if (!training) return written;
+  for (size_t i = 0; i < arguments.size() && i < args.size(); ++i) {
+    if ((arguments[i].name() == "running_mean" || arguments[i].name() == "running_var") && args[i].isTensor() &&
+        args[i].toTensor().defined()) {
+      written.push_back(i);
+    }
+  }
+  return written;
+}
+
+// The tensors a call of `schema` with `args` writes: declared (alias '!') or undeclared.
+std::vector<at::Tensor> WrittenTensors(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  std::vector<size_t> indices = MutatedArguments(schema);
+  for (size_t i : UndeclaredWrites(schema, args)) indices.push_back(i);
+  std::vector<at::Tensor> written;
+  for (size_t i : indices) {
+    if (i >= args.size()) continue;
+    if (args[i].isTensor()) {
+      if (args[i].toTensor().defined()) written.push_back(args[i].toTensor());
+    } else if (args[i].isTensorList()) {
+      for (const at::Tensor& t : args[i].toTensorVector()) {
+        if (t.defined()) written.push_back(t);
+      }
+    }
+  }
+  return written;
+}
+
 bool IsFull(const at::Tensor& tensor) {
   return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
          static_cast<size_t>(tensor.numel() * tensor.element_size()) == tensor.storage().nbytes();
@@ -67,7 +109,10 @@ void CaptureSession::Register(const at::Tensor& tensor, Value* value) {
     record.base = value;
     record.geometry = GeometryOf(tensor);
     record.base_is_full = IsFull(tensor);
-    if (value->is_graph_input()) record.input = value;
+    if (value->is_graph_input()) {
+      record.input = value;
+      record.input_tensor = tensor;
+    }
     it = storages_.emplace(storage, std::move(record)).first;
   }
   it->second.aliases.push_back({GeometryOf(tensor), value, it->second.version});
@@ -153,6 +198,27 @@ bool CaptureSession::WasMutated(const at::Tensor& tensor) {
   return it != storages_.end() && it->second.version > 0;
 }
 
+void CaptureSession::SnapshotInputBeforeWrite(const at::Tensor& tensor) {
+  if (!tensor.has_storage()) return;
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it == storages_.end() || !it->second.input_tensor.defined() || it->second.snapshot.defined()) return;
+  // Not recorded: the copy is the capture's own, not the step's.
+  c10::impl::ExcludeDispatchKeyGuard exclude(compat::kCaptureKey);
+  at::NoGradGuard no_grad;
+  it->second.snapshot = it->second.input_tensor.detach().clone();
+}
+
+void CaptureSession::RestoreWrittenInputs() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::impl::ExcludeDispatchKeyGuard exclude(compat::kCaptureKey);
+  at::NoGradGuard no_grad;
+  for (auto& [storage, record] : storages_) {
+    if (!record.snapshot.defined()) continue;
+    record.input_tensor.detach().copy_(record.snapshot);
+    record.snapshot = at::Tensor();
+  }
+}
+
 absl::Status CaptureSession::UpdateAfterMutation(const at::Tensor& tensor, Value* new_value) {
   StorageRecord& storage = storages_.at(tensor.storage().unsafeGetStorageImpl());
   Geometry geometry = GeometryOf(tensor);
@@ -223,9 +289,27 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
     if (compat::ClassifyArgument(argument).kind == compat::ArgKind::kGenerator) uses_rng_ = true;
   }
 
+  // Undeclared writes (batch norm's running statistics): the node writes copies, which
+  // become the statistics' values after it.
+  std::vector<std::pair<at::Tensor, Value*>> copies;
+  for (size_t i : UndeclaredWrites(schema, args)) {
+    const at::Tensor& written = args[i].toTensor();
+    absl::StatusOr<Value*> current = ValueOf(written, /*allow_lift=*/true);
+    if (!current.ok()) return fail(current.status().message());
+    Type type = (*current)->type();
+    Node* copy = AddRecordedNode("aten::clone", {NodeArg(*current), NodeArg(Attribute(NoneAttr{}), "memory_format")},
+                                 {std::move(type)});
+    copies.emplace_back(written, copy->result(0));
+  }
+
   // Arguments, in the (functional) schema's order (the shared ATen-argument converter).
   const Device* meta_device = options_.device_override ? &*options_.device_override : nullptr;
-  auto resolve = [this](const at::Tensor& tensor) { return ValueOf(tensor, /*allow_lift=*/true); };
+  auto resolve = [this, &copies](const at::Tensor& tensor) -> absl::StatusOr<Value*> {
+    for (const auto& [written, copy] : copies) {
+      if (written.unsafeGetTensorImpl() == tensor.unsafeGetTensorImpl()) return copy;
+    }
+    return ValueOf(tensor, /*allow_lift=*/true);
+  };
   absl::StatusOr<std::vector<NodeArg>> node_args =
       ConvertCallArguments(schema, functional ? node_schema : nullptr,
                            [&](size_t i) -> absl::StatusOr<std::optional<AtenArg>> {
@@ -285,6 +369,10 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
                                           node->annotations().module_path);
     }
   }
+  for (const auto& [written, copy] : copies) {
+    absl::Status status = UpdateAfterMutation(written, copy);
+    if (!status.ok()) return fail(status.message());
+  }
   return absl::OkStatus();
 }
 
@@ -292,6 +380,14 @@ void CaptureSession::Record(const c10::OperatorHandle& op, c10::DispatchKeySet b
   const c10::FunctionSchema& schema = op.schema();
   size_t num_args = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
+  {
+    // Graph inputs this op writes are copied first, for RestoreWrittenInputs().
+    std::vector<at::Tensor> written = WrittenTensors(schema, args);
+    if (!written.empty()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const at::Tensor& tensor : written) SnapshotInputBeforeWrite(tensor);
+    }
+  }
   {
     c10::impl::ExcludeDispatchKeyGuard exclude(compat::kCaptureKey);
     op.redispatchBoxed(below, stack);

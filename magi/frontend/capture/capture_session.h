@@ -14,6 +14,13 @@
 //    (add_ -> add, bernoulli_.float -> bernoulli.p), the mutated tensor takes the new
 //    value, and a mutated view writes back into its base with as_strided_scatter;
 //    aliases of a mutated storage are re-derived with as_strided when next used.
+//  - Batch norm in training writes running_mean / running_var inside its kernel, which
+//    LibTorch 1.13's schemas do not declare (native_batch_norm, cudnn_batch_norm). The
+//    node gets aten::clone copies of them instead, and the copies are the statistics'
+//    new values from then on (as the FX importer does): graph inputs are never written.
+//  - Every graph input the step writes (declared or batch norm's) is copied just before
+//    its first write; RestoreWrittenInputs() puts the copies back, so the traced program
+//    leaves its parameters, buffers and data as it found them.
 //  - A tensor the session has not seen (a constant created before capture) becomes a
 //    graph input "constant.N" and is kept in constants(); a tensor that requires grad
 //    cannot be a constant and is an error.
@@ -59,6 +66,9 @@ class CaptureSession {
   absl::StatusOr<Value*> OutputValueOf(const at::Tensor& tensor);
   // True if `tensor`'s storage was written by a recorded in-place op.
   bool WasMutated(const at::Tensor& tensor);
+  // Writes back into every graph input the step wrote its contents from before the
+  // first write. Call after the traced program ended (no CaptureScope active).
+  void RestoreWrittenInputs();
 
   // Runs `op` below the capture key and records it (see the file comment).
   void Record(const c10::OperatorHandle& op, c10::DispatchKeySet below, torch::jit::Stack* stack);
@@ -100,6 +110,8 @@ class CaptureSession {
     bool base_is_full = false;  // base covers the storage from offset 0, contiguously
     int64_t version = 0;
     Value* input = nullptr;  // the graph input that owns this storage, if any
+    at::Tensor input_tensor;  // that input's tensor
+    at::Tensor snapshot;      // its contents before the step first wrote it (set then)
     // Values known to hold a view of this storage at `version`, so that a new TensorImpl
     // over the same memory (autograd unpacks saved tensors as fresh TensorImpls) maps
     // back to its value.
@@ -115,6 +127,8 @@ class CaptureSession {
   absl::Status RecordLocked(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                             const torch::jit::Stack& stack, size_t num_returns);
   absl::StatusOr<Value*> ValueOf(const at::Tensor& tensor, bool allow_lift);
+  // Copies the graph input owning `tensor`'s storage, if any, unless already copied.
+  void SnapshotInputBeforeWrite(const at::Tensor& tensor);
   void Register(const at::Tensor& tensor, Value* value);
   absl::Status UpdateAfterMutation(const at::Tensor& tensor, Value* new_value);
   // The value for a view of `storage` with `geometry` at its current version, deriving it

@@ -343,6 +343,162 @@ TEST(CaptureTest, ConstantsCreatedBeforeTheStepAreLifted) {
             "(constants are off)");
 }
 
+// A small network with batch norm: running statistics (and num_batches_tracked) are
+// state the training step updates.
+struct BatchNormNet : torch::nn::Module {
+  BatchNormNet() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    bn = register_module("bn", torch::nn::BatchNorm1d(16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc2(torch::relu(bn(fc1(x)))); }
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Linear fc2{nullptr};
+};
+
+NamedTensors Snapshot(torch::nn::Module& model) {
+  NamedTensors out;
+  for (const auto& item : model.named_parameters()) out[item.key()] = item.value().detach().clone();
+  for (const auto& item : model.named_buffers()) out[item.key()] = item.value().detach().clone();
+  return out;
+}
+
+// Capture has no side effects (issue 14, item 6): it ran the step for real and left the
+// running statistics updated once. Now the module, the data and the generator are as they
+// were, and the graph returns the new statistics instead.
+TEST(CaptureTest, CaptureLeavesTheModuleAsItWasAndReturnsRunningStatistics) {
+  torch::manual_seed(12);
+  auto model = std::make_shared<BatchNormNet>();
+  {
+    torch::NoGradGuard no_grad;  // statistics that are not the defaults, so a reset would show
+    model->bn->running_mean.uniform_(-1, 1);
+    model->bn->running_var.uniform_(0.5, 2);
+  }
+  at::Tensor x = torch::randn({6, 8});
+  at::Tensor y = torch::randint(0, 4, {6});
+  at::Tensor x_before = x.clone();
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return torch::nn::functional::cross_entropy(model->forward(in[0]), in[1]);
+  };
+  NamedTensors before = Snapshot(*model);
+  at::Tensor generator_before = at::detail::getDefaultCPUGenerator().get_state();
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {x, y});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  NamedTensors after = Snapshot(*model);
+  for (const auto& [name, tensor] : before) EXPECT_TRUE(torch::equal(after.at(name), tensor)) << name;
+  EXPECT_TRUE(torch::equal(x, x_before));
+  EXPECT_TRUE(torch::equal(at::detail::getDefaultCPUGenerator().get_state(), generator_before));
+  for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+  for (const char* name : {"bn.running_mean.updated", "bn.running_var.updated", "bn.num_batches_tracked.updated"}) {
+    EXPECT_GE(captured->graph()->FindOutput(name), 0) << name << " missing:\n" << PrintModule(*captured->module);
+  }
+}
+
+// A write no op declares (raw memory, as a kernel with an incomplete schema would do) is an
+// error naming the buffer, not a graph that silently drops it; the buffer is restored.
+TEST(CaptureTest, AnUndeclaredBufferWriteIsAnError) {
+  struct RawWriter : torch::nn::Module {
+    RawWriter() {
+      weight = register_parameter("weight", torch::randn({3, 3}));
+      seen = register_buffer("seen", torch::zeros({1}));
+    }
+    at::Tensor forward(const at::Tensor& x) {
+      seen.data_ptr<float>()[0] += 1;  // not through the dispatcher
+      return torch::matmul(x, weight).sum();
+    }
+    at::Tensor weight, seen;
+  };
+  auto model = std::make_shared<RawWriter>();
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) { return model->forward(in[0]); };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {torch::randn({2, 3})});
+  ASSERT_FALSE(captured.ok());
+  EXPECT_EQ(captured.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(captured.status().message().find("the step changed buffer 'seen' through an op that does not declare"),
+            std::string::npos)
+      << captured.status();
+  EXPECT_EQ(model->seen.item<float>(), 0.0f);
+}
+
+// N steps of the captured graph, each fed the statistics the previous one returned, match
+// N eager steps bitwise, and never write the tensors bound to the graph's inputs.
+TEST(CaptureTest, RunningStatisticsFedBackMatchEagerOverSteps) {
+  torch::manual_seed(13);
+  auto model = std::make_shared<BatchNormNet>();
+  auto eager_model = std::make_shared<BatchNormNet>();
+  {
+    torch::NoGradGuard no_grad;
+    auto from = model->named_parameters();
+    for (auto& item : eager_model->named_parameters()) item.value().copy_(from[item.key()]);
+  }
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return torch::nn::functional::cross_entropy(model->forward(in[0]), in[1]);
+  };
+  LossFunction eager_loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return torch::nn::functional::cross_entropy(eager_model->forward(in[0]), in[1]);
+  };
+  std::vector<std::vector<at::Tensor>> batches;
+  for (int step = 0; step < 4; ++step) batches.push_back({torch::randn({6, 8}) * (step + 1), torch::randint(0, 4, {6})});
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, batches[0]);
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  auto exe = CompileForTorch("interpreter", *captured->module, captured->graph_name);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const Graph& graph = *captured->graph();
+  for (int step = 0; step < 4; ++step) {
+    NamedTensors eager = EagerStep(*eager_model, eager_loss_fn, batches[step]);
+    for (const auto& item : eager_model->named_buffers()) eager[item.key() + ".updated"] = item.value().clone();
+    absl::StatusOr<std::vector<at::Tensor>> inputs = BindInputs(*captured, *model, batches[step]);
+    ASSERT_TRUE(inputs.ok()) << inputs.status();
+    std::vector<at::Tensor> bound_before;
+    for (const at::Tensor& t : *inputs) bound_before.push_back(t.clone());
+    absl::StatusOr<std::vector<at::Tensor>> outputs = (*exe)->Run(*inputs);
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    for (size_t i = 0; i < inputs->size(); ++i) {
+      EXPECT_TRUE(torch::equal((*inputs)[i], bound_before[i])) << "step " << step << " wrote input "
+                                                                << graph.inputs()[i]->name();
+    }
+    NamedTensors compiled;
+    for (size_t i = 0; i < graph.outputs().size(); ++i) compiled[graph.outputs()[i].name] = (*outputs)[i];
+    ExpectSameTensors(eager, compiled);
+    // The caller owns the state: the next step reads what this one returned.
+    torch::NoGradGuard no_grad;
+    for (const auto& item : model->named_buffers()) item.value().copy_(compiled.at(item.key() + ".updated"));
+  }
+  EXPECT_EQ(model->bn->num_batches_tracked.item<int64_t>(), 4);
+}
+
+// A hand-written graph whose op writes an input (batch norm on the statistics themselves):
+// the interpreter gives the op a copy, so the caller's tensor and the IR value stay as they were.
+TEST(InterpreterTest, OpsThatWriteOperandsNeverWriteBoundInputs) {
+  auto module = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[4,3]
+    input %w: f32[3]
+    input %b: f32[3]
+    input %rm: f32[3]
+    input %rv: f32[3]
+    %y, %mean, %invstd = aten::native_batch_norm(%x, %w, %b, %rm, %rv, true, 0.5, 1e-05) : f32[4,3], f32[3], f32[3]
+    %s = aten::add.Tensor(%rm, %mean, 1) : f32[3]
+    output y = %y
+    output s = %s
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto exe = CompileForTorch("interpreter", **module, "g");
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  torch::manual_seed(14);
+  std::vector<at::Tensor> inputs = {torch::randn({4, 3}), torch::ones({3}), torch::zeros({3}), torch::zeros({3}),
+                                    torch::ones({3})};
+  auto run = (*exe)->Run(inputs);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE(torch::equal(inputs[3], torch::zeros({3})));
+  EXPECT_TRUE(torch::equal(inputs[4], torch::ones({3})));
+  // %rm is still zeros when add reads it: s == the batch mean.
+  EXPECT_TRUE(torch::allclose((*run)[1], inputs[0].mean(0)));
+}
+
 TEST(InterpreterTest, FreesIntermediatesAfterTheirLastUse) {
   struct Chain : torch::nn::Module {
     at::Tensor forward(at::Tensor x) {

@@ -1,16 +1,80 @@
 #include "magi/frontend/fsdp/checkpoint.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <mutex>
+#include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "magi/base/crash_points.h"
+#include "magi/base/file.h"
+#include "magi/base/status_macros.h"
 #include "magi/passes/fsdp/shard_for_fsdp.h"
 
 namespace magi {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every rank's `values` (the same count on each), by rank: an all-gather, which is also
+// the barrier of the protocol.
+absl::StatusOr<std::vector<std::vector<int64_t>>> Exchange(Communicator& communicator, const at::Device& device,
+                                                           const std::vector<int64_t>& values) {
+  at::Tensor mine = at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(device);
+  MAGI_ASSIGN_OR_RETURN(auto handle, communicator.Start(CollectiveKind::kAllGather, {mine}, "sum"));
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, handle->Wait());
+  at::Tensor all = gathered.at(0).cpu().contiguous();
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (all.numel() != n * communicator.size()) {
+    return absl::InternalError(absl::StrCat("checkpoint exchange: ", all.numel(), " values from ", communicator.size(),
+                                            " ranks of ", n));
+  }
+  std::vector<std::vector<int64_t>> out(communicator.size());
+  const int64_t* data = all.data_ptr<int64_t>();
+  for (int r = 0; r < communicator.size(); ++r) out[r].assign(data + r * n, data + (r + 1) * n);
+  return out;
+}
+
+uint32_t HexValue(const std::string& hex) {
+  uint64_t value = 0;
+  return absl::SimpleHexAtoi(hex, &value) ? static_cast<uint32_t>(value) : 0;
+}
+
+std::string Hex(int64_t value) { return absl::StrFormat("%08x", static_cast<uint32_t>(value)); }
+
+// The first failing rank's error: this rank's own message if it failed, else one naming it.
+absl::Status FirstFailure(const std::vector<std::vector<int64_t>>& all, size_t ok_index, int rank,
+                          const absl::Status& own, const std::string& what) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r][ok_index] != 0) continue;
+    if (static_cast<int>(r) == rank) return own;
+    return absl::AbortedError(absl::StrCat("rank ", r, " could not ", what, " (its own error says why)"));
+  }
+  return absl::OkStatus();
+}
+
+// Creates `dir` if missing. A crash point either way, so that every rank reaches the same
+// crash points whichever rank creates the folder first.
+absl::Status MakeFolder(const std::string& dir) {
+  CrashPoint(absl::StrCat("mkdir ", dir));
+  std::error_code error;
+  if (fs::is_directory(dir, error)) return absl::OkStatus();
+  fs::create_directories(dir, error);
+  if (error && !fs::is_directory(dir)) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  return absl::OkStatus();
+}
+
+// Rank 0's cleanup after a commit or a load: a failure there loses nothing committed, so
+// it is reported and training goes on.
+void CleanOrWarn(const std::string& root, int keep_last) {
+  absl::Status cleaned = CleanCheckpointRoot(root, keep_last);
+  if (!cleaned.ok()) std::fprintf(stderr, "magi: warning: cleaning %s: %s\n", root.c_str(), cleaned.ToString().c_str());
+}
+
+}  // namespace
 
 at::Tensor ShardOf(const at::Tensor& full_param, int64_t world, int rank) {
   at::Tensor full = full_param.detach().to(at::kFloat);
@@ -20,65 +84,103 @@ at::Tensor ShardOf(const at::Tensor& full_param, int64_t world, int rank) {
   return at::constant_pad_nd(full, pad, 0).narrow(0, rank * rows, rows).clone();
 }
 
-absl::Status SaveShardArchive(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                              int64_t step) {
-  std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
-  try {
-    torch::serialize::OutputArchive archive;
-    for (const auto& [name, tensor] : tensors) archive.write(name, tensor.cpu());
-    archive.write("magi.step", at::scalar_tensor(step, at::kLong));
-    // The default CPU generator's state, so random ops continue the same stream.
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      archive.write("magi.rng.cpu", generator.get_state());
+absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& state, Communicator& communicator,
+                                     const at::Device& device, const CheckpointOptions& options) {
+  CrashPointScope crash_points;
+  const int rank = communicator.rank();
+  const std::string dir = (fs::path(root) / StepFolderName(state.step)).string();
+  const std::string model_hash = ModelHash(state, options.config);
+  std::error_code error;
+  const bool committed = fs::exists(fs::path(dir) / kManifestFile, error);
+
+  // 1. The ranks agree on what they save.
+  MAGI_ASSIGN_OR_RETURN(auto plans, Exchange(communicator, device, {state.step, HexValue(model_hash), committed}));
+  for (size_t r = 0; r < plans.size(); ++r) {
+    if (plans[r][0] != plans[0][0] || plans[r][1] != plans[0][1]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ranks save different checkpoints: rank 0 step ", plans[0][0], " (model hash ", Hex(plans[0][1]), "), rank ",
+          r, " step ", plans[r][0], " (model hash ", Hex(plans[r][1]), ")"));
     }
-    archive.save_to(temp);
-  } catch (const c10::Error& error) {
-    std::remove(temp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write checkpoint ", path, ": ", error.what_without_backtrace()));
-  } catch (const std::exception& error) {  // LibTorch's writer throws iostream errors too (a full disk)
-    std::remove(temp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write checkpoint ", path, ": ", error.what()));
+    if (plans[r][2] != 0) {
+      return absl::AlreadyExistsError(absl::StrCat("step ", state.step, " is already committed in ", dir, " (rank ", r,
+                                                   " sees its manifest); a committed step is never rewritten"));
+    }
   }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename the checkpoint onto ", path));
+
+  // 2. Every rank writes and syncs its own file, then reports it: the barrier.
+  std::string file = (fs::path(dir) / absl::StrCat("rank", rank, ".pt")).string();
+  absl::StatusOr<WrittenFile> written = [&]() -> absl::StatusOr<WrittenFile> {
+    MAGI_RETURN_IF_ERROR(MakeFolder(root));
+    MAGI_RETURN_IF_ERROR(MakeFolder(dir));
+    MAGI_RETURN_IF_ERROR(SyncDirectory(root));
+    return WriteRankFile(file, state);
+  }();
+  std::vector<int64_t> report = {written.ok() ? 1 : 0, written.ok() ? written->bytes : 0,
+                                 written.ok() ? written->crc32c : 0};
+  MAGI_ASSIGN_OR_RETURN(auto reports, Exchange(communicator, device, report));
+  MAGI_RETURN_IF_ERROR(FirstFailure(reports, 0, rank, written.status(),
+                                    absl::StrCat("write its file of step ", state.step, " in ", dir,
+                                                 ": the step is not committed")));
+
+  // 3. Rank 0 commits: the manifest, with every rank's size and checksum.
+  absl::Status commit = absl::OkStatus();
+  if (rank == 0) {
+    std::vector<WrittenFile> files;
+    for (const auto& r : reports) files.push_back({r[1], static_cast<uint32_t>(r[2])});
+    commit = WriteManifest(dir, MakeManifest(state, options.config, files));
   }
+  MAGI_ASSIGN_OR_RETURN(auto commits, Exchange(communicator, device, {commit.ok() ? 1 : 0}));
+  MAGI_RETURN_IF_ERROR(FirstFailure(commits, 0, rank, commit,
+                                    absl::StrCat("commit step ", state.step, " in ", dir)));
+
+  // 4. No rank writes under `root` until the next save's first exchange, which rank 0
+  // joins only after this.
+  if (rank == 0) CleanOrWarn(root, options.keep_last);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::map<std::string, at::Tensor>> LoadShardArchive(const std::string& path,
-                                                                    const std::map<std::string, at::Tensor>& like,
-                                                                    CheckpointExtras* extras) {
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(path);
-  } catch (const c10::Error& error) {
-    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what_without_backtrace()));
-  } catch (const std::exception& error) {
-    return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what()));
+absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const RankState& like,
+                                                  const std::optional<std::string>& config, Communicator& communicator,
+                                                  const at::Device& device, CheckpointUse use) {
+  const int rank = communicator.rank();
+  absl::StatusOr<std::optional<CommittedStep>> found = FindNewestCommittedStep(root);
+  absl::StatusOr<RankState> state = absl::UnknownError("not read");
+  int64_t step = -1, manifest_crc = 0;
+  if (!found.ok()) {
+    state = found.status();
+  } else if (!found->has_value()) {
+    std::error_code error;
+    bool legacy = fs::exists(fs::path(root) / "rank0.pt", error);
+    state = absl::NotFoundError(absl::StrCat(
+        "no committed checkpoint under ", root,
+        legacy ? " (it holds rank<r>.pt files of the per-rank format Magi wrote before, which has no commit record: "
+                 "their steps cannot be checked to agree, so they are not resumed)"
+               : ""));
+  } else {
+    step = (*found)->manifest.step();
+    manifest_crc = HexValue((*found)->manifest.manifest_crc32c());
+    state = ReadRankState(**found, like, config, communicator.size(), rank,
+                          /*allow_unused=*/use == CheckpointUse::kReadOnly);
   }
-  std::map<std::string, at::Tensor> loaded;
-  for (const auto& [name, current] : like) {
-    at::Tensor tensor;
-    if (!archive.try_read(name, tensor)) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, " has no ", name));
+  const bool not_found = !state.ok() && state.status().code() == absl::StatusCode::kNotFound && step < 0;
+  // Before anything else runs, the ranks compare what they found.
+  MAGI_ASSIGN_OR_RETURN(auto all, Exchange(communicator, device, {step, manifest_crc, state.ok() || not_found ? 1 : 0}));
+  MAGI_RETURN_IF_ERROR(FirstFailure(all, 2, rank, state.status(), absl::StrCat("load its checkpoint from ", root)));
+  bool agree = true;
+  for (const auto& r : all) agree &= r[0] == all[0][0] && r[1] == all[0][1];
+  if (!agree) {
+    std::vector<std::string> seen;
+    for (size_t r = 0; r < all.size(); ++r) {
+      seen.push_back(all[r][0] < 0 ? absl::StrCat("rank ", r, " has none")
+                                   : absl::StrCat("rank ", r, " has step ", all[r][0], " (manifest ", Hex(all[r][1]), ")"));
     }
-    if (tensor.sizes() != current.sizes() || tensor.scalar_type() != current.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", name,
-                                                     " does not match this run's shard"
-                                                     " (another model, world size or rank?)"));
-    }
-    loaded[name] = tensor.to(current.device());
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ranks disagree on the newest committed checkpoint under ", root, ": ", absl::StrJoin(seen, ", "),
+        "; every rank must see the same checkpoint folder (a shared file system)"));
   }
-  if (extras != nullptr) {
-    at::Tensor step;
-    if (!archive.try_read("magi.step", step)) return absl::InvalidArgumentError(absl::StrCat(path, " has no step"));
-    extras->step = step.item<int64_t>();
-    extras->has_rng = archive.try_read("magi.rng.cpu", extras->cpu_rng_state);
-  }
-  return loaded;
+  if (!state.ok()) return state.status();  // NotFound on every rank
+  if (rank == 0 && use == CheckpointUse::kResume) CleanOrWarn(root, /*keep_last=*/0);
+  return state;
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadArchiveTensors(const std::string& path) {

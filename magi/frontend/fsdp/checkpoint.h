@@ -1,41 +1,76 @@
-// What FSDP trainers and inference share about shards and their files: a rank's rows of a
-// full parameter, and LibTorch archives of named tensors (written atomically).
+// Checkpoints of an FSDP run: one committed step across ranks.
+//
+//   CheckpointOptions options;  // keep_last = 2, config = "model=tiny"
+//   SaveCommittedCheckpoint(root, state, communicator, device, options);
+//   absl::StatusOr<RankState> state = LoadCommittedCheckpoint(root, like, "model=tiny", communicator, device);
+//
+// A save is collective. The ranks first agree on the step and layout; each writes and
+// syncs its own file into <root>/step-<N>/; once every rank has reported its file (size
+// and CRC-32C, through an all-gather: the barrier), rank 0 writes manifest.json, which
+// commits the step; last, rank 0 drops stale temporaries, uncommitted step folders and
+// committed steps beyond `keep_last`. A process killed at any moment leaves the last
+// committed step intact and loadable (tested by killing at every crash point).
+//
+// A load is collective too: each rank finds the newest committed step, checks the files
+// it reads against the manifest and reads its state (resharded when the world size
+// changed), and then the ranks compare what they found (step and manifest checksum)
+// before anything else: a disagreement or a failure on any rank fails every rank, before
+// any collective of a training step. On a resume, rank 0 then removes stale temporaries
+// and uncommitted step folders. See docs/fsdp.md, "Checkpoints".
 #ifndef MAGI_FRONTEND_FSDP_CHECKPOINT_H_
 #define MAGI_FRONTEND_FSDP_CHECKPOINT_H_
 
 #include <ATen/ATen.h>
 
-#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "magi/backend/communicator.h"
+#include "magi/frontend/fsdp/checkpoint_files.h"
 
 namespace magi {
 
 // This rank's rows of `full_param`'s dim 0, zero-padded to whole shards, in fp32.
 at::Tensor ShardOf(const at::Tensor& full_param, int64_t world, int rank);
 
-// What a trainer checkpoint holds besides its named tensors.
-struct CheckpointExtras {
-  int64_t step = 0;
-  bool has_rng = false;
-  at::Tensor cpu_rng_state;  // the default CPU generator's state
+struct CheckpointOptions {
+  // Committed steps to keep, the newest; 0 keeps all.
+  int keep_last = 0;
+  // The run's description, stored in the manifest; a resume must give the same.
+  std::string config;
 };
 
-// Writes `tensors` (moved to the CPU), the step and the CPU generator's state to `path`:
-// a temporary file renamed over `path`, so a reader never sees half a file.
-absl::Status SaveShardArchive(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                              int64_t step);
+// Collective: every rank calls it with its own `state` (same step and layout on all).
+// `device` is where the communicator takes tensors (CPU for Gloo, the rank's GPU for
+// NCCL). AlreadyExists if that step is committed already (a committed step is never
+// rewritten); any rank's failure fails every rank and commits nothing.
+absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& state, Communicator& communicator,
+                                     const at::Device& device, const CheckpointOptions& options);
 
-// Reads the tensors named in `like` from `path`: each must exist with the same shape and
-// dtype (else InvalidArgument naming it: another model, world size or rank); they are
-// moved to the device of their counterpart. NotFound if the file cannot be read.
-absl::StatusOr<std::map<std::string, at::Tensor>> LoadShardArchive(const std::string& path,
-                                                                    const std::map<std::string, at::Tensor>& like,
-                                                                    CheckpointExtras* extras = nullptr);
+// Who loads a checkpoint.
+enum class CheckpointUse {
+  // The run that writes under `root` resumes: every tensor of the checkpoint must be
+  // wanted, and rank 0 then removes stale temporaries and uncommitted step folders.
+  kResume,
+  // A reader (inference) that may run while a trainer saves there: tensors it does not
+  // want (optimizer state) are skipped and nothing is removed (an uncommitted step folder
+  // may be the trainer's save in progress).
+  kReadOnly,
+};
+
+// Collective: this rank's state from the newest committed step under `root`, for a world
+// of communicator.size() ranks (resharded if the checkpoint has another), shaped like
+// `like` (see ReadRankState; `config` nullopt skips the config check). NotFound when no
+// step is committed; FailedPrecondition when the ranks found different steps; DataLoss
+// when a file does not match its manifest.
+absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const RankState& like,
+                                                  const std::optional<std::string>& config, Communicator& communicator,
+                                                  const at::Device& device,
+                                                  CheckpointUse use = CheckpointUse::kResume);
 
 // Every tensor of the archive at `path` (shards, moments, "magi.step", "magi.rng.cpu"), in
 // the archive's order, on the CPU: what compare_checkpoints compares. NotFound if the

@@ -6,7 +6,8 @@
 //   bazel run //magi/frontend/fsdp:compare_checkpoints -- /tmp/run1/checkpoint/rank0.pt /tmp/run2/checkpoint/rank0.pt
 //
 // Two folders: every rank<N>.pt of the first against the same file of the second (both
-// must hold the same ranks). Prints, per file, "identical: ..." or the first differing
+// must hold the same ranks). A checkpoint root (step-<N>/ folders, as FsdpTrainer
+// commits them) stands for its newest committed step. Prints, per file, "identical: ..." or the first differing
 // tensor and element (magi/base/tensor_diff.h). Exit status 0 when everything is
 // identical, 3 when something differs, 1 when a file cannot be read, 2 on bad usage.
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "magi/base/tensor_diff.h"
 #include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fsdp/checkpoint_files.h"
 
 namespace magi {
 namespace {
@@ -89,6 +91,8 @@ std::set<std::string> RankFiles(const std::string& dir) {
   return names;
 }
 
+int CompareFolders(const std::string& a, const std::string& b);
+
 int Main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr, "usage: compare_checkpoints A B   (two rank<N>.pt files, or two checkpoint folders)\n");
@@ -102,6 +106,22 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (!a_dir) return CompareFiles(a, b);
+  std::string step_dir[2];
+  for (int side = 0; side < 2; ++side) {
+    const std::string& dir = side == 0 ? a : b;
+    step_dir[side] = dir;
+    if (!RankFiles(dir).empty()) continue;
+    absl::StatusOr<std::optional<CommittedStep>> newest = FindNewestCommittedStep(dir);
+    if (!newest.ok()) {
+      std::fprintf(stderr, "compare_checkpoints: %s\n", std::string(newest.status().message()).c_str());
+      return 1;
+    }
+    if (newest->has_value()) step_dir[side] = (*newest)->dir;
+  }
+  return CompareFolders(step_dir[0], step_dir[1]);
+}
+
+int CompareFolders(const std::string& a, const std::string& b) {
   std::set<std::string> ranks_a = RankFiles(a), ranks_b = RankFiles(b);
   if (ranks_a.empty() || ranks_a != ranks_b) {
     std::fprintf(stderr, "compare_checkpoints: %s has %zu rank<N>.pt files and %s %zu; they must hold the same ranks\n",

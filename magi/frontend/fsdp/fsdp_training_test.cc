@@ -248,6 +248,131 @@ int RunOptimizedAgrees(const DistributedEnv& env, const std::shared_ptr<Communic
   return 0;
 }
 
+// A network with batch norm: its running statistics are state the step updates. fc1 has
+// no bias, as layers before batch norm usually do: batch norm cancels it, so its gradient
+// is rounding noise that AdamW's normalized step would turn into lr-sized random walks.
+struct BatchNormMlp : torch::nn::Module {
+  BatchNormMlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(12, 24).bias(false)));
+    bn = register_module("bn", torch::nn::BatchNorm1d(24));
+    fc2 = register_module("fc2", torch::nn::Linear(24, 5));
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc2(torch::relu(bn(fc1(x)))); }
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Linear fc2{nullptr};
+};
+
+// Running statistics over several steps against eager (issue 14, item 6). Like FSDP2 and
+// DDP without SyncBatchNorm, each rank normalizes with its local batch and keeps its own
+// statistics; the reference is eager LibTorch doing exactly that: one replica per rank on
+// that rank's rows, the replicas' gradients averaged, one AdamW step, the replicas synced.
+int RunBatchNorm(const DistributedEnv& env, const std::shared_ptr<Communicator>& communicator) {
+  const int world = env.world_size;
+  auto mesh = DeviceMesh::Create({world}, {"dp"}, env.rank);
+  torch::manual_seed(0);
+  auto model = std::make_shared<BatchNormMlp>();
+  FullyShard(*model->fc1, *mesh);
+  FullyShard(*model, *mesh);
+  const int local = 4;
+  auto global_batch = [&](int step) {
+    torch::manual_seed(2000 + step);
+    return std::make_pair(torch::randn({world * local, 12}) * (1 + step), torch::randint(0, 5, {world * local}));
+  };
+  auto local_batch = [&](int step) {
+    auto [x, y] = global_batch(step);
+    return std::vector<at::Tensor>{x.narrow(0, env.rank * local, local).contiguous(),
+                                   y.narrow(0, env.rank * local, local).contiguous()};
+  };
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return torch::nn::functional::cross_entropy(model->forward(in[0]), in[1]);
+  };
+  AdamWOptions adamw;
+  adamw.lr = 1e-2;
+  std::map<std::string, at::Tensor> initial_buffers;
+  for (const auto& item : model->named_buffers()) initial_buffers[item.key()] = item.value().clone();
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw);
+  if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
+  for (const auto& item : model->named_buffers()) {  // capture left the module alone
+    if (!torch::equal(item.value(), initial_buffers.at(item.key()))) return Fail("capture changed " + item.key());
+  }
+  for (const char* name : {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}) {
+    if (!(*trainer)->buffers().count(name)) return Fail(std::string("the trainer does not own ") + name);
+  }
+
+  std::vector<std::shared_ptr<BatchNormMlp>> replicas;
+  for (int r = 0; r < world; ++r) {
+    torch::manual_seed(0);
+    replicas.push_back(std::make_shared<BatchNormMlp>());
+  }
+  torch::optim::AdamW optimizer(replicas[0]->parameters(), torch::optim::AdamWOptions(adamw.lr)
+                                                               .betas({adamw.beta1, adamw.beta2})
+                                                               .eps(adamw.eps)
+                                                               .weight_decay(adamw.weight_decay));
+  double worst_loss = 0, worst_stat = 0;
+  for (int step = 0; step < 5; ++step) {
+    absl::StatusOr<double> loss = (*trainer)->Step(local_batch(step));
+    if (!loss.ok()) return Fail(std::string(loss.status().message()));
+    auto handle = communicator->Start(CollectiveKind::kAllReduce, {at::scalar_tensor(*loss, at::kDouble)}, "avg");
+    auto mean = (*handle)->Wait();
+    if (!mean.ok()) return Fail(std::string(mean.status().message()));
+
+    auto [x, y] = global_batch(step);
+    double expected = 0;
+    for (auto& replica : replicas) replica->zero_grad();
+    for (int r = 0; r < world; ++r) {
+      at::Tensor replica_loss = torch::nn::functional::cross_entropy(replicas[r]->forward(x.narrow(0, r * local, local)),
+                                                                     y.narrow(0, r * local, local));
+      (replica_loss / world).backward();
+      expected += replica_loss.item<double>() / world;
+    }
+    {
+      torch::NoGradGuard no_grad;
+      auto params0 = replicas[0]->parameters();
+      for (int r = 1; r < world; ++r) {
+        auto params = replicas[r]->parameters();
+        for (size_t i = 0; i < params0.size(); ++i) params0[i].mutable_grad() += params[i].grad();
+      }
+      optimizer.step();
+      for (int r = 1; r < world; ++r) {
+        auto params = replicas[r]->parameters();
+        for (size_t i = 0; i < params0.size(); ++i) params[i].copy_(params0[i]);
+      }
+    }
+    worst_loss = std::max(worst_loss, std::abs((*mean)[0].item<double>() - expected) / std::abs(expected));
+    for (const auto& item : replicas[env.rank]->named_buffers()) {
+      const at::Tensor& got = (*trainer)->buffers().at(item.key());
+      if (item.value().scalar_type() == at::kLong) {
+        if (!torch::equal(got, item.value())) return Fail(item.key() + " differs at step " + std::to_string(step));
+        continue;
+      }
+      worst_stat = std::max(worst_stat, (got - item.value()).abs().max().item<double>());
+    }
+  }
+  if ((*trainer)->buffers().at("bn.num_batches_tracked").item<int64_t>() != 5) {
+    return Fail("num_batches_tracked should count the 5 steps");
+  }
+  auto gathered = (*trainer)->GatherFullParameters();
+  if (!gathered.ok()) return Fail(std::string(gathered.status().message()));
+  std::map<std::string, at::Tensor> eager_params;
+  for (const auto& item : replicas[0]->named_parameters()) eager_params[item.key()] = item.value().detach();
+  double worst_param = 0;
+  for (const auto& [name, value] : *gathered) {
+    worst_param = std::max(worst_param, (value - eager_params.at(name)).abs().max().item<double>());
+
+  }
+  if (env.rank == 0) {
+    std::cout << "batch norm, " << world << " ranks, 5 steps: loss within " << worst_loss << " rel, running stats within "
+              << worst_stat << ", parameters within " << worst_param << "\n";
+  }
+  for (const auto& item : model->named_buffers()) {  // the module's own buffers were never written
+    if (!torch::equal(item.value(), initial_buffers.at(item.key()))) return Fail("the step wrote " + item.key());
+  }
+  if (worst_loss > 1e-6) return Fail("batch-norm loss differs from eager: " + std::to_string(worst_loss));
+  if (worst_stat > 1e-6) return Fail("running statistics differ from eager: " + std::to_string(worst_stat));
+  if (worst_param > 1e-5) return Fail("batch-norm parameters differ from eager: " + std::to_string(worst_param));
+  return 0;
+}
 
 std::vector<at::Tensor> LocalRows(const std::pair<at::Tensor, at::Tensor>& global, int rank, int local) {
   return {global.first.narrow(0, rank * local, local).clone(), global.second.narrow(0, rank * local, local).clone()};
@@ -440,8 +565,8 @@ int RunOwnsBuffers(const DistributedEnv& env, const std::shared_ptr<Communicator
       parameters.emplace_back(p.getIntrusivePtr());
       full_bytes += p.nbytes();
     }
-    // The module goes out of scope here (capture ran the step once: calls == 1 there, but
-    // the trainer took the buffers before, as eager's first step sees them).
+    // The module goes out of scope here (capture left its buffers as they were: calls == 0,
+    // as eager's first step sees them).
   }
   for (const auto& weak : parameters) {
     if (!weak.expired()) return Fail("the trainer keeps a module parameter alive after the module is destroyed");
@@ -586,7 +711,8 @@ int RunWorker(const std::string& scenario) {
     return Fail("the environment was not read from SLURM's variables");
   }
   if (scenario == "big") return RunBig(*env);
-  const bool long_timeout = scenario == "train" || scenario == "optimized" || scenario == "parity";
+  const bool long_timeout = scenario == "train" || scenario == "optimized" || scenario == "parity" ||
+                           scenario == "batch_norm";
   auto timeout = std::chrono::seconds(long_timeout ? 60 : 5);
   auto store = ConnectStore(*env, std::chrono::seconds(60));
   if (!store.ok()) return Fail(std::string(store.status().message()));
@@ -644,6 +770,7 @@ int RunWorker(const std::string& scenario) {
   }
 
   if (scenario == "mixed") return RunMixedPrecision(*env, *communicator);
+  if (scenario == "batch_norm") return RunBatchNorm(*env, *communicator);
   if (scenario == "optimized") return RunOptimizedAgrees(*env, *communicator);
 
   const bool tied = std::getenv("MAGI_TEST_TIED") != nullptr;
@@ -745,6 +872,8 @@ TEST(FsdpTrainingTest, KeepingGatheredParametersAgrees) {
 TEST(FsdpTrainingTest, InferenceMatchesEagerForward) { EXPECT_EQ(Launch(2, "inference"), 0); }
 TEST(FsdpTrainingTest, MixedPrecisionOnOneRank) { EXPECT_EQ(Launch(1, "mixed"), 0); }
 TEST(FsdpTrainingTest, MixedPrecisionOnTwoRanks) { EXPECT_EQ(Launch(2, "mixed"), 0); }
+TEST(FsdpTrainingTest, BatchNormRunningStatisticsMatchEagerOnOneRank) { EXPECT_EQ(Launch(1, "batch_norm"), 0); }
+TEST(FsdpTrainingTest, BatchNormRunningStatisticsMatchEagerOnTwoRanks) { EXPECT_EQ(Launch(2, "batch_norm"), 0); }
 TEST(FsdpTrainingTest, TiedEmbeddings) { EXPECT_EQ(Launch(2, "train", {{"MAGI_TEST_TIED", "1"}}), 0); }
 TEST(FsdpTrainingTest, OptimizedStepsAgreeBitwiseOnTwoRanks) { EXPECT_EQ(Launch(2, "optimized"), 0); }
 TEST(FsdpTrainingTest, OptimizedStepsAgreeOnFourRanks) { EXPECT_EQ(Launch(4, "optimized"), 0); }

@@ -1,5 +1,6 @@
 #include "magi/frontend/fsdp/inference.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/checkpoint.h"
@@ -33,7 +34,6 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
                                                                      std::shared_ptr<Communicator> communicator,
                                                                      const InferenceOptions& inference_options) {
   auto inference = std::unique_ptr<FsdpInference>(new FsdpInference());
-  inference->buffers_ = TakeBuffers(root);
   MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
   if (plan.world_size != communicator->size()) {
     return absl::InvalidArgumentError(
@@ -57,11 +57,14 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   MAGI_ASSIGN_OR_RETURN(inference->compiled_,
                         CompileCapturedForTorch(std::move(captured), options, &inference->executable_));
   MAGI_RETURN_IF_ERROR(inference->executable_->BindCommunicator(plan.process_group, communicator));
+  inference->buffers_ = BuffersTheGraphReads(inference->graph(), root);
+  inference->communicator_ = communicator;
   std::map<std::string, at::Tensor> params;
   for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
   for (const FsdpGroupPlan& group : plan.groups) {
     for (const std::string& name : group.params) {
       inference->shards_[name + ".shard"] = ShardOf(params.at(name), plan.world_size, communicator->rank());
+      inference->full_shapes_[name + ".shard"] = params.at(name).sizes().vec();
     }
   }
   if (inference_options.deterministic && !inference->shards_.empty()) {
@@ -71,8 +74,16 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   return inference;
 }
 
-absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& path) {
-  MAGI_ASSIGN_OR_RETURN(shards_, LoadShardArchive(path, shards_));
+absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& root) {
+  RankState like;
+  like.sharded = shards_;
+  like.full_shapes = full_shapes_;
+  for (const auto& [name, tensor] : buffers_) like.per_rank["buffer." + name] = tensor;
+  const at::Device device = shards_.empty() ? at::Device(at::kCPU) : shards_.begin()->second.device();
+  MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, like, /*config=*/std::nullopt, *communicator_,
+                                                                  device, CheckpointUse::kReadOnly));
+  shards_ = std::move(loaded.sharded);
+  for (auto& [name, tensor] : buffers_) tensor = loaded.per_rank.at("buffer." + name);
   return absl::OkStatus();
 }
 
@@ -80,7 +91,13 @@ absl::StatusOr<std::vector<at::Tensor>> FsdpInference::Run(const std::vector<at:
   std::map<std::string, at::Tensor> named = shards_;
   AddBuffersAndConstants(buffers_, constants_, named);
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherStepInputs(graph(), named, inputs));
-  return executable_->Run(bound);
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(bound));
+  TakeUpdatedBuffers(graph(), outputs, buffers_);  // a forward in training mode updates statistics
+  std::vector<at::Tensor> results;
+  for (size_t i = 0; i < graph().outputs().size(); ++i) {
+    if (absl::StartsWith(graph().outputs()[i].name, "output.")) results.push_back(outputs[i]);
+  }
+  return results;
 }
 
 }  // namespace magi

@@ -54,9 +54,13 @@ class FsdpInference {
     options.backend = backend;
     return Create(root, forward_fn, example_inputs, std::move(communicator), options);
   }
-  // Replaces the shards with those of a FsdpTrainer checkpoint (same world size and rank).
-  absl::Status LoadShardsFromCheckpoint(const std::string& path);
-  // Runs the forward on `inputs` (the example's shapes); returns its outputs.
+  // Collective: replaces the shards (and buffers) with those of the newest committed step
+  // of a FsdpTrainer checkpoint under `root`, of any world size (resharded on load);
+  // optimizer state in it is not read. It removes nothing there: a trainer may be saving
+  // its next step meanwhile.
+  absl::Status LoadShardsFromCheckpoint(const std::string& root);
+  // Runs the forward on `inputs` (the example's shapes); returns its outputs (the forward
+  // function's, in order; buffers it updates are kept for the next run).
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
   const Graph& graph() const { return compiled_.graph(); }
   const Module& module() const { return compiled_.module(); }
@@ -65,11 +69,13 @@ class FsdpInference {
 
  private:
   FsdpInference() = default;
-  std::map<std::string, at::Tensor> buffers_;  // the module's, owned from Create on
   std::vector<std::pair<std::string, at::Tensor>> constants_;
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;
   std::map<std::string, at::Tensor> shards_;  // "<param>.shard"
+  std::map<std::string, at::Tensor> buffers_;  // the module buffers the graph reads
+  std::map<std::string, std::vector<int64_t>> full_shapes_;  // of each shard, by shard name
+  std::shared_ptr<Communicator> communicator_;
 };
 
 }  // namespace magi

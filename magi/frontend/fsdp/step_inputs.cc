@@ -37,6 +37,29 @@ absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
   return inputs;
 }
 
+std::map<std::string, at::Tensor> BuffersTheGraphReads(const Graph& graph, torch::nn::Module& root) {
+  std::map<std::string, at::Tensor> module_buffers;
+  for (const auto& item : root.named_buffers()) module_buffers[item.key()] = item.value();
+  std::map<std::string, at::Tensor> buffers;
+  for (const Value* input : graph.inputs()) {
+    if (input->role() != InputRole::kBuffer) continue;
+    auto it = module_buffers.find(input->name());
+    if (it != module_buffers.end()) buffers[it->first] = it->second;  // else a lifted constant
+  }
+  return buffers;
+}
+
+void TakeUpdatedBuffers(const Graph& graph, const std::vector<at::Tensor>& outputs,
+                        std::map<std::string, at::Tensor>& buffers) {
+  const auto& graph_outputs = graph.outputs();
+  for (size_t i = 0; i < graph_outputs.size() && i < outputs.size(); ++i) {
+    const std::string& name = graph_outputs[i].name;
+    if (!absl::EndsWith(name, ".updated")) continue;
+    auto it = buffers.find(name.substr(0, name.size() - 8));
+    if (it != buffers.end()) it->second = outputs[i];
+  }
+}
+
 std::map<std::string, at::Tensor> TakeBuffers(torch::nn::Module& root) {
   std::map<std::string, at::Tensor> buffers;
   for (const auto& item : root.named_buffers()) buffers[item.key()] = item.value();

@@ -19,6 +19,15 @@ absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
                                                          const std::map<std::string, at::Tensor>& named,
                                                          const std::vector<at::Tensor>& data);
 
+// The buffers of `root` that `graph` reads (its inputs of role buffer, by name): the state
+// a front end owns from Create on and feeds each step.
+std::map<std::string, at::Tensor> BuffersTheGraphReads(const Graph& graph, torch::nn::Module& root);
+
+// Replaces each buffer in `buffers` whose new value the step returned ("<buffer>.updated",
+// capture's name for written inputs) with that value.
+void TakeUpdatedBuffers(const Graph& graph, const std::vector<at::Tensor>& outputs,
+                        std::map<std::string, at::Tensor>& buffers);
+
 // The module's buffers by name, referenced (not copied).
 std::map<std::string, at::Tensor> TakeBuffers(torch::nn::Module& root);
 

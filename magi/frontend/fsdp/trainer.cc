@@ -105,12 +105,6 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     if (!capture.device) capture.device = Device{DeviceType::kCpu, -1};
     for (at::Tensor& tensor : example) tensor = at::empty(tensor.sizes(), tensor.options().device(at::kMeta));
   }
-  // Capture runs the step for real, which may update buffers in place (a step counter,
-  // running statistics): the trainer's copies are taken before, as the first step must see them.
-  if (!on_meta) {
-    at::NoGradGuard no_grad;
-    for (const auto& [name, buffer] : TakeBuffers(root)) trainer->buffers_[name] = buffer.clone();
-  }
   MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureTrainingStep(root, loss_fn, example, capture));
   trainer->constants_ = captured.constants;
   for (const auto& [name, constant] : trainer->constants_) {
@@ -160,6 +154,9 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.sharding = plan;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
   MAGI_RETURN_IF_ERROR(bind(*trainer->executable_));
+  // Capture leaves the module's buffers as they were (the first step reads them): the
+  // trainer references them and replaces its references when a step updates them.
+  trainer->buffers_ = TakeBuffers(root);
 
   // This rank's rows of every parameter, padded to whole shards; zero moments.
   const int64_t world = plan.world_size;
@@ -250,8 +247,8 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
           loss_sum += tensor.item<double>();
         } else if (absl::EndsWith(name, ".grad.acc")) {
           accumulated[name] = std::move(tensor);
-        } else if (absl::StartsWith(name, "mutated.")) {
-          buffers_[name.substr(8)] = std::move(tensor);
+        } else {
+          TakeUpdatedBuffer(name, std::move(tensor));
         }
       }
     }
@@ -289,12 +286,19 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
       last_grad_norm_ = tensor.item<double>();
     } else if (state_.count(name)) {
       state_[name] = std::move(tensor);
-    } else if (absl::StartsWith(name, "mutated.")) {
-      buffers_[name.substr(8)] = std::move(tensor);
+    } else {
+      TakeUpdatedBuffer(name, std::move(tensor));  // running statistics: the next step reads these
     }
   }
   step_ = t;
   return loss_sum / n;
+}
+
+void FsdpTrainer::TakeUpdatedBuffer(const std::string& output, at::Tensor value) {
+  constexpr char kSuffix[] = ".updated";  // capture's name for a written input
+  if (!absl::EndsWith(output, kSuffix)) return;
+  auto it = buffers_.find(output.substr(0, output.size() - (sizeof(kSuffix) - 1)));
+  if (it != buffers_.end()) it->second = std::move(value);
 }
 
 void FsdpTrainer::ReleaseModuleParameters() {
@@ -309,20 +313,49 @@ void FsdpTrainer::ReleaseModuleParameters() {
   }
 }
 
-absl::Status FsdpTrainer::SaveCheckpoint(const std::string& path) const {
-  return SaveShardArchive(path, state_, step_);
+namespace {
+
+constexpr char kRngKey[] = "magi.rng.cpu";
+constexpr const char* kStateSuffixes[] = {".shard", ".exp_avg", ".exp_avg_sq"};
+
+at::Device DeviceOf(const std::map<std::string, at::Tensor>& state) {
+  return state.empty() ? at::Device(at::kCPU) : state.begin()->second.device();
 }
 
-absl::Status FsdpTrainer::LoadCheckpoint(const std::string& path) {
-  CheckpointExtras extras;
-  MAGI_ASSIGN_OR_RETURN(auto loaded, LoadShardArchive(path, state_, &extras));
-  if (extras.has_rng) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(extras.cpu_rng_state);
+}  // namespace
+
+RankState FsdpTrainer::CheckpointState() const {
+  RankState state;
+  state.step = step_;
+  for (const auto& [param, shape] : full_shapes_) {
+    for (const char* suffix : kStateSuffixes) {
+      std::string name = param + suffix;
+      state.sharded[name] = state_.at(name);
+      state.full_shapes[name] = shape;
+    }
   }
-  state_ = std::move(loaded);
-  step_ = extras.step;
+  for (const auto& [name, tensor] : buffers_) state.per_rank["buffer." + name] = tensor;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  state.per_rank[kRngKey] = generator.get_state();
+  return state;
+}
+
+absl::Status FsdpTrainer::SaveCheckpoint(const std::string& root, const CheckpointOptions& options) {
+  return SaveCommittedCheckpoint(root, CheckpointState(), *communicator_, DeviceOf(state_), options);
+}
+
+absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::string& config) {
+  MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, CheckpointState(), config, *communicator_,
+                                                                  DeviceOf(state_)));
+  for (auto& [name, tensor] : loaded.sharded) state_[name] = std::move(tensor);
+  for (auto& [name, tensor] : buffers_) tensor = loaded.per_rank.at("buffer." + name);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(loaded.per_rank.at(kRngKey));
+  }
+  step_ = loaded.step;
   return absl::OkStatus();
 }
 

@@ -37,6 +37,7 @@
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
 #include "magi/frontend/capture/capture.h"
+#include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/fully_shard.h"
 #include "magi/frontend/fsdp/mesh_communicators.h"
 
@@ -124,18 +125,15 @@ class FsdpTrainer {
 
   // Frees the module's own (full, unsharded) parameter tensors: the trainer trains its
   // shards, so after Create the module's copies only cost memory (a full replica per rank;
-  // 1.8 GiB on the 953M model in bf16). The trainer owns the buffers. Afterwards the
-  // module's parameters are empty tensors: use GatherFullParameters() for their values.
-  // Does nothing if the module was destroyed.
+  // 1.8 GiB on the 953M model in bf16). The trainer owns the buffers (see
+  // buffers()). Afterwards the module's parameters are empty tensors: use
+  // GatherFullParameters() for their values. Does nothing if the module was destroyed.
   void ReleaseModuleParameters();
 
   // The learning rate the next Step uses, and the total gradient norm the last Step
   // computed (before clipping; needs clip_grad_norm > 0, else NaN).
   double next_learning_rate() const;
   double last_grad_norm() const { return last_grad_norm_; }
-  // The buffers the step reads, owned by the trainer (and updated when the step writes them).
-  const std::map<std::string, at::Tensor>& buffers() const { return buffers_; }
-
   // Every parameter, unsharded (all ranks take part: it is a collective).
   absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> GatherFullParameters();
 
@@ -163,14 +161,26 @@ class FsdpTrainer {
 
   // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
   const std::map<std::string, at::Tensor>& state() const { return state_; }
+  // The module's buffers, by name, owned by the trainer from Create on: a
+  // step that updates them (BatchNorm's running statistics) returns "<buffer>.updated",
+  // which replaces them for the next step. Each rank keeps its own (no SyncBatchNorm).
+  // The module's own buffers are not written.
+  const std::map<std::string, at::Tensor>& buffers() const { return buffers_; }
 
-  // Writes this rank's shards, optimizer moments, step count and the default CPU
-  // generator's state to `path` (a LibTorch archive), atomically: a temporary file
-  // renamed over `path`.
-  absl::Status SaveCheckpoint(const std::string& path) const;
-  // Restores what SaveCheckpoint wrote (the generator state too); names and shapes must match this trainer's
-  // (same model, world size and rank), else InvalidArgument naming the first mismatch.
-  absl::Status LoadCheckpoint(const std::string& path);
+  // Collective (every rank calls it): commits this step under `root` as <root>/step-<N>/
+  // (checkpoint.h): every rank's shards, AdamW moments, buffers and default CPU generator
+  // state, and a manifest written once all ranks' files are on disk. `options.keep_last`
+  // prunes older steps; `options.config` describes the run (a resume must give the same).
+  absl::Status SaveCheckpoint(const std::string& root, const CheckpointOptions& options = {});
+  // Collective: restores the newest committed step under `root` (step count, generator
+  // state and buffers too), after the ranks have agreed on it and checked its files. The
+  // checkpoint may come from another world size: each rank takes its rows of the full
+  // tensors. The model must match (InvalidArgument naming the first difference) and
+  // `config` the one it was saved with (FailedPrecondition).
+  absl::Status LoadCheckpoint(const std::string& root, const std::string& config = "");
+  // What a checkpoint of this trainer holds: "<param>.shard", ".exp_avg", ".exp_avg_sq"
+  // (sharded), "buffer.<name>" and "magi.rng.cpu" (per rank).
+  RankState CheckpointState() const;
 
  private:
   FsdpTrainer() = default;
@@ -179,6 +189,9 @@ class FsdpTrainer {
   absl::StatusOr<std::map<std::string, at::Tensor>> RunGraph(TorchExecutable& executable, const Graph& graph,
                                                              std::map<std::string, at::Tensor> named,
                                                              const std::vector<at::Tensor>& data);
+
+  // Replaces the buffer whose new value `output` ("<buffer>.updated") is; other outputs are ignored.
+  void TakeUpdatedBuffer(const std::string& output, at::Tensor value);
 
   std::weak_ptr<torch::nn::Module> root_;  // for ReleaseModuleParameters only
   std::vector<std::pair<std::string, at::Tensor>> constants_;  // lifted by capture

@@ -217,7 +217,7 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
         return absl::InvalidArgumentError(
             absl::StrCat("parameter ", name, " (", type.ToString(), ") has no static dim 0 to shard"));
       }
-      if (graph.FindOutput(name) >= 0 || graph.FindOutput("mutated." + name) >= 0) {
+      if (graph.FindOutput(name) >= 0 || graph.FindOutput(name + ".updated") >= 0) {
         return absl::UnimplementedError(absl::StrCat("parameter ", name, " is written by the step itself"));
       }
       TensorType shard_type = WithDim0(type, ShardRows(type.sizes[0], world));
