@@ -139,12 +139,16 @@ absl::StatusOr<DType> FromScalarType(c10::ScalarType type) {
       return DType::kComplex64;
     case c10::ScalarType::ComplexDouble:
       return DType::kComplex128;
+#if MAGI_TORCH_HAS_UINT64
+    case c10::ScalarType::UInt64:
+      return DType::kUInt64;
+#endif
     default:
       return absl::UnimplementedError(absl::StrCat("dtype ", c10::toString(type), " is not supported by Magi's IR"));
   }
 }
 
-c10::ScalarType ToScalarType(DType dtype) {
+absl::StatusOr<c10::ScalarType> ToScalarType(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
       return c10::ScalarType::Float;
@@ -170,8 +174,15 @@ c10::ScalarType ToScalarType(DType dtype) {
       return c10::ScalarType::ComplexFloat;
     case DType::kComplex128:
       return c10::ScalarType::ComplexDouble;
+    case DType::kUInt64:
+#if MAGI_TORCH_HAS_UINT64
+      return c10::ScalarType::UInt64;
+#else
+      return absl::UnimplementedError(absl::StrCat("dtype u64 needs LibTorch 2.3 or later; this is ", kTorchVersion / 100,
+                                                   ".", kTorchVersion % 100));
+#endif
   }
-  return c10::ScalarType::Float;
+  return absl::InternalError(absl::StrCat("unknown DType ", static_cast<int>(dtype)));
 }
 
 absl::StatusOr<Device> FromTorchDevice(const c10::Device& device) {

@@ -27,6 +27,13 @@ namespace magi::compat {
 // 100 * major + minor, e.g. 113 for 1.13, 211 for 2.11.
 inline constexpr int kTorchVersion = TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR;
 
+// c10::ScalarType::UInt64 (and UInt16/UInt32) appeared in PyTorch 2.3.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define MAGI_TORCH_HAS_UINT64 1
+#else
+#define MAGI_TORCH_HAS_UINT64 0
+#endif
+
 // The dispatch key whose boxed fallback records ops during capture. It is a
 // functionality key above Autograd that no LibTorch library registers a fallback for
 // (in 1.13 and 2.x): the capture frontend owns it while a capture runs.
@@ -67,7 +74,8 @@ absl::StatusOr<int64_t> ToInt(const c10::IValue& value);
 absl::StatusOr<std::vector<int64_t>> ToIntList(const c10::IValue& value);
 
 absl::StatusOr<DType> FromScalarType(c10::ScalarType type);
-c10::ScalarType ToScalarType(DType dtype);
+// Fails for a DType this LibTorch cannot represent (u64 before 2.3).
+absl::StatusOr<c10::ScalarType> ToScalarType(DType dtype);
 absl::StatusOr<Device> FromTorchDevice(const c10::Device& device);
 c10::Device ToTorchDevice(const Device& device);
 

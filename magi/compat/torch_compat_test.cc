@@ -32,8 +32,14 @@ TEST(TorchCompatTest, ClassifiesSchemaArguments) {
 
 TEST(TorchCompatTest, TypesRoundTrip) {
   for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kBool}) {
-    EXPECT_EQ(*FromScalarType(ToScalarType(d)), d);
+    EXPECT_EQ(*FromScalarType(*ToScalarType(d)), d);
   }
+#if MAGI_TORCH_HAS_UINT64
+  EXPECT_EQ(*FromScalarType(*ToScalarType(DType::kUInt64)), DType::kUInt64);
+  EXPECT_EQ(TensorTypeOf(at::zeros({2}, at::kUInt64))->ToString(), "u64[2]");
+#else
+  EXPECT_EQ(ToScalarType(DType::kUInt64).status().message(), "dtype u64 needs LibTorch 2.3 or later; this is 1.13");
+#endif
   EXPECT_EQ(FromScalarType(c10::ScalarType::QInt8).status().code(), absl::StatusCode::kUnimplemented);
   at::Tensor t = at::zeros({2, 3}).t();
   absl::StatusOr<TensorType> type = TensorTypeOf(t);

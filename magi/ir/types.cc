@@ -21,7 +21,7 @@ struct DTypeInfo {
   bool floating_point;
 };
 
-constexpr std::array<DTypeInfo, 12> kDTypes = {{
+constexpr std::array<DTypeInfo, 13> kDTypes = {{
     {DType::kFloat32, "f32", 4, true},
     {DType::kFloat64, "f64", 8, true},
     {DType::kFloat16, "f16", 2, true},
@@ -34,7 +34,10 @@ constexpr std::array<DTypeInfo, 12> kDTypes = {{
     {DType::kBool, "bool", 1, false},
     {DType::kComplex64, "c64", 8, false},
     {DType::kComplex128, "c128", 16, false},
+    {DType::kUInt64, "u64", 8, false},
 }};
+
+static_assert(kDTypes.back().dtype == DType::kUInt64, "one row per DType, in the enum's order");
 
 const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
 

@@ -37,6 +37,11 @@ enum class DType : uint8_t {
   kBool,
   kComplex64,
   kComplex128,
+  // PyTorch 2.3+ (at::kUInt64). Flash attention's philox seed and offset outputs have it, so a
+  // step that runs flash attention (SDPA in deterministic mode) can be captured. Debian's
+  // LibTorch 1.13 has no such scalar type: text IR and protobuf still carry it there, but
+  // making a tensor of it fails with a clear error (compat::ToScalarType).
+  kUInt64,
 };
 
 // The text name of `dtype`, e.g. "bf16".

@@ -52,8 +52,10 @@ absl::StatusOr<c10::IValue> ConstantIValue(const Attribute& value, const compat:
       for (bool b : value.as_bool_list()) list.push_back(b);
       return c10::IValue(list);
     }
-    case AttrKind::kDType:
-      return c10::IValue(compat::ToScalarType(value.as_dtype()));
+    case AttrKind::kDType: {
+      MAGI_ASSIGN_OR_RETURN(c10::ScalarType scalar_type, compat::ToScalarType(value.as_dtype()));
+      return c10::IValue(scalar_type);
+    }
     case AttrKind::kDevice:
       return c10::IValue(compat::ToTorchDevice(value.as_device()));
     default:
@@ -298,7 +300,8 @@ absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& t
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorType& expected = plan.result_types[i];
     const at::Tensor& t = tensors[i];
-    if (t.scalar_type() != compat::ToScalarType(expected.dtype) ||
+    absl::StatusOr<c10::ScalarType> expected_scalar_type = compat::ToScalarType(expected.dtype);
+    if (!expected_scalar_type.ok() || t.scalar_type() != *expected_scalar_type ||
         !std::equal(t.sizes().begin(), t.sizes().end(), expected.sizes.begin(), expected.sizes.end())) {
       absl::StatusOr<TensorType> actual = compat::TensorTypeOf(t);
       return absl::InternalError(absl::StrCat(Where(*plan.node), ": produced ",

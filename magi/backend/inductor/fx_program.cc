@@ -57,6 +57,8 @@ std::string PythonDType(DType dtype) {
       return "torch.complex64";
     case DType::kComplex128:
       return "torch.complex128";
+    case DType::kUInt64:
+      return "torch.uint64";
   }
   return "None";
 }

@@ -62,7 +62,8 @@ absl::StatusOr<std::vector<at::Tensor>> InductorExecutable::Run(const std::vecto
   for (size_t i = 0; i < arguments.size(); ++i) {
     const TensorType& want = input_types_[i];
     const at::Tensor& got = arguments[i];
-    if (!got.defined() || got.scalar_type() != compat::ToScalarType(want.dtype) ||
+    absl::StatusOr<c10::ScalarType> want_scalar_type = compat::ToScalarType(want.dtype);
+    if (!got.defined() || !want_scalar_type.ok() || got.scalar_type() != *want_scalar_type ||
         !std::equal(got.sizes().begin(), got.sizes().end(), want.sizes.begin(), want.sizes.end())) {
       absl::StatusOr<TensorType> actual = compat::TensorTypeOf(got);
       return absl::InvalidArgumentError(absl::StrCat(

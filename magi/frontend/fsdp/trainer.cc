@@ -229,9 +229,9 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
       const std::string& name = input->name();
       if (absl::EndsWith(name, ".grad.acc")) {
         const TensorType& type = input->type().tensor();
-        accumulated[name] = at::zeros(type.sizes, at::TensorOptions()
-                                                      .dtype(compat::ToScalarType(type.dtype))
-                                                      .device(compat::ToTorchDevice(type.device)));
+        MAGI_ASSIGN_OR_RETURN(c10::ScalarType scalar_type, compat::ToScalarType(type.dtype));
+        accumulated[name] =
+            at::zeros(type.sizes, at::TensorOptions().dtype(scalar_type).device(compat::ToTorchDevice(type.device)));
       }
     }
     for (int k = 0; k + 1 < n; ++k) {

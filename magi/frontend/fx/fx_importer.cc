@@ -39,7 +39,7 @@ absl::StatusOr<DType> TorchDType(absl::string_view name) {
       {"int32", DType::kInt32},       {"int", DType::kInt32},       {"int16", DType::kInt16},
       {"int8", DType::kInt8},         {"uint8", DType::kUInt8},     {"bool", DType::kBool},
       {"complex64", DType::kComplex64}, {"cfloat", DType::kComplex64}, {"complex128", DType::kComplex128},
-      {"cdouble", DType::kComplex128},
+      {"cdouble", DType::kComplex128}, {"uint64", DType::kUInt64},
   };
   absl::string_view bare = absl::StripPrefix(name, "torch.");
   if (bare == "complex32" || bare == "chalf") {
@@ -709,7 +709,12 @@ absl::StatusOr<FxImport> ImportFxFile(const std::string& json_path) {
     MAGI_ASSIGN_OR_RETURN(DType dtype, TorchDType(record.dtype()));
     std::vector<int64_t> shape(record.shape().begin(), record.shape().end());
     std::vector<int64_t> stride(record.stride().begin(), record.stride().end());
-    at::TensorOptions options = at::TensorOptions().dtype(compat::ToScalarType(dtype));
+    absl::StatusOr<c10::ScalarType> scalar_type = compat::ToScalarType(dtype);
+    if (!scalar_type.ok()) {
+      return absl::Status(scalar_type.status().code(), absl::StrCat(tensors_path, ": tensor '", record.name(),
+                                                                    "': ", scalar_type.status().message()));
+    }
+    at::TensorOptions options = at::TensorOptions().dtype(*scalar_type);
     // With strides, the bytes are the storage the tensor views (a non-contiguous input).
     const bool has_layout = !stride.empty() || record.storage_offset() != 0 || record.storage_numel() != 0;
     at::Tensor storage = has_layout ? at::empty({record.storage_numel()}, options) : at::empty(shape, options);

@@ -86,6 +86,12 @@ absl::StatusOr<pid_t> SpawnWorker(const std::vector<char*>& args, const std::vec
     } else if (::getppid() != launcher) {
       // The launcher died before the death signal was armed: we were re-parented already.
       ::_exit(128 + SIGKILL);
+    } else if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) {  // kept across exec
+      // A write to a dead peer's socket then fails with EPIPE, which Gloo reports as an error
+      // naming the collective, instead of killing this rank silently. Without it a surviving
+      // rank could die of SIGPIPE (exit 141) within the same poll as the rank that really
+      // failed and be reported as the failed one (seen under load).
+      error = errno;
     } else {
       ::execve(args[0], args.data(), envp.data());
       error = errno;

@@ -62,6 +62,14 @@ TEST(LauncherTest, ReportsTheFirstFailingRank) {
   EXPECT_GE(result->failed_rank, 0);
 }
 
+// A rank writing to a dead peer's socket gets EPIPE (an error it reports), not a silent death
+// by SIGPIPE that could be taken for the first failure: workers start with SIGPIPE ignored.
+TEST(LauncherTest, WorkersIgnoreSigpipe) {
+  absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(1, {"/bin/sh", "-c", "kill -PIPE $$; exit 0"}, {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->failed_rank, -1) << "exit code " << result->exit_code;
+}
+
 TEST(LauncherTest, AProgramThatCannotStartIsAnError) {
   absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(2, {"/nonexistent/program"});
   ASSERT_FALSE(result.ok());
