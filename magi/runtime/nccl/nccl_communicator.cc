@@ -96,48 +96,51 @@ class NcclCommunicatorImpl : public NcclCommunicator {
                                                                     "' refused: the communicator was aborted"));
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    if (kind == CollectiveKind::kAllToAll) return absl::UnimplementedError("all_to_all is not implemented for NCCL yet");
+    absl::StatusOr<ncclRedOp_t> op = NcclReduceOp(reduce_op);
+    if (!op.ok()) return op.status();
+    // Inputs made contiguous and outputs allocated on the compute stream BEFORE the comm stream
+    // is ordered after it: whatever those allocations enqueue (deterministic mode's fill of
+    // uninitialized memory, a contiguous copy) then happens before the collective reads or
+    // writes the buffers. Allocated after the event, the fill raced the collective and could
+    // overwrite its result with NaN (seen on an H200: final weights of one deterministic run).
+    std::vector<at::Tensor> outputs;
+    std::vector<ncclDataType_t> types;
+    for (at::Tensor& input : inputs) {
+      if (!input.is_cuda()) return absl::InvalidArgumentError("the NCCL communicator takes CUDA tensors");
+      absl::StatusOr<ncclDataType_t> type = NcclDataType(input.scalar_type());
+      if (!type.ok()) return type.status();
+      types.push_back(*type);
+      input = input.contiguous();
+      std::vector<int64_t> sizes = input.sizes().vec();
+      if (kind == CollectiveKind::kAllGather) sizes[0] *= size_;
+      if (kind == CollectiveKind::kReduceScatter) sizes[0] /= size_;
+      outputs.push_back(at::empty(sizes, input.options()));
+    }
     cudaEvent_t ready;
     cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
     cudaEventRecord(ready, compute.stream());
     cudaStreamWaitEvent(stream_.stream(), ready, 0);
     cudaEventDestroy(ready);
-    std::vector<at::Tensor> outputs;
-    absl::StatusOr<ncclRedOp_t> op = NcclReduceOp(reduce_op);
-    if (!op.ok()) return op.status();
     ncclGroupStart();
-    for (at::Tensor& input : inputs) {
-      if (!input.is_cuda()) {
-        ncclGroupEnd();
-        return absl::InvalidArgumentError("the NCCL communicator takes CUDA tensors");
-      }
-      input = input.contiguous();
-      absl::StatusOr<ncclDataType_t> type = NcclDataType(input.scalar_type());
-      if (!type.ok()) {
-        ncclGroupEnd();
-        return type.status();
-      }
-      std::vector<int64_t> sizes = input.sizes().vec();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& input = inputs[i];
+      const at::Tensor& output = outputs[i];
       ncclResult_t result = ncclSuccess;
-      at::Tensor output;
       switch (kind) {
         case CollectiveKind::kAllGather:
-          sizes[0] *= size_;
-          output = at::empty(sizes, input.options());
-          result = ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), *type, comm_, stream_.stream());
+          result = ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), types[i], comm_, stream_.stream());
           break;
         case CollectiveKind::kReduceScatter:
-          sizes[0] /= size_;
-          output = at::empty(sizes, input.options());
-          result = ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), *type, *op, comm_,
+          result = ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), types[i], *op, comm_,
                                      stream_.stream());
           break;
         case CollectiveKind::kAllReduce:
-          output = at::empty(sizes, input.options());
-          result = ncclAllReduce(input.data_ptr(), output.data_ptr(), input.numel(), *type, *op, comm_, stream_.stream());
+          result =
+              ncclAllReduce(input.data_ptr(), output.data_ptr(), input.numel(), types[i], *op, comm_, stream_.stream());
           break;
         case CollectiveKind::kAllToAll:
-          ncclGroupEnd();
-          return absl::UnimplementedError("all_to_all is not implemented for NCCL yet");
+          break;  // refused above
       }
       if (result != ncclSuccess) {
         ncclGroupEnd();
@@ -146,7 +149,6 @@ class NcclCommunicatorImpl : public NcclCommunicator {
       // The caching allocator must not hand these blocks out before the comm stream is done.
       c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
       c10::cuda::CUDACachingAllocator::recordStream(output.storage().data_ptr(), stream_);
-      outputs.push_back(output);
     }
     ncclResult_t grouped = ncclGroupEnd();
     if (grouped != ncclSuccess) {
