@@ -8,7 +8,7 @@
 #     inference, printed as a Markdown table (also written to $OUT_DIR/table.md).
 #
 # On the GPU machine, after tools/device_sysroot.sh here (device tool, carry [".device"]):
-#   source .device/on-device.sh && export MAGI_SYSROOT=$PWD/.device/sysroot && bash tools/deterministic_gpu.sh
+#   source .device/start.sh && bash tools/deterministic_gpu.sh
 # GPU time after the build: ~3 minutes (7 short processes). Exit status 0 only if every
 # bitwise check passed; the table is printed either way.
 #

@@ -4,7 +4,7 @@
 # Protobuf (headers, libraries and protoc: the checkpoint manifest and FX import use it),
 # GoogleTest/GoogleMock, Benchmark and Gloo (headers + libraries, and libgloo's own dependencies)
 # that MAGI_SYSROOT points the overlays at. Then call the device tool with carry [".device"] and:
-#   source .device/on-device.sh && export MAGI_SYSROOT=$PWD/.device/sysroot &&
+#   source .device/start.sh &&
 #   $BAZEL test $BAZEL_FLAGS --config=cuda //magi/frontend/capture:capture_cuda_test ...
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
@@ -38,4 +38,17 @@ done
 for lib in libhiredis.so.0.14 libibverbs.so.1 libnl-route-3.so.200 libnl-3.so.200; do
   cp -L "$multiarch/$lib" "$sysroot/lib/"
 done
-du -sh .device
+# The device tool carries the working tree and .device together, at most 64 MiB: the sysroot
+# travels as an xz tarball (4 MB instead of 17) that .device/start.sh unpacks there.
+tar -cJf .device/sysroot.tar.xz -C .device sysroot
+rm -rf "$sysroot"
+cat > .device/start.sh <<'SH'
+# Sourced on the GPU machine: unpacks the sysroot, then sets up the build (on-device.sh).
+_magi_device=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+  "$_magi_device/sysroot.tar.xz" "$_magi_device" || return 1
+source "$_magi_device/on-device.sh"
+export MAGI_SYSROOT=$_magi_device/sysroot
+SH
+du -sh --apparent-size .device
+echo "ready: carry [\".device\"] and start the command with: source .device/start.sh && ..."

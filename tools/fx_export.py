@@ -415,21 +415,31 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
         exported = torch.export.export(model, inputs).run_decompositions()
         gm = exported.graph_module
         signature = exported.graph_signature
-        placeholders, user_index = [], 0
+        placeholders, values, user_index = [], [], 0
         for input_spec in signature.input_specs:
             kind = input_spec.kind.name
             if kind == "USER_INPUT":
                 name = "input.%d" % user_index
-                blob.add(name, inputs[user_index], keep_layout=True)
+                value = inputs[user_index]
                 user_index += 1
                 placeholders.append((name, "data"))
             else:
                 role = {"PARAMETER": "param", "BUFFER": "buffer"}.get(kind, "constant")
-                value = exported.state_dict.get(input_spec.target)
+                name = input_spec.target
+                value = exported.state_dict.get(name)
                 if value is None:
-                    value = exported.constants[input_spec.target]
-                blob.add(input_spec.target, value, keep_layout=True)
-                placeholders.append((input_spec.target, role))
+                    value = exported.constants[name]
+                placeholders.append((name, role))
+            if not isinstance(value, torch.Tensor):
+                raise ExportError("input '%s' of the exported program is a %s, not a tensor" %
+                                  (name, type(value).__name__))
+            blob.add(name, value, keep_layout=True)
+            values.append(value)
+        # The importer needs every node's dtype, shape, strides and storage: run the exported
+        # graph on copies (it may write its buffers) and record them, as for make_fx below.
+        prop = _MetaProp(gm)
+        prop.run(*[_clone_layout(v) for v in values])
+        metas = prop.metas
         output_names = []
         for k, output_spec in enumerate(signature.output_specs):
             if output_spec.kind.name == "BUFFER_MUTATION":
