@@ -440,16 +440,25 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
         prop = _MetaProp(gm)
         prop.run(*[_clone_layout(v) for v in values])
         metas = prop.metas
-        output_names = []
-        for k, output_spec in enumerate(signature.output_specs):
-            if output_spec.kind.name == "BUFFER_MUTATION":
+        # The program returns the buffers it writes first, then the user's outputs.
+        output_names, mutated = [], []
+        for output_spec in signature.output_specs:
+            kind = output_spec.kind.name
+            if kind == "BUFFER_MUTATION":
                 output_names.append(output_spec.target + ".updated")
+                mutated.append(output_spec.target)
+            elif kind == "USER_OUTPUT":
+                output_names.append("output.%d" % (len(output_names) - len(mutated)))
             else:
-                output_names.append("output.%d" % k)
+                raise ExportError("torch.export output kind %s is not supported (output '%s')" %
+                                  (kind, output_spec.target))
+        # PyTorch's own run: its outputs, and the buffers it wrote (their inputs were stored above).
         with torch.no_grad():
             expected = _as_tuple(model(*inputs))
         for k, value in enumerate(expected):
             blob.add("expected:output.%d" % k, value)
+        for name in mutated:
+            blob.add("expected:%s.updated" % name, buffers[name])
     elif mode == "forward":
         def forward(*flat):
             return _as_tuple(functional_call(model, dict(zip(names, flat[:len(names)])), tuple(flat[len(names):])))
