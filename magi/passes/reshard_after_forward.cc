@@ -56,7 +56,8 @@ std::vector<Value*> RegatherOperands(Graph& graph, const Node& start, Node* befo
 }  // namespace
 
 bool ReshardAfterForward::Selected(const Node& start) const {
-  return groups_.empty() || groups_.count(start.annotations().module_path) > 0;
+  const std::string& group = start.annotations().module_path;
+  return (groups_.empty() || groups_.count(group) > 0) && excluded_.count(group) == 0;
 }
 
 bool ReshardAfterForward::Keep(Graph& graph) const {
@@ -182,19 +183,22 @@ MAGI_REGISTER(Pass, "reshard-after-forward",
               [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
                 bool reshard = true;
                 std::set<std::string> groups;
+                std::set<std::string> excluded;
                 for (const auto& [key, value] : options) {
                   if (key == "mode" && (value == "keep" || value == "reshard")) {
                     reshard = value == "reshard";
-                  } else if (key == "groups") {
+                  } else if (key == "groups" || key == "except") {
                     for (absl::string_view group : absl::StrSplit(value, '+')) {
-                      groups.insert(group == "root" ? "" : std::string(group));
+                      (key == "groups" ? groups : excluded).insert(group == "root" ? "" : std::string(group));
                     }
                   } else {
-                    return absl::InvalidArgumentError(absl::StrCat(
-                        "reshard-after-forward takes mode=keep|reshard and groups=a+b+root, not ", key, "=", value));
+                    return absl::InvalidArgumentError(
+                        absl::StrCat("reshard-after-forward takes mode=keep|reshard, groups=a+b+root and except=a+b+root, "
+                                     "not ",
+                                     key, "=", value));
                   }
                 }
-                return std::make_unique<ReshardAfterForward>(reshard, std::move(groups));
+                return std::make_unique<ReshardAfterForward>(reshard, std::move(groups), std::move(excluded));
               });
 
 }  // namespace magi

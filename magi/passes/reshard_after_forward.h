@@ -12,8 +12,11 @@
 // that gather is moved up to the first such use instead of adding another.
 //
 // `groups` chooses the FSDP groups by the gather's module path (`+`-separated, `root`
-// for the root group); all groups when empty. Registered as
-// "reshard-after-forward{mode=keep|reshard,groups=layers.0+root}".
+// for the root group); all groups when empty. `except` leaves groups out, so
+// "reshard-after-forward{mode=reshard,except=layers.3},reshard-after-forward{groups=layers.3,mode=keep}"
+// keeps the last layer gathered without first resharding it (resharding adds copies of
+// forward views that a later keep would not remove). Registered as
+// "reshard-after-forward{mode=keep|reshard,groups=layers.0+root,except=layers.3}".
 #ifndef MAGI_PASSES_RESHARD_AFTER_FORWARD_H_
 #define MAGI_PASSES_RESHARD_AFTER_FORWARD_H_
 
@@ -26,7 +29,8 @@ namespace magi {
 
 class ReshardAfterForward : public Pass {
  public:
-  ReshardAfterForward(bool reshard, std::set<std::string> groups) : reshard_(reshard), groups_(std::move(groups)) {}
+  ReshardAfterForward(bool reshard, std::set<std::string> groups, std::set<std::string> excluded = {})
+      : reshard_(reshard), groups_(std::move(groups)), excluded_(std::move(excluded)) {}
   absl::string_view name() const override { return "reshard-after-forward"; }
 
  protected:
@@ -38,7 +42,8 @@ class ReshardAfterForward : public Pass {
   bool Reshard(Graph& graph) const;
 
   bool reshard_;
-  std::set<std::string> groups_;  // module paths; "" is the root
+  std::set<std::string> groups_;    // module paths; "" is the root
+  std::set<std::string> excluded_;  // module paths left out
 };
 
 }  // namespace magi

@@ -23,9 +23,13 @@ void StrategyKnobs::SetDistance(const std::string& gather_key, int distance) {
 std::string StructuralPipeline(const StrategyKnobs& knobs) {
   std::string text = "reshard-after-forward{mode=reshard}";
   if (!knobs.keep.empty()) {
+    // Kept groups are never resharded: resharding them first would leave copies of forward
+    // views in backward that keeping does not remove (0.6% of the 4-layer step).
     std::vector<std::string> groups;
     for (const std::string& group : knobs.keep) groups.push_back(group.empty() ? "root" : group);
-    absl::StrAppend(&text, ",reshard-after-forward{groups=", absl::StrJoin(groups, "+"), ",mode=keep}");
+    const std::string kept = absl::StrJoin(groups, "+");
+    text = absl::StrCat("reshard-after-forward{except=", kept, ",mode=reshard},reshard-after-forward{groups=", kept,
+                        ",mode=keep}");
   }
   if (knobs.bucket_all_gather_mb > 0) {
     absl::StrAppend(&text, ",bucket-collectives{kinds=all_gather,max_mb=", knobs.bucket_all_gather_mb, "}");

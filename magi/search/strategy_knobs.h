@@ -1,7 +1,8 @@
 // The knobs the strategy search turns, and the pass pipeline each setting stands for.
 //
-//   reshard-after-forward{mode=reshard}                       every group re-gathered in backward
-//   [,reshard-after-forward{groups=G+H,mode=keep}]            ...except these (FSDP2's "keep the last layers")
+//   reshard-after-forward{mode=reshard}                       every group re-gathered in backward, or with
+//     kept groups G, H (FSDP2's "keep the last layers"):
+//   reshard-after-forward{except=G+H,mode=reshard},reshard-after-forward{groups=G+H,mode=keep}
 //   [,bucket-collectives{kinds=all_gather,max_mb=B}]          bucket sizes, per kind of collective
 //   [,bucket-collectives{kinds=reduce_scatter,max_mb=B}]
 //   [,schedule-overlap{max_inflight_mb=M,per_gather=K.D+...,prefetch=P}]
