@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # examples:train under the launchers people already use, as a user would start it:
 #  1. PyTorch's own torchrun (its elastic agent and static rendezvous; the agent of node 0
-#     hosts the store) as two "nodes" of one process each on this machine, with Debian's
-#     `python3 -m torch.distributed.run --no_python`;
+#     hosts the store) as two "nodes" of one process each on this machine, with
+#     `python3 -m torch.distributed.run --no_python` of the PyTorch the build is configured with
+#     (its TCPStore protocol must match the LibTorch examples:train links: a 2.x binary cannot
+#     rendezvous through 1.13's agent store);
 #  2. SLURM's variables as srun sets them for two tasks (no RANK);
 #  3. FSDP2 features from the command line on 4 local ranks: HSDP --mesh=2x2, --init=meta,
 #     --grad_accum, --clip_grad_norm and --lr_schedule=cosine with --warmup_steps;
@@ -12,7 +14,8 @@ set -euo pipefail
 out="${TEST_TMPDIR:-$(mktemp -d)}/launchers"
 mkdir -p "$out"
 train="$PWD/examples/train"
-python=/usr/bin/python3  # Debian's, with python3-torch
+python=${1:?usage: launchers_test.sh PYTHON (the configured PyTorch's, @libtorch//:python3)}
+[[ "$python" == /* ]] || python="$PWD/$python"
 
 check_eager() {  # log file
   python3 - "$1" <<'PY'

@@ -44,6 +44,7 @@
 #include "absl/strings/str_split.h"
 #include "examples/tensor_file.h"
 #include "magi/base/file.h"
+#include "magi/base/numbers.h"
 #include "magi/cost/calibration.h"
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/ir/printer.h"
@@ -358,7 +359,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   auto compile_start = std::chrono::steady_clock::now();
   magi::StepOptimization optimization;
   optimization.passes = absl::GetFlag(FLAGS_passes);
-  optimization.memory_budget_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_budget_gb) * 1e9);
+  optimization.memory_budget_bytes = *magi::BytesFromDouble(absl::GetFlag(FLAGS_budget_gb) * 1e9);  // validated in main
   optimization.device_profile = absl::GetFlag(FLAGS_device_profile).empty() ? (device_flag == "cuda" ? "h200" : "cpu")
                                                                             : absl::GetFlag(FLAGS_device_profile);
   optimization.calibration_csv = absl::GetFlag(FLAGS_calibration);
@@ -648,8 +649,60 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
 
 }  // namespace
 
+namespace {
+
+// The numeric flags' ranges, checked once before any process starts. absl parses "nan" and
+// "inf" into double flags, and NaN passes every `x < 0` check: --budget_gb=nan would reach
+// the byte conversion undefined, --clip_grad_norm=nan would switch clipping off silently.
+absl::Status ValidateNumericFlags() {
+  struct DoubleFlag {
+    const char* name;
+    double value;
+    bool zero_allowed;
+  };
+  const DoubleFlag doubles[] = {
+      {"lr", absl::GetFlag(FLAGS_lr), false},
+      {"min_lr", absl::GetFlag(FLAGS_min_lr), true},
+      {"clip_grad_norm", absl::GetFlag(FLAGS_clip_grad_norm), true},
+      {"budget_gb", absl::GetFlag(FLAGS_budget_gb), true},
+  };
+  for (const DoubleFlag& flag : doubles) {
+    if (!std::isfinite(flag.value) || flag.value < 0 || (!flag.zero_allowed && flag.value == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag.name, "=", flag.value, ": expected a ",
+                                                     flag.zero_allowed ? "non-negative" : "positive",
+                                                     ", finite number"));
+    }
+  }
+  if (!magi::BytesFromDouble(absl::GetFlag(FLAGS_budget_gb) * 1e9)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget_gb=", absl::GetFlag(FLAGS_budget_gb), ": more bytes than an int64 holds"));
+  }
+  struct IntFlag {
+    const char* name;
+    int value;
+    int min;
+  };
+  const IntFlag ints[] = {
+      {"world_size", absl::GetFlag(FLAGS_world_size), 1},   {"steps", absl::GetFlag(FLAGS_steps), 1},
+      {"batch_size", absl::GetFlag(FLAGS_batch_size), 0},   {"seq_len", absl::GetFlag(FLAGS_seq_len), 0},
+      {"untimed_steps", absl::GetFlag(FLAGS_untimed_steps), 0}, {"warmup_steps", absl::GetFlag(FLAGS_warmup_steps), 0},
+      {"grad_accum", absl::GetFlag(FLAGS_grad_accum), 1},   {"timeout_s", absl::GetFlag(FLAGS_timeout_s), 1},
+      {"partition_min_nodes", absl::GetFlag(FLAGS_partition_min_nodes), 1},
+      {"partition_max_nodes", absl::GetFlag(FLAGS_partition_max_nodes), 0},
+  };
+  for (const IntFlag& flag : ints) {
+    if (flag.value < flag.min) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag.name, "=", flag.value, ": must be >= ", flag.min));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (absl::Status flags = ValidateNumericFlags(); !flags.ok()) return Fail(0, flags.message());
   absl::StatusOr<magi::DistributedEnv> env = magi::DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(0, env.status().message());
   if (std::optional<int> code = magi::RunLocalWorkersIfLauncher(absl::GetFlag(FLAGS_world_size), argc, argv)) {

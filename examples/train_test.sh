@@ -26,6 +26,19 @@ if examples/train --model=huge --world_size=1 --out_dir="$out/bad" 2> "$out/err.
   echo "a bad --model should fail"; exit 1
 fi
 grep -q "unknown --model=huge (tiny, small or 1b)" "$out/err.txt"
+# Numeric flags are range-checked before any process starts; NaN and infinity never pass.
+for bad in "--budget_gb=nan:--budget_gb=nan: expected a non-negative, finite number" \
+           "--clip_grad_norm=inf:--clip_grad_norm=inf: expected a non-negative, finite number" \
+           "--lr=0:--lr=0: expected a positive, finite number" \
+           "--lr=-nan:--lr=-nan: expected a positive, finite number" \
+           "--budget_gb=1e300:--budget_gb=1e+300: more bytes than an int64 holds" \
+           "--grad_accum=0:--grad_accum=0: must be >= 1"; do
+  flag=${bad%%:*}
+  if examples/train "$flag" --world_size=1 --out_dir="$out/bad" 2> "$out/err.txt"; then
+    echo "$flag should fail"; exit 1
+  fi
+  grep -qF -- "${bad#*:}" "$out/err.txt" || { echo "$flag: unexpected error:"; cat "$out/err.txt"; exit 1; }
+done
 # A run resumed from its checkpoint continues bitwise: 3 + 3 steps == 6 steps.
 examples/train --steps=6 --world_size=2 --out_dir="$out/straight"
 examples/train --steps=3 --world_size=2 --out_dir="$out/resumed"

@@ -238,8 +238,11 @@ def export_all(args):
 
 
 def run_all(cases, fx_run):
-    """Runs fx_run over the exported files in batches; a batch that crashes is re-run file by
-    file so the crash is pinned on its case."""
+    """Runs fx_run over the exported files in batches. Files of a batch that got no verdict (fx_run
+    crashed, was killed, or exited early: an AddressSanitizer report exits 1 before printing) are
+    re-run one by one, so the failure is pinned on its case; a file that still gets no verdict is
+    wrong, with the exit status and the end of fx_run's stderr as the reason. No case is left
+    uncounted."""
     exported = [c for c in cases if c["status"] == "exported"]
     by_file = {c["file"]: c for c in exported}
 
@@ -250,21 +253,24 @@ def run_all(cases, fx_run):
         for line in proc.stdout.splitlines():
             verdict, _, rest = line.partition(" ")
             path, _, detail = rest.partition(": ")
-            if path in by_file:
+            if path in by_file and verdict in ("PASS", "WRONG", "ERROR"):
                 case = by_file[path]
                 case["status"] = {"PASS": "pass", "WRONG": "wrong", "ERROR": "clear error"}[verdict]
                 case["reason"] = detail
                 seen.add(path)
-        return proc.returncode, [f for f in files if f not in seen]
+        return proc, [f for f in files if f not in seen]
 
     files = [c["file"] for c in exported]
     for start in range(0, len(files), 100):
-        code, missing = run(files[start:start + 100])
-        if missing and code < 0:
-            for f in missing:
-                code, still = run([f])
-                if still:
-                    by_file[f].update(status="wrong", reason="fx_run crashed (signal %d)" % -code)
+        _, missing = run(files[start:start + 100])
+        for f in missing:
+            proc, still = run([f])
+            if still:
+                how = "killed by signal %d" % -proc.returncode if proc.returncode < 0 else \
+                    "exited with status %d" % proc.returncode
+                tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[:300]
+                by_file[f].update(status="wrong", reason="fx_run %s without a verdict: %s" % (how, tail))
+    assert not [c for c in cases if c["status"] == "exported"], "a case was left without a verdict"
 
 
 def report(cases):

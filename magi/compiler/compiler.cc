@@ -21,12 +21,7 @@ namespace {
 absl::Status RunPipeline(const std::string& text, const CostModel& model, Module& module) {
   MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(text));
   PassManager manager(/*verify_each=*/true);
-  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline, [&model](const PassSpec& spec)
-                                                         -> absl::StatusOr<std::unique_ptr<Pass>> {
-    if (spec.name != "auto-recompute") return std::unique_ptr<Pass>();
-    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<AutoRecompute> pass, MakeAutoRecompute(spec.options, model));
-    return std::unique_ptr<Pass>(std::move(pass));
-  }));
+  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline, AutoRecomputeWithCostModel(model)));
   return manager.Run(module).status();
 }
 

@@ -57,6 +57,15 @@ absl::StatusOr<std::unique_ptr<AutoRecompute>> MakeAutoRecompute(const Component
   return std::make_unique<AutoRecompute>(parsed->budget_bytes, std::move(model));
 }
 
+PassManager::PassFactory AutoRecomputeWithCostModel(CostModel model) {
+  return [model = std::move(model)](const PassSpec& spec) -> absl::StatusOr<std::unique_ptr<Pass>> {
+    if (spec.name != "auto-recompute") return std::unique_ptr<Pass>();  // the registry's
+    absl::StatusOr<std::unique_ptr<AutoRecompute>> pass = MakeAutoRecompute(spec.options, model);
+    if (!pass.ok()) return pass.status();
+    return std::unique_ptr<Pass>(*std::move(pass));
+  };
+}
+
 namespace {
 
 MAGI_REGISTER(Pass, "auto-recompute", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {

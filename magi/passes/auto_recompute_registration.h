@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "magi/cost/cost_model.h"
 #include "magi/passes/auto_recompute.h"
+#include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
 
 namespace magi {
@@ -17,6 +18,12 @@ namespace magi {
 // An AutoRecompute from `options` (budget_mb=N or budget_gb=X, positive and finite;
 // profile=NAME is accepted and must name `model`'s profile) that ranks with `model`.
 absl::StatusOr<std::unique_ptr<AutoRecompute>> MakeAutoRecompute(const ComponentOptions& options, CostModel model);
+
+// A PassManager::PassFactory that builds every auto-recompute of a pipeline with a copy of
+// `model` and leaves every other pass to the registry: how the compile driver, and `magi opt
+// --device=... --calibration=...`, run a pipeline the search reported with the cost model the
+// search used. `model`'s calibration table (not owned) must outlive the passes built.
+PassManager::PassFactory AutoRecomputeWithCostModel(CostModel model);
 
 }  // namespace magi
 

@@ -76,6 +76,18 @@ $MAGI plan $STEP --budget_gb=0.00175 -o "$TMP/planned.mir" > "$TMP/plan.txt"
 check "plan prints the chosen pipeline" grep -q '^chosen: reshard-after-forward' "$TMP/plan.txt"
 check "plan recomputes under a tight budget" grep -q 'auto-recompute{budget_mb=1.75' "$TMP/plan.txt"
 check "planned module verifies" test "$($MAGI verify "$TMP/planned.mir")" = "ok"
+# The plan's `reproduce:` line rebuilds the module it wrote, byte for byte, also with a device
+# profile read from a file (whose name no builtin knows) and a calibration table.
+sed 's/^name: cpu$/name: my-cpu/' magi/cost/profiles/cpu.profile > "$TMP/my.profile"
+printf '0.001,3,aten::mm(f32[32,64], f32[64,64]strides[1,64]) -> f32[32,64]\n' > "$TMP/calibration.csv"
+$MAGI plan $STEP --budget_gb=0.00175 --device="$TMP/my.profile" --calibration="$TMP/calibration.csv" \
+  -o "$TMP/planned_file.mir" > "$TMP/plan_file.txt"
+check "plan with a file profile recomputes" grep -q 'auto-recompute{budget_mb=1.75.*profile=my-cpu' "$TMP/plan_file.txt"
+reproduce=$(sed -n 's/^reproduce: magi opt //p' "$TMP/plan_file.txt")
+eval "$MAGI opt $reproduce -o \"$TMP/reproduced.mir\""
+check "magi opt reproduces the planned module" cmp -s "$TMP/planned_file.mir" "$TMP/reproduced.mir"
+expect_failure "the file profile's name alone is not a cost model" 1 "no device profile 'my-cpu'" -- \
+  $MAGI opt $STEP --passes="$(sed -n 's/^chosen: //p' "$TMP/plan_file.txt")"
 expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $MAGI plan $STEP --budget_gb=0.000001
 expect_failure "bad budget" 1 "--budget_gb must be a positive, finite number" -- $MAGI plan $STEP --budget_gb=lots
 expect_failure "unknown device" 1 "no device profile 'tpu'; built in: cpu, h200" -- $MAGI simulate $STEP --device=tpu

@@ -53,6 +53,7 @@
 #include "magi/ir/dot_export.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
+#include "magi/passes/auto_recompute_registration.h"
 #include "magi/passes/pass.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
@@ -133,15 +134,19 @@ const std::vector<CommandSpec>& CommandSpecs() {
        "  --compact=true  one box per partition with its most frequent ops\n"},
       {"opt",
        1,
-       {"o", "passes", "stats", "dump_dir"},
+       {"o", "passes", "stats", "dump_dir", "device", "calibration"},
        {"passes"},
-       "IN --passes=SPEC [-o OUT] [--stats=true] [--dump_dir=DIR]",
+       "IN --passes=SPEC [-o OUT] [--stats=true] [--dump_dir=DIR] [--device=...] [--calibration=CSV]",
        "Runs a pass pipeline, verifying after every pass.\n"
        "  --passes=SPEC   e.g. dce,cse or fixed-point(cse,dce) or bucket-collectives{max_mb=64}\n"
        "                  (`magi registry` lists the passes)\n"
        "  -o OUT          where to write the result (default stdout)\n"
        "  --stats=true    print each pass's runs, changes and time to stderr\n"
-       "  --dump_dir=DIR  write the module (.mir, .dot) after each pass into DIR\n"},
+       "  --dump_dir=DIR  write the module (.mir, .dot) after each pass into DIR\n"
+       "  --device=NAME   auto-recompute ranks with this cost model (cpu, h200 or a .profile file)\n"
+       "  --calibration=CSV  ... and these measured op times; with either flag, a pipeline `magi plan`\n"
+       "                  printed reproduces the module it wrote (default: each auto-recompute\n"
+       "                  builds its model from its own profile=NAME, uncalibrated)\n"},
       {"simulate",
        1,
        {"device", "world", "trace", "calibration", "graph"},
@@ -417,6 +422,10 @@ absl::Status RunPlan(const CommandLine& line) {
   options.memory_budget_bytes = *budget_bytes;
   MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, options));
   std::printf("%s", FormatStrategyPlan(plan).c_str());
+  std::printf("reproduce: magi opt %s --passes='%s' --device=%s%s\n", line.positional[0].c_str(), plan.pipeline.c_str(),
+              FlagOr(line, "device", "h200").c_str(),
+              line.flags.count("calibration") ? absl::StrCat(" --calibration=", line.flags.at("calibration")).c_str()
+                                              : "");
   if (!line.flags.count("o")) return absl::OkStatus();
   return SaveModule(*plan.optimized, line.flags.at("o"));
 }
@@ -425,7 +434,13 @@ absl::Status RunOpt(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
   MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(FlagOr(line, "passes", "")));
   PassManager manager(/*verify_each=*/true);
-  MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+  std::unique_ptr<CalibrationTable> calibration;  // outlives the passes built with it
+  if (line.flags.count("device") || line.flags.count("calibration")) {
+    MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
+    MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline, AutoRecomputeWithCostModel(std::move(model))));
+  } else {
+    MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline));
+  }
   if (line.flags.count("dump_dir")) {
     std::string dir = line.flags.at("dump_dir");
     manager.set_after_pass_hook([dir](int index, absl::string_view pass_name, const Module& after) -> absl::Status {
