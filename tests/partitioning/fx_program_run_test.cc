@@ -39,7 +39,9 @@ absl::Status WriteTensor(const std::string& path, const at::Tensor& tensor) {
 absl::StatusOr<at::Tensor> ReadTensor(const std::string& path, const TensorType& type) {
   absl::StatusOr<std::string> bytes = ReadFile(path);
   if (!bytes.ok()) return bytes.status();
-  at::Tensor tensor = at::empty(type.sizes, at::TensorOptions().dtype(compat::ToScalarType(type.dtype)));
+  absl::StatusOr<c10::ScalarType> dtype = compat::ToScalarType(type.dtype);
+  if (!dtype.ok()) return dtype.status();
+  at::Tensor tensor = at::empty(type.sizes, at::TensorOptions().dtype(*dtype));
   if (static_cast<size_t>(tensor.numel() * tensor.element_size()) != bytes->size()) {
     return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(), " bytes for ", type.ToString()));
   }
