@@ -2,7 +2,7 @@
 // on a procedurally generated 10-class image dataset (examples/shapes_dataset.h).
 //
 //   tools/bazel run //examples:train_vision                 # 2 CPU processes (Gloo)
-//   tools/bazel run //examples:train_vision -- --world_size=1 --steps=300 --lr=2e-3
+//   tools/bazel run //examples:train_vision -- --world_size=1 --steps=300 --lr_schedule=constant
 //
 // The model is exported at build time by the configured PyTorch (tools/fx_export.py with
 // --spec tools.fx_models:train_vision, genrules in examples/BUILD): a joint graph (forward,
@@ -25,8 +25,7 @@
 // parameter and buffer by its PyTorch state_dict name, magi-tensors-v1:
 // benchmarks/pytorch/tensor_file.py reads it into model.load_state_dict).
 //
-// What it does NOT do: checkpoints to resume from (FxTrainer has none yet), learning-rate
-// schedules, data augmentation, or batch shapes other than the exported ones (the batch per
+// What it does NOT do: checkpoints to resume from (FxTrainer has none yet), data augmentation, or batch shapes other than the exported ones (the batch per
 // rank and the image size are the export's: edit the spec in tools/fx_models.py, or pass
 // your own export with --joint / --forward).
 #include <unistd.h>
@@ -63,7 +62,12 @@
 
 ABSL_FLAG(int, world_size, 2, "Number of processes (ranks) when launching locally");
 ABSL_FLAG(int, steps, 150, "Optimizer steps (each rank takes the exported batch size per step)");
-ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate (constant)");
+ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate (the peak, with a schedule)");
+ABSL_FLAG(std::string, lr_schedule, "cosine",
+          "Learning-rate schedule: cosine (from --lr to --min_lr at the last step) or constant; both after "
+          "--warmup_steps of linear warm-up");
+ABSL_FLAG(int, warmup_steps, 0, "Learning-rate warm-up steps (linear from lr / warmup_steps to lr)");
+ABSL_FLAG(double, min_lr, 0, "The learning rate --lr_schedule=cosine ends at");
 ABSL_FLAG(double, weight_decay, 1e-2, "AdamW weight decay (decoupled, as torch.optim.AdamW)");
 ABSL_FLAG(int, seed, 0, "Seed of the dataset and of the order in which epochs visit the training images");
 ABSL_FLAG(int, train_images, 5000, "Training images (generated, classes balanced when a multiple of 10)");
@@ -148,6 +152,16 @@ absl::Status ValidateFlags() {
     if (!status.ok()) return status;
   }
   if (absl::GetFlag(FLAGS_lr) == 0) return absl::InvalidArgumentError("--lr=0: nothing would train");
+  absl::StatusOr<magi::LrSchedule::Kind> schedule = magi::ParseLrScheduleKind(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return absl::InvalidArgumentError(absl::StrCat("--lr_schedule: ", schedule.status().message()));
+  if (absl::Status status = at_least("warmup_steps", absl::GetFlag(FLAGS_warmup_steps), 0); !status.ok()) return status;
+  if (absl::GetFlag(FLAGS_warmup_steps) >= absl::GetFlag(FLAGS_steps)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--warmup_steps=%d: must be fewer than --steps=%d",
+                                                      absl::GetFlag(FLAGS_warmup_steps), absl::GetFlag(FLAGS_steps)));
+  }
+  if (absl::Status status = finite("min_lr", absl::GetFlag(FLAGS_min_lr), 0, absl::GetFlag(FLAGS_lr)); !status.ok()) {
+    return status;
+  }
   if (absl::GetFlag(FLAGS_world_size) > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--world_size=", absl::GetFlag(FLAGS_world_size), ": at most 64 local processes"));
@@ -411,6 +425,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   options.shard_groups.push_back("");  // the root: the stem and the classifier head
   options.adamw.lr = absl::GetFlag(FLAGS_lr);
   options.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  options.lr_schedule.kind = *magi::ParseLrScheduleKind(absl::GetFlag(FLAGS_lr_schedule));  // validated in main
+  options.lr_schedule.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  options.lr_schedule.total_steps = absl::GetFlag(FLAGS_steps);
+  options.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.optimization.passes = absl::GetFlag(FLAGS_passes);
   absl::StatusOr<std::unique_ptr<magi::FxTrainer>> trainer =
@@ -454,12 +472,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (!written.ok()) return Fail(rank, written.message());
   }
   at::Tensor rank_losses = torch::zeros({steps, world}, torch::kDouble);
+  at::Tensor step_lrs = torch::zeros({steps}, torch::kDouble);  // the learning rate of every step
   std::vector<double> losses;  // the mean over ranks, per step
   std::vector<std::pair<int, double>> evals;  // (step, test accuracy) of --eval_every
   double train_seconds = 0, eval_seconds = 0;
   const int log_every = absl::GetFlag(FLAGS_log_every), eval_every = absl::GetFlag(FLAGS_eval_every);
   for (int step = 0; step < steps; ++step) {
     auto step_start = std::chrono::steady_clock::now();
+    const double lr = (*trainer)->next_learning_rate();
+    step_lrs[step] = lr;
     absl::StatusOr<double> loss = (*trainer)->Step(rows(step, rank * batch, batch));
     if (!loss.ok()) return Fail(rank, absl::StrCat("step ", step + 1, ": ", loss.status().message()));
     at::Tensor mine = torch::zeros({world}, torch::kDouble);
@@ -486,8 +507,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     }
     if (rank == 0 && ((step + 1) % log_every == 0 || step == 0 || step + 1 == steps || !eval_note.empty())) {
       const int done = step + 1;
-      std::fprintf(stderr, "step %d/%d | epoch %.2f | loss %.4f | %.1f images/s | ETA %s%s\n", done, steps,
-                   static_cast<double>(done) * global_batch / n_train, losses.back(),
+      std::fprintf(stderr, "step %d/%d | epoch %.2f | loss %.4f | lr %.2e | %.1f images/s | ETA %s%s\n", done,
+                   steps, static_cast<double>(done) * global_batch / n_train, losses.back(), lr,
                    done * global_batch / train_seconds, Duration(train_seconds / done * (steps - done)).c_str(),
                    eval_note.c_str());
     }
@@ -514,7 +535,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   if (!written.ok()) return Fail(rank, written.message());
   if (!dump_dir.empty()) {
     for (absl::Status status :
-         {magi::WriteTensorFile(dump_dir + "/losses", {{"losses", rank_losses}}),
+         {magi::WriteTensorFile(dump_dir + "/losses", {{"losses", rank_losses}, {"lrs", step_lrs}}),
           magi::WriteTensorFile(dump_dir + "/test", {{"images", test_set->images},
                                                      {"labels", test_set->labels},
                                                      {"logits", test_accuracy->logits}})}) {
@@ -539,13 +560,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   std::string summary = absl::StrFormat(
       "{\"joint\": %s, \"forward\": %s, \"torch_version\": %s, \"parameters\": %d, \"world_size\": %d, \"steps\": %d, "
       "\"batch_per_rank\": %d, \"image_size\": [%d, %d], \"train_images\": %d, \"test_images\": %d, "
-      "\"noise\": %g, \"seed\": %d, \"lr\": %g, \"weight_decay\": %g, \"shard_groups\": [%s], \"pipeline\": %s, "
+      "\"noise\": %g, \"seed\": %d, \"lr\": %g, \"lr_schedule\": %s, \"warmup_steps\": %d, \"min_lr\": %g, \"weight_decay\": %g, \"shard_groups\": [%s], \"pipeline\": %s, "
       "\"initial_loss\": %.6f, \"final_loss\": %.6f, \"train_accuracy\": %.4f, \"test_accuracy\": %.4f, "
       "\"test_accuracy_per_class\": {%s}, \"evaluated_with\": \"the forward graph, eval mode, running statistics "
       "averaged over ranks\", \"images_per_s\": %.2f, \"train_seconds\": %.3f, \"eval_seconds\": %.3f, "
       "\"compile_seconds\": %.3f, \"test_accuracy_during_training\": [%s], \"losses\": [%s]}\n",
       JsonString(joint_path), JsonString(forward_path), JsonString(torch_version), parameters, world, steps, batch, shape->height, shape->width, n_train, n_test,
-      data_options.noise, absl::GetFlag(FLAGS_seed), options.adamw.lr, options.adamw.weight_decay,
+      data_options.noise, absl::GetFlag(FLAGS_seed), options.adamw.lr,
+      JsonString(absl::GetFlag(FLAGS_lr_schedule)), options.lr_schedule.warmup_steps, options.lr_schedule.min_lr,
+      options.adamw.weight_decay,
       shard_groups, JsonString((*trainer)->applied_pipeline()), losses.front(), losses.back(),
       train_accuracy->value(), test_accuracy->value(), absl::StrJoin(per_class, ", "), images_per_s, train_seconds,
       eval_seconds, compile_seconds, absl::StrJoin(eval_list, ", "), absl::StrJoin(loss_list, ", "));

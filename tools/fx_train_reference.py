@@ -52,10 +52,11 @@ def _batch(example, classes, seed):
     return out
 
 
-def train(spec_fn, world, steps, lr, betas, eps, weight_decay, records, batch_fn=None):
+def train(spec_fn, world, steps, lr, betas, eps, weight_decay, records, batch_fn=None, lr_fn=None):
     """Appends the records named in the file comment for world size `world` to `records`.
     batch_fn(step, rank, example, classes) gives a rank's batch (inputs then targets); by
-    default the seeded generated one above (tools/train_vision_check.py passes Magi's)."""
+    default the seeded generated one above (tools/train_vision_check.py passes Magi's).
+    lr_fn(step) gives step's learning rate (default: `lr` throughout)."""
     from torch.nn.utils.stateless import functional_call
     spec = spec_fn(mode="joint")
     model = spec.model
@@ -91,6 +92,9 @@ def train(spec_fn, world, steps, lr, betas, eps, weight_decay, records, batch_fn
             records.append((prefix + "loss", loss.detach()))
         for n, p in params.items():
             p.grad = grads[n] / world
+        if lr_fn is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_fn(step)
         optimizer.step()
     for n, p in params.items():
         records.append(("w%d/param/%s" % (world, n), p.detach()))

@@ -5,11 +5,12 @@
 
 1. Training: PyTorch's own data-parallel training (tools/fx_train_reference.py's, torch.optim.AdamW)
    of the spec's model (the same seeds as the export Magi trained, so the same initial state) on the
-   batches Magi's ranks took (PREFIX batches.*: step<s>/rank<r>/input.0 and target.0) for --steps
-   steps; every rank's loss must equal Magi's (losses.*, [steps, world]) within --early_tolerance for
+   batches Magi's ranks took (DUMP/batches.*: step<s>/rank<r>/input.0 and target.0), with the learning
+   rate Magi used at each step (DUMP/losses.*: lrs), for --steps steps; every rank's loss must equal Magi's (losses.*, [steps, world]) within --early_tolerance for
    the first two steps and --late_tolerance after (relative to max(1, |PyTorch's loss|)), the
    tolerances of //magi/frontend/fx:fx_training_test for resnet18 (its comment says why later steps
    of a BatchNorm network under AdamW are held looser).
+   The learning rate of every step must be the one the run's schedule (OUT_DIR/summary.json) gives.
 2. Evaluation: the spec's forward-mode model (eval), with Magi's final weights
    (OUT_DIR/final_weights.*) loaded by load_state_dict(strict=True), on the dumped test images: its
    logits must equal those Magi's forward graph computed (test.*) within --logits_tolerance, and the
@@ -21,6 +22,8 @@ what differs and exits 1.
 
 import argparse
 import importlib
+import json
+import math
 import os
 import sys
 
@@ -31,7 +34,6 @@ def main(argv):
     parser.add_argument("--out_dir", required=True, help="the run's --out_dir (final_weights.*)")
     parser.add_argument("--spec", default="tools.fx_models:train_vision")
     parser.add_argument("--steps", type=int, default=4, help="steps of training to compare (<= the dumped batches)")
-    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight_decay", type=float, default=1e-2)
     parser.add_argument("--early_tolerance", type=float, default=1e-5)
     parser.add_argument("--late_tolerance", type=float, default=5e-3)
@@ -50,7 +52,8 @@ def main(argv):
     failures = []
 
     # 1. The first steps of training.
-    losses = tensor_file.read_tensors(os.path.join(args.dump, "losses"))["losses"]
+    dumped = tensor_file.read_tensors(os.path.join(args.dump, "losses"))
+    losses, lrs = dumped["losses"], dumped["lrs"]
     steps, world = losses.shape
     batches = tensor_file.read_tensors(os.path.join(args.dump, "batches"))
     if args.steps > steps or "step%d/rank0/input.0" % (args.steps - 1) not in batches:
@@ -66,9 +69,24 @@ def main(argv):
                                  (prefix, t.dtype, list(t.shape), e.dtype, list(e.shape)))
         return got
 
+    # The learning rates Magi used: the schedule of the run's summary, computed here.
+    summary = json.load(open(os.path.join(args.out_dir, "summary.json")))
+    for step in range(steps):
+        t, lr, warmup = step + 1, summary["lr"], summary["warmup_steps"]
+        if warmup > 0 and t <= warmup:
+            want = lr * t / warmup
+        elif summary["lr_schedule"] == "constant":
+            want = lr
+        else:
+            progress = min(1.0, (t - warmup) / max(1, summary["steps"] - warmup))
+            want = summary["min_lr"] + (lr - summary["min_lr"]) * 0.5 * (1 + math.cos(math.pi * progress))
+        if abs(lrs[step].item() - want) > 1e-12 * max(1.0, want):
+            failures.append("step %d: learning rate %.10g, the %s schedule gives %.10g" %
+                            (step, lrs[step].item(), summary["lr_schedule"], want))
+
     records = []
-    fx_train_reference.train(spec_fn, world, args.steps, args.lr, (0.9, 0.999), 1e-8, args.weight_decay, records,
-                             batch_fn=batch_fn)
+    fx_train_reference.train(spec_fn, world, args.steps, lrs[0].item(), (0.9, 0.999), 1e-8, args.weight_decay, records,
+                             batch_fn=batch_fn, lr_fn=lambda step: lrs[step].item())
     reference = dict(records)
     worst = 0.0
     for step in range(args.steps):
