@@ -79,7 +79,8 @@ ABSL_FLAG(std::string, out_dir, "/tmp/magi_train_vision", "Where summary.json an
 ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
 ABSL_FLAG(std::string, dump_dir, "",
           "Write, for PyTorch runs on the same data (tools/train_vision_check.py): the batches of the first "
-          "--dump_steps steps (batches.{json,bin}), every rank's loss of every step (losses.{json,bin}), and the test "
+          "--dump_steps steps (batches.{json,bin}), every rank's loss and the learning rate of every step "
+          "(losses.{json,bin}), and the test "
           "images, labels and the forward graph's logits (test.{json,bin}), as magi-tensors-v1 files");
 ABSL_FLAG(int, dump_steps, 4, "How many steps' batches --dump_dir holds");
 ABSL_FLAG(std::string, joint, "", "The joint graph to train (default: the bundled export, examples/exported/)");

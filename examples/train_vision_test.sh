@@ -52,7 +52,9 @@ fi
 grep -qF -- "--joint=$tmp/none.fx.json" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 
 # The short run.
-"$bin" --world_size=2 --steps=80 --test_images=500 --eval_every=40 --log_every=20 \
+# Two warm-up steps: step 0 runs at half the learning rate, so the PyTorch check below also
+# proves that the rate Magi records is the rate it applies (step 1's loss depends on it).
+"$bin" --world_size=2 --steps=80 --warmup_steps=2 --test_images=500 --eval_every=40 --log_every=20 \
   --out_dir="$tmp/run" --summary_json="$tmp/summary_copy.json" --dump_dir="$tmp/dump" 2> "$tmp/log.txt" \
   || { cat "$tmp/log.txt"; exit 1; }
 cat "$tmp/log.txt"
@@ -69,7 +71,7 @@ s = json.load(open(sys.argv[1]))
 assert s == json.load(open(sys.argv[2])), "--summary_json differs from summary.json"
 assert s["world_size"] == 2 and s["steps"] == 80 and s["batch_per_rank"] == 32, s
 assert len(s["losses"]) == 80 and s["final_loss"] == s["losses"][-1], s
-assert s["lr_schedule"] == "cosine" and s["lr"] == 1e-3 and s["min_lr"] == 0, s
+assert s["lr_schedule"] == "cosine" and s["lr"] == 1e-3 and s["warmup_steps"] == 2 and s["min_lr"] == 0, s
 assert s["shard_groups"] == ["layer1", "layer2", "layer3", "layer4", ""], s
 assert [step for step, _ in s["test_accuracy_during_training"]] == [40], s
 # docs/examples.md gives what this run measured; 0.3 is three times chance.
