@@ -52,7 +52,11 @@ def _batch(example, classes, seed):
     return out
 
 
-def train(spec_fn, world, steps, lr, betas, eps, weight_decay, records):
+def train(spec_fn, world, steps, lr, betas, eps, weight_decay, records, batch_fn=None, lr_fn=None):
+    """Appends the records named in the file comment for world size `world` to `records`.
+    batch_fn(step, rank, example, classes) gives a rank's batch (inputs then targets); by
+    default the seeded generated one above (tools/train_vision_check.py passes Magi's).
+    lr_fn(step) gives step's learning rate (default: `lr` throughout)."""
     from torch.nn.utils.stateless import functional_call
     spec = spec_fn(mode="joint")
     model = spec.model
@@ -70,7 +74,10 @@ def train(spec_fn, world, steps, lr, betas, eps, weight_decay, records):
         optimizer.zero_grad(set_to_none=True)
         grads = {n: torch.zeros_like(p) for n, p in params.items()}
         for rank in range(world):
-            batch = _batch(inputs + targets, classes, 1000 + 100 * step + rank)
+            if batch_fn is None:
+                batch = _batch(inputs + targets, classes, 1000 + 100 * step + rank)
+            else:
+                batch = batch_fn(step, rank, inputs + targets, classes)
             state = dict(params)
             state.update(rank_buffers[rank])  # updated in place by BatchNorm
             out = functional_call(model, state, tuple(batch[:len(inputs)]))
@@ -85,6 +92,9 @@ def train(spec_fn, world, steps, lr, betas, eps, weight_decay, records):
             records.append((prefix + "loss", loss.detach()))
         for n, p in params.items():
             p.grad = grads[n] / world
+        if lr_fn is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_fn(step)
         optimizer.step()
     for n, p in params.items():
         records.append(("w%d/param/%s" % (world, n), p.detach()))

@@ -74,6 +74,7 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
   }
   auto trainer = std::unique_ptr<FxTrainer>(new FxTrainer());
   trainer->adamw_ = options.adamw;
+  trainer->lr_schedule_ = options.lr_schedule;
   trainer->communicator_ = communicator;
   MAGI_ASSIGN_OR_RETURN(trainer->plan_, FsdpPlanFromModulePrefixes(graph, options.shard_groups, communicator->size(),
                                                                    options.reshard_after_forward));
@@ -137,14 +138,15 @@ absl::StatusOr<double> FxTrainer::Step(const std::vector<at::Tensor>& local_batc
   // as FsdpTrainer::Step computes them.
   const AdamWOptions& o = adamw_;
   const double t = static_cast<double>(step_ + 1);
+  const double lr = next_learning_rate();
   at::TensorOptions scalar = at::TensorOptions().dtype(at::kFloat);
   for (const Value* input : graph().inputs()) {
     if (input->name() == "adamw.decay") scalar = scalar.device(compat::ToTorchDevice(input->type().tensor().device));
   }
   std::map<std::string, at::Tensor> named = state_;
   for (const auto& [name, tensor] : buffers_) named[name] = tensor;
-  named["adamw.decay"] = at::scalar_tensor(1.0 - o.lr * o.weight_decay, scalar);
-  named["adamw.step_size"] = at::scalar_tensor(o.lr / (1.0 - std::pow(o.beta1, t)), scalar);
+  named["adamw.decay"] = at::scalar_tensor(1.0 - lr * o.weight_decay, scalar);
+  named["adamw.step_size"] = at::scalar_tensor(lr / (1.0 - std::pow(o.beta1, t)), scalar);
   named["adamw.bc2_sqrt"] = at::scalar_tensor(std::sqrt(1.0 - std::pow(o.beta2, t)), scalar);
   // GatherStepInputs takes "input.N" from a vector by N; every other batch input by name.
   std::vector<at::Tensor> data;
@@ -180,6 +182,8 @@ absl::StatusOr<double> FxTrainer::Step(const std::vector<at::Tensor>& local_batc
   }
   return loss;
 }
+
+double FxTrainer::next_learning_rate() const { return ScheduledLearningRate(lr_schedule_, adamw_.lr, step_ + 1); }
 
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FxTrainer::GatherFullParameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;

@@ -55,6 +55,9 @@ struct FxTrainOptions {
   std::vector<std::string> shard_groups = {""};
   bool reshard_after_forward = true;
   AdamWOptions adamw;
+  // The learning rate by step, as FsdpTrainer's (TrainingOptions::lr_schedule): the AdamW
+  // scalars are step inputs, so a schedule recompiles nothing.
+  LrSchedule lr_schedule;
   std::string backend = "interpreter";
   StepOptimization optimization;
 };
@@ -84,12 +87,15 @@ class FxTrainer {
   const Graph& graph() const { return compiled_.graph(); }
   const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
   int64_t steps_taken() const { return step_; }
+  // The learning rate the next Step() uses (adamw.lr under options.lr_schedule).
+  double next_learning_rate() const;
 
  private:
   FxTrainer() = default;
 
   FsdpPlan plan_;
   AdamWOptions adamw_;
+  LrSchedule lr_schedule_;
   std::shared_ptr<Communicator> communicator_;
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
