@@ -56,6 +56,7 @@
 #include "examples/tensor_file.h"
 #include "magi/backend/communicator.h"
 #include "magi/base/file.h"
+#include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/models/llama.h"
 #include "magi/runtime/deterministic/deterministic.h"
@@ -241,16 +242,17 @@ int Generate(const magi::DistributedEnv& env) {
       }
     }
     if (options.kv_cache) {
-      absl::StatusOr<int64_t> donated = gen.decode()->PlannedPeakBytes(/*donated=*/true);
-      absl::StatusOr<int64_t> copied = gen.decode()->PlannedPeakBytes(/*donated=*/false);
-      if (donated.ok() && copied.ok()) {
-        std::fprintf(stderr,
-                     "magi: KV cache %s bytes per rank (%d layers x K,V [%d, %lld, %d, %lld]); decode graph planned "
-                     "peak %s bytes with the cache donated, %s without\n",
-                     absl::StrFormat("%d", gen.cache_bytes()).c_str(), static_cast<int>(config.n_layers), batch,
-                     static_cast<long long>(config.n_heads), seq, static_cast<long long>(config.head_dim()),
-                     absl::StrFormat("%d", *donated).c_str(), absl::StrFormat("%d", *copied).c_str());
-      }
+      absl::StatusOr<magi::MemoryPlan> donated = gen.decode()->PlannedMemory(/*donated=*/true);
+      absl::StatusOr<magi::MemoryPlan> copied = gen.decode()->PlannedMemory(/*donated=*/false);
+      if (!donated.ok()) return Fail(rank, donated.status().message());
+      if (!copied.ok()) return Fail(rank, copied.status().message());
+      std::fprintf(stderr,
+                   "magi: KV cache %lld bytes per rank (%lld layers x K,V [%d, %lld, %d, %lld]); decode step planned "
+                   "peak %lld bytes with the cache donated (updated in place), %lld without (%lld more)\n",
+                   static_cast<long long>(gen.cache_bytes()), static_cast<long long>(config.n_layers), batch,
+                   static_cast<long long>(config.n_heads), seq, static_cast<long long>(config.head_dim()),
+                   static_cast<long long>(donated->peak_bytes), static_cast<long long>(copied->peak_bytes),
+                   static_cast<long long>(copied->peak_bytes - donated->peak_bytes));
     }
   }
 

@@ -24,7 +24,7 @@
 //    The cache is every layer's K and V, [batch, n_heads, window, head_dim], and is
 //    DONATED to each graph (FsdpInference::RunDonating; in the IR the new cache aliases
 //    the old), so a decode step updates it in place (aten::scatter_) instead of keeping
-//    two copies; PlannedPeakBytes shows the difference. When a sequence's context is cut
+//    two copies; FsdpInference::PlannedMemory shows the difference. When a sequence's context is cut
 //    (overflow), that sequence is prefilled again from its new context: if every
 //    sequence of the batch is, the cache is donated to the prefill; otherwise the
 //    prefill runs on a scratch cache (a second copy while it runs) and only the

@@ -8,6 +8,7 @@
 // key=value lines and the cases check them.
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -36,6 +37,8 @@ namespace {
 std::string g_self;
 
 constexpr int64_t kWindow = 16;
+// CheckDecodeGraph's cache: 8 sequences of 64 positions (512 KiB, as much as the weights).
+constexpr int64_t kDecodeBatch = 8, kDecodeWindow = 64;
 constexpr int kLength = 40;  // > kWindow: every sequence overflows its window, some twice
 
 int Fail(const std::string& message) {
@@ -48,7 +51,7 @@ int Fail(const std::string& message) {
 models::Llama TestModel(const DeviceMesh& mesh) {
   torch::manual_seed(11);
   models::LlamaConfig config = models::LlamaConfig::Tiny();
-  config.max_seq_len = kWindow;
+  config.max_seq_len = kDecodeWindow;
   models::Llama model(config);
   {
     torch::NoGradGuard no_grad;
@@ -77,8 +80,10 @@ absl::StatusOr<Generated> RunGeneration(models::LlamaImpl& model, std::shared_pt
   MAGI_ASSIGN_OR_RETURN(Generated out, generator->Generate(Prompts(), kLength));
   if (stats != nullptr) *stats = generator->stats();
   if (planned_donated != nullptr) {
-    MAGI_ASSIGN_OR_RETURN(*planned_donated, generator->decode()->PlannedPeakBytes(true));
-    MAGI_ASSIGN_OR_RETURN(*planned_copied, generator->decode()->PlannedPeakBytes(false));
+    MAGI_ASSIGN_OR_RETURN(MemoryPlan donated, generator->decode()->PlannedMemory(true));
+    MAGI_ASSIGN_OR_RETURN(MemoryPlan copied, generator->decode()->PlannedMemory(false));
+    *planned_donated = donated.peak_bytes;
+    *planned_copied = copied.peak_bytes;
     *cache_bytes = generator->cache_bytes();
   }
   return out;
@@ -109,7 +114,7 @@ std::string Joined(const Generated& g) { return absl::StrJoin(g.texts, "\x1f"); 
 absl::Status CheckDecodeGraph(models::LlamaImpl& model, std::shared_ptr<Communicator> communicator,
                               std::map<std::string, std::string>& report) {
   torch::NoGradGuard no_grad;
-  const int64_t batch = 2;
+  const int64_t batch = kDecodeBatch;
   ForwardFunction cached = [&](const std::vector<at::Tensor>& in) {
     models::LlamaImpl::CachedOutput out = model.ForwardWithCache(in[0], in[1], models::KvCache::FromFlat(in, 2));
     std::vector<at::Tensor> results = {out.logits};
@@ -117,11 +122,11 @@ absl::Status CheckDecodeGraph(models::LlamaImpl& model, std::shared_ptr<Communic
     return results;
   };
   torch::manual_seed(5);
-  models::KvCache cache = models::KvCache::Zeros(model.config, batch, kWindow, torch::kFloat);
+  models::KvCache cache = models::KvCache::Zeros(model.config, batch, kDecodeWindow, torch::kFloat);
   for (at::Tensor& t : cache.keys) t.normal_();
   for (at::Tensor& t : cache.values) t.normal_();
-  at::Tensor tokens = torch::tensor({65, 66}, torch::kLong).view({batch, 1});
-  at::Tensor positions = torch::tensor({3, 11}, torch::kLong);
+  at::Tensor tokens = torch::randint(0, 256, {batch, 1}, torch::kLong);
+  at::Tensor positions = torch::tensor({3, 11, 0, 63, 20, 40, 5, 62}, torch::kLong);
   std::vector<at::Tensor> in = {tokens, positions};
   for (const at::Tensor& t : cache.Flat()) in.push_back(t.clone());
   InferenceOptions options;
@@ -145,6 +150,15 @@ absl::Status CheckDecodeGraph(models::LlamaImpl& model, std::shared_ptr<Communic
   report["decode_in_place"] = absl::StrCat(in_place, "/", expected.size());
   report["decode_vs_eager_logits"] = absl::StrCat((out[0] - eager.logits).abs().max().item<double>());
   report["decode_vs_eager_cache"] = absl::StrCat(cache_diff);
+  MAGI_ASSIGN_OR_RETURN(MemoryPlan donated, decode->PlannedMemory(/*donated=*/true));
+  MAGI_ASSIGN_OR_RETURN(MemoryPlan copied, decode->PlannedMemory(/*donated=*/false));
+  report["big_planned_donated"] = absl::StrCat(donated.peak_bytes);
+  report["big_planned_copied"] = absl::StrCat(copied.peak_bytes);
+  report["big_end_donated"] = absl::StrCat(donated.live_after.back());
+  report["big_end_copied"] = absl::StrCat(copied.live_after.back());
+  int64_t bytes = 0;
+  for (const at::Tensor& t : expected) bytes += t.numel() * t.element_size();
+  report["big_cache_bytes"] = absl::StrCat(bytes);
   return absl::OkStatus();
 }
 
@@ -259,9 +273,15 @@ double Number(const std::map<std::string, std::string>& report, const std::strin
   return value;
 }
 
-// fp32 logits of the tiny model (|logit| up to ~60 with the scaled weights): the decode
-// step's one-row matmuls and 16-key softmax round differently from the full window's.
-constexpr double kLogitTolerance = 1e-4;
+// The KV cache's logits against full recomputation, fp32. On LibTorch 1.13 (this CPU) they
+// are bitwise equal: the decode step runs the same ATen ops as the full window (matmul +
+// masked softmax), and its one-row GEMMs sum in the same order as the window's rows. On
+// 2.x the window runs SDPA with is_causal and the cache SDPA with a mask (other kernels).
+#if TORCH_VERSION_MAJOR >= 2
+constexpr double kLogitTolerance = 1e-5;
+#else
+constexpr double kLogitTolerance = 0;  // bitwise
+#endif
 
 void CheckWorld(int world) {
   std::map<std::string, std::string> r = Launch(world);
@@ -271,20 +291,27 @@ void CheckWorld(int world) {
             << "); decode graph planned peak " << r["planned_donated"] << " B donated vs " << r["planned_copied"]
             << " B without (cache " << r["cache_bytes"] << " B); decode vs eager logits "
             << r["decode_vs_eager_logits"] << ", cache " << r["decode_vs_eager_cache"] << ", in place "
-            << r["decode_in_place"] << std::endl;
+            << r["decode_in_place"] << "; 512 KiB cache: planned peak " << r["big_planned_donated"] << " B donated vs "
+            << r["big_planned_copied"] << " B without" << std::endl;
   // Greedy: the same bytes, logits within the tolerance, one prompt at a time and batched.
   EXPECT_EQ(r["cache_text"], r["recompute_text"]);
   EXPECT_EQ(r["batched_cache_text"], r["batched_recompute_text"]);
   EXPECT_EQ(r["batched_cache_text"], r["cache_text"]);
   EXPECT_LE(Number(r, "cache_vs_recompute_logits"), kLogitTolerance);
   EXPECT_LE(Number(r, "batched_cache_vs_recompute_logits"), kLogitTolerance);
-  EXPECT_GT(Number(r, "min_margin"), 100 * kLogitTolerance);  // the comparison decides something
+  // No two best bytes within the tolerance: equal bytes follow from equal-enough logits.
+  EXPECT_GT(Number(r, "min_margin"), 2 * kLogitTolerance);
   // Every prompt overflowed its window at least once: the re-prefill path ran.
   EXPECT_GE(Number(r, "reprefills"), 3);
   EXPECT_GE(Number(r, "batched_reprefills"), 3);
   EXPECT_EQ(Number(r, "decode_bytes") + Number(r, "prefill_sequences"), 3 * kLength);
   // Donation: the decode graph's planned peak counts the cache once.
-  EXPECT_GE(Number(r, "planned_copied") - Number(r, "planned_donated"), Number(r, "cache_bytes"));
+  // Without it the caller's old cache and the new one coexist: at the end of the step one
+  // whole cache more is live; the peak grows by what of the new cache exists at the peak
+  // (here, a 16 KiB cache beside half a MiB of weights: the first layer's, half of it).
+  EXPECT_EQ(Number(r, "big_end_copied") - Number(r, "big_end_donated"), Number(r, "big_cache_bytes"));
+  EXPECT_EQ(Number(r, "planned_copied") - Number(r, "planned_donated"), Number(r, "cache_bytes") / 2);
+  EXPECT_GT(Number(r, "big_planned_copied") - Number(r, "big_planned_donated"), Number(r, "big_cache_bytes") / 2);
   // Sampling.
   EXPECT_EQ(r["top1_text"], r["cache_text"]);
   EXPECT_EQ(r["seed3a_text"], r["seed3b_text"]);

@@ -2,7 +2,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "magi/analysis/memory_plan.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/checkpoint.h"
@@ -148,16 +147,16 @@ absl::StatusOr<std::vector<at::Tensor>> FsdpInference::RunDonating(std::vector<a
   return RunImpl(std::move(inputs), /*donate=*/true);
 }
 
-absl::StatusOr<int64_t> FsdpInference::PlannedPeakBytes(bool donated) const {
-  if (donated) {
-    MAGI_ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(graph(), /*assign_buffers=*/false));
-    return plan.peak_bytes;
-  }
+absl::StatusOr<MemoryPlan> FsdpInference::PlannedMemory(bool donated) const {
+  // The shards and buffers stay with this object, and a caller of Run keeps its inputs:
+  // only donated inputs are the graph's to free or overwrite.
+  LivenessOptions held;
+  held.inputs_held_by_caller = true;
+  if (donated) return PlanMemory(graph(), /*assign_buffers=*/false, held);
   std::unique_ptr<Module> copy = CloneModule(module());
   Graph* graph = copy->FindGraph(compiled_.graph().name());
   for (size_t i = 0; i < graph->outputs().size(); ++i) graph->SetOutputAlias(static_cast<int>(i), nullptr);
-  MAGI_ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(*graph, /*assign_buffers=*/false));
-  return plan.peak_bytes;
+  return PlanMemory(*graph, /*assign_buffers=*/false, held);
 }
 
 absl::StatusOr<std::vector<at::Tensor>> FsdpInference::RunImpl(std::vector<at::Tensor> inputs, bool donate) {

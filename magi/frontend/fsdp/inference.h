@@ -16,7 +16,7 @@
 // i reuses data input j; RunDonating then takes the inputs by value, and the backend
 // writes the output over the input where the op allows (aten::scatter.src of the cache
 // update, in place as aten::scatter_.src) and frees the rest after its last read. The
-// memory plan (PlannedPeakBytes) counts the donated cache once.
+// memory plan (PlannedMemory) counts the donated cache once.
 //
 //   options.donated_inputs = {{1, 2}, {2, 3}};  // output.1 over input.2, output.2 over input.3
 //   std::vector<at::Tensor> out = *(*inference)->RunDonating({tokens, positions, std::move(k), std::move(v)});
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/backend/communicator.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
@@ -83,10 +84,13 @@ class FsdpInference {
   // place or freed after their last read, so the caller must not read them afterwards
   // (it uses the outputs that replace them). Without donated_inputs it is Run.
   absl::StatusOr<std::vector<at::Tensor>> RunDonating(std::vector<at::Tensor> inputs);
-  // The memory planner's peak for one run on this rank (magi/analysis/memory_plan.h, in
-  // the interpreter's accounting), as compiled (donated: true), or with the graph's
-  // donation removed (donated: false), which shows what donation saves.
-  absl::StatusOr<int64_t> PlannedPeakBytes(bool donated = true) const;
+  // The memory plan of one run on this rank (magi/analysis/memory_plan.h, in the
+  // interpreter's accounting: its peak_bytes, live_after each node) with every input held to the end by its owner (the
+  // shards and buffers by this object, the data by the caller) except the donated ones:
+  // as compiled (donated: true), or with the graph's donation removed (donated: false:
+  // a caller of Run keeps the old cache while the graph makes the new one), which shows
+  // what donation saves.
+  absl::StatusOr<MemoryPlan> PlannedMemory(bool donated = true) const;
   const Graph& graph() const { return compiled_.graph(); }
   const Module& module() const { return compiled_.module(); }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h).
