@@ -44,6 +44,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <unistd.h>
+
 #include <torch/cuda.h>
 
 #include "absl/flags/flag.h"
@@ -275,8 +277,9 @@ int Generate(const magi::DistributedEnv& env) {
     if (progress_s > 0 && std::chrono::duration<double>(now - last_progress).count() >= progress_s && done < total) {
       last_progress = now;
       double elapsed = std::chrono::duration<double>(now - start).count();
+      // On a terminal the streamed text has no newline yet: end its line first.
       std::fprintf(stderr, "%smagi: progress %lld/%lld bytes (%.0f%%), %.1f bytes/s, about %.0f s left\n",
-                   stream ? "\n" : "", static_cast<long long>(done), static_cast<long long>(total),
+                   stream && isatty(fileno(stderr)) ? "\n" : "", static_cast<long long>(done), static_cast<long long>(total),
                    100.0 * done / total, done / elapsed, (total - done) / (done / elapsed));
     }
   };
