@@ -1,42 +1,64 @@
 // Generates text with a model trained by examples:train, through the full-graph FSDP
-// inference path: one graph per rank holding the all-gathers and the forward.
+// inference path (every graph holds its parameter all-gathers and the forward), with a
+// KV cache: a prefill graph over the prompt window and a one-token decode graph at a
+// position given as a tensor, the cache donated to both (updated in place), static
+// shapes throughout (examples/generation.h has the design; docs/examples.md the output).
 //
 //   tools/bazel run //examples:train
 //   tools/bazel run //examples:generate -- --prompt="Sonnet 7" --length=300
+//   tools/bazel run //examples:generate -- --temperature=0.8 --top_k=20 --seed=3
 //
 // It runs on --world_size local processes (any number: each rank rebuilds its shards from
-// the newest committed step in --checkpoint_dir, whatever world size trained it) and
-// decodes greedily (or samples with --temperature > 0): every step runs the captured
-// forward on the last --seq_len bytes.
+// the newest committed step in --checkpoint_dir, whatever world size trained it).
+// The context is the prompt and the bytes generated so far, at positions 0..; it is at
+// most --seq_len bytes: when it would be longer it is cut to its last --overflow_keep
+// bytes (default half the window) and prefilled again (printed in the prefill line), so
+// long generations stay correct. --kv_cache=false recomputes the whole context window
+// for every byte instead (the reference the cache is tested against: greedy output is
+// the same bytes, examples/generation_test.cc).
+//
+// Decoding is greedy, or samples from softmax(logits / --temperature) over the --top_k
+// most likely bytes, from one generator per prompt (seeded --seed + prompt index), so
+// sampled text depends neither on the batch nor on the world size.
 //
 // Several prompts (--prompts_file, one per line, "\n" for a newline) decode together,
-// --batch_size sequences per forward (the last batch is padded with repeats of its last
-// prompt). --deterministic (docs/deterministic.md) makes the forward batch-invariant: each
-// prompt's logits are bitwise the same whatever the batch size and the other prompts, so
+// --batch_size sequences per graph run (the last batch is padded with repeats of its last
+// prompt). --deterministic (docs/deterministic.md) makes every graph batch-invariant:
+// each prompt's logits are bitwise the same whatever the batch size and the other
+// prompts, with the KV cache as without, so
 //   generate --deterministic --prompts_file=P --batch_size=1 --logits_out=/tmp/one
 //   generate --deterministic --prompts_file=P --batch_size=8 --logits_out=/tmp/eight
 //   magi compare /tmp/one /tmp/eight                 # "identical: ..."
-// Sampling draws from one generator per prompt (seeded --seed + prompt index), so sampled
-// text does not depend on the batch either.
+//
+// It prints tokens/s (bytes/s: the vocabulary is bytes) of the prefill and of the decode
+// steps separately, the planned peak memory of the decode graph with and without the
+// cache's donation, and, for generations that take a while, a progress line every
+// --progress_s seconds.
 //
 // Throughput on the GPU (tools/deterministic_gpu.sh): --device=cuda --dtype=bf16 --model=1b
 // --checkpoint_dir= runs the 1b shape (byte vocabulary) on random weights; --warmup_forwards
 // leaves compilation and CUDA start-up out of the timed "magi: generated" line.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+
+#include <unistd.h>
 
 #include <torch/cuda.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "examples/generation.h"
 #include "examples/tensor_file.h"
 #include "magi/backend/communicator.h"
 #include "magi/base/file.h"
+#include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/models/llama.h"
 #include "magi/runtime/deterministic/deterministic.h"
@@ -54,27 +76,66 @@ ABSL_FLAG(int, init_seed, 0, "Seed of the random weights when --checkpoint_dir i
 ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo) or cuda (NCCL; needs a --config=cuda build)");
 ABSL_FLAG(std::string, dtype, "f32", "f32 or bf16 (weights and compute)");
 ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi registry`)");
-ABSL_FLAG(int, warmup_forwards, 0, "Untimed forwards before generating (compilation, allocator, CUDA start-up)");
-ABSL_FLAG(std::string, prompt, "Sonnet 155\n\n", "Text to continue");
+ABSL_FLAG(int, warmup_forwards, 0,
+          "Untimed runs of each graph before generating (compilation, allocator, CUDA start-up)");
+ABSL_FLAG(std::string, prompt, "Sonnet 155\n\n", "Text to continue (not empty)");
 ABSL_FLAG(std::string, prompts_file, "",
           "Continue every line of this file instead of --prompt (\"\\n\" in a line stands for a newline)");
-ABSL_FLAG(int, batch_size, 1, "Sequences per forward when there are several prompts");
-ABSL_FLAG(int, length, 200, "Bytes to generate");
-ABSL_FLAG(int, seq_len, 64, "Context window in bytes (the --seq_len of training)");
-ABSL_FLAG(double, temperature, 0.0, "0: greedy; otherwise sample from softmax(logits / temperature)");
+ABSL_FLAG(int, batch_size, 1, "Sequences per graph run when there are several prompts");
+ABSL_FLAG(int, length, 200, "Bytes to generate after each prompt");
+ABSL_FLAG(int, seq_len, 64,
+          "Context window in bytes (the --seq_len of training): the KV cache's length, and the sequence length "
+          "of the prefill and of --kv_cache=false");
+ABSL_FLAG(int, overflow_keep, 0,
+          "When the context would exceed --seq_len bytes it is cut to its last --overflow_keep bytes and prefilled "
+          "again (0: --seq_len / 2)");
+ABSL_FLAG(bool, kv_cache, true,
+          "Decode with the KV cache (a prefill graph and a one-token decode graph, the cache donated to both); "
+          "false: recompute the whole context window for every byte (the reference; the same greedy bytes)");
+ABSL_FLAG(double, temperature, 0.0,
+          "0: greedy; > 0: sample from softmax(logits / temperature) (finite; NaN, inf and negative values are "
+          "refused)");
+ABSL_FLAG(int, top_k, 0, "With --temperature > 0: sample among the top_k most likely bytes only (0: all)");
 ABSL_FLAG(int, seed, 0, "Sampling seed (prompt i draws from a generator seeded seed + i, on every rank)");
 ABSL_FLAG(bool, deterministic, false,
           "Deterministic, batch-invariant inference (docs/deterministic.md): each prompt's logits are bitwise "
-          "independent of the batch size and of the other prompts");
+          "independent of the batch size and of the other prompts; with the KV cache and without");
 ABSL_FLAG(std::string, logits_out, "",
           "Write every prompt's logits of each generated byte (prompt.<i>.logits [length, vocab]) and the bytes "
           "(prompt.<i>.tokens) here as a magi-tensors-v1 file, for `magi compare`");
+ABSL_FLAG(double, progress_s, 5.0, "Seconds between progress lines on stderr (0: none)");
 
 namespace {
 
 int Fail(int rank, absl::string_view message) {
   std::fprintf(stderr, "[rank %d] error: %s\n", rank, std::string(message).c_str());
   return 1;
+}
+
+// The flags' values that need no model, checked once before any process starts.
+absl::Status ValidateFlags() {
+  auto at_least = [](const char* flag, int value, int minimum) -> absl::Status {
+    if (value >= minimum) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be >= ", minimum, ", not ", value));
+  };
+  MAGI_RETURN_IF_ERROR(at_least("world_size", absl::GetFlag(FLAGS_world_size), 1));
+  MAGI_RETURN_IF_ERROR(at_least("batch_size", absl::GetFlag(FLAGS_batch_size), 1));
+  MAGI_RETURN_IF_ERROR(at_least("length", absl::GetFlag(FLAGS_length), 0));
+  MAGI_RETURN_IF_ERROR(at_least("seq_len", absl::GetFlag(FLAGS_seq_len), 2));
+  MAGI_RETURN_IF_ERROR(at_least("warmup_forwards", absl::GetFlag(FLAGS_warmup_forwards), 0));
+  MAGI_RETURN_IF_ERROR(at_least("overflow_keep", absl::GetFlag(FLAGS_overflow_keep), 0));
+  const double progress = absl::GetFlag(FLAGS_progress_s);
+  if (!std::isfinite(progress) || progress < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--progress_s must be a finite number >= 0 (0: none), not ", progress));
+  }
+  magi::examples::SamplingOptions sampling;
+  sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  MAGI_RETURN_IF_ERROR(magi::examples::ValidateSampling(sampling, /*vocab_size=*/256));
+  if (absl::GetFlag(FLAGS_prompts_file).empty() && absl::GetFlag(FLAGS_prompt).empty()) {
+    return absl::InvalidArgumentError("--prompt is empty (there is nothing to continue)");
+  }
+  return absl::OkStatus();
 }
 
 // The prompts: --prompt, or the lines of --prompts_file with "\n" unescaped.
@@ -89,6 +150,8 @@ absl::StatusOr<std::vector<std::string>> Prompts() {
   if (prompts.empty()) return absl::InvalidArgumentError(absl::StrCat(absl::GetFlag(FLAGS_prompts_file), " has no prompts"));
   return prompts;
 }
+
+double PerSecond(double count, double seconds) { return seconds > 0 ? count / seconds : 0.0; }
 
 int Generate(const magi::DistributedEnv& env) {
   const int rank = env.rank;
@@ -151,97 +214,117 @@ int Generate(const magi::DistributedEnv& env) {
   magi::FullyShard(*model, *mesh);
   model->eval();
 
-  at::Tensor example = torch::full({batch, seq}, static_cast<int64_t>(' '), torch::dtype(torch::kLong).device(device));
-  magi::ForwardFunction forward = [&](const std::vector<at::Tensor>& in) {
-    return std::vector<at::Tensor>{model->forward(in[0])};
-  };
-  magi::InferenceOptions inference_options;
-  inference_options.deterministic = deterministic;
-  inference_options.backend = absl::GetFlag(FLAGS_backend);
-  auto inference = magi::FsdpInference::Create(*model, forward, {example}, *communicator, inference_options);
-  if (!inference.ok()) return Fail(rank, inference.status().message());
+  magi::examples::GenerationOptions options;
+  options.window = seq;
+  options.overflow_keep = absl::GetFlag(FLAGS_overflow_keep);
+  options.batch = batch;
+  options.kv_cache = absl::GetFlag(FLAGS_kv_cache);
+  options.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  options.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  options.sampling.seed = absl::GetFlag(FLAGS_seed);
+  options.inference.deterministic = deterministic;
+  options.inference.backend = absl::GetFlag(FLAGS_backend);
+  auto generator = magi::examples::TextGenerator::Create(*model, *communicator, options);
+  if (!generator.ok()) return Fail(rank, generator.status().message());
   if (!checkpoint_dir.empty()) {
-    absl::Status loaded = (*inference)->LoadShardsFromCheckpoint(checkpoint_dir);
+    absl::Status loaded = (*generator)->LoadShardsFromCheckpoint(checkpoint_dir);
     if (!loaded.ok()) return Fail(rank, loaded.message());
   }
-  for (int i = 0; i < absl::GetFlag(FLAGS_warmup_forwards); ++i) {
-    auto outputs = (*inference)->Run({example});
-    if (!outputs.ok()) return Fail(rank, outputs.status().message());
-  }
+  absl::Status warm = (*generator)->Warmup(absl::GetFlag(FLAGS_warmup_forwards));
+  if (!warm.ok()) return Fail(rank, warm.message());
   if (device.is_cuda()) torch::cuda::synchronize();
-  if (rank == 0 && deterministic) std::fprintf(stderr, "magi: plan %s\n", (*inference)->plan_hash().c_str());
-
-  const int length = absl::GetFlag(FLAGS_length);
-  const double temperature = absl::GetFlag(FLAGS_temperature);
-  const bool stream = prompts->size() == 1;  // one prompt: print bytes as they come
-  std::vector<std::string> texts = *prompts;
-  std::vector<std::vector<at::Tensor>> logits_of(texts.size());
-  std::vector<at::Generator> generators;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    generators.push_back(at::make_generator<at::CPUGeneratorImpl>(absl::GetFlag(FLAGS_seed) + i));
-  }
-  if (rank == 0 && stream) std::fputs(texts[0].c_str(), stdout);
-  auto start = std::chrono::steady_clock::now();
-  int forwards = 0;
-  for (size_t first = 0; first < texts.size(); first += batch) {
-    // Rows of this batch: prompts first..first+batch-1, padded with the last one.
-    std::vector<size_t> rows;
-    for (int r = 0; r < batch; ++r) rows.push_back(std::min(first + r, texts.size() - 1));
-    for (int i = 0; i < length; ++i) {
-      // Each row: the last `seq` bytes of its text, left-padded with spaces.
-      std::vector<int64_t> window(static_cast<size_t>(batch) * seq, ' ');
-      for (int r = 0; r < batch; ++r) {
-        const std::string& text = texts[rows[r]];
-        size_t take = std::min<size_t>(text.size(), static_cast<size_t>(seq));
-        for (size_t j = 0; j < take; ++j) {
-          window[r * seq + (seq - take + j)] = static_cast<unsigned char>(text[text.size() - take + j]);
-        }
-      }
-      at::Tensor tokens = torch::tensor(window, torch::kLong).view({batch, seq}).to(device);
-      auto outputs = (*inference)->Run({tokens});
-      if (!outputs.ok()) return Fail(rank, outputs.status().message());
-      ++forwards;
-      for (int r = 0; r < batch; ++r) {
-        if (first + r >= texts.size()) break;  // padding
-        const size_t p = rows[r];
-        at::Tensor logits = (*outputs)[0][r][seq - 1].to(torch::kCPU, torch::kFloat, /*non_blocking=*/false,
-                                                           /*copy=*/true);
-        int64_t next = 0;
-        if (temperature <= 0) {
-          next = logits.argmax().item<int64_t>();
-        } else {
-          at::Tensor probs = torch::softmax(logits / temperature, -1);
-          next = at::multinomial(probs, 1, false, generators[p]).item<int64_t>();
-        }
-        texts[p].push_back(static_cast<char>(next));
-        logits_of[p].push_back(logits);
-        if (rank == 0 && stream) {
-          std::fputc(static_cast<int>(next), stdout);
-          std::fflush(stdout);
-        }
+  const magi::examples::TextGenerator& gen = **generator;
+  if (rank == 0) {
+    if (deterministic) {
+      if (options.kv_cache) {
+        std::fprintf(stderr, "magi: plan %s (prefill), %s (decode)\n", gen.prefill()->plan_hash().c_str(),
+                     gen.decode()->plan_hash().c_str());
+      } else {
+        std::fprintf(stderr, "magi: plan %s\n", gen.forward()->plan_hash().c_str());
       }
     }
+    if (options.kv_cache) {
+      absl::StatusOr<magi::MemoryPlan> donated = gen.decode()->PlannedMemory(/*donated=*/true);
+      absl::StatusOr<magi::MemoryPlan> copied = gen.decode()->PlannedMemory(/*donated=*/false);
+      if (!donated.ok()) return Fail(rank, donated.status().message());
+      if (!copied.ok()) return Fail(rank, copied.status().message());
+      std::fprintf(stderr,
+                   "magi: KV cache %lld bytes per rank (%lld layers x K,V [%d, %lld, %d, %lld]); decode step planned "
+                   "peak %lld bytes with the cache donated (updated in place), %lld without (%lld more)\n",
+                   static_cast<long long>(gen.cache_bytes()), static_cast<long long>(config.n_layers), batch,
+                   static_cast<long long>(config.n_heads), seq, static_cast<long long>(config.head_dim()),
+                   static_cast<long long>(donated->peak_bytes), static_cast<long long>(copied->peak_bytes),
+                   static_cast<long long>(copied->peak_bytes - donated->peak_bytes));
+    }
   }
+
+  const int length = absl::GetFlag(FLAGS_length);
+  const bool stream = prompts->size() == 1;  // one prompt: print bytes as they come
+  if (rank == 0 && stream) std::fputs((*prompts)[0].c_str(), stdout);
+  const double progress_s = absl::GetFlag(FLAGS_progress_s);
+  const int64_t total = static_cast<int64_t>(prompts->size()) * length;
+  int64_t done = 0;
+  auto start = std::chrono::steady_clock::now();
+  auto last_progress = start;
+  auto on_byte = [&](size_t, char byte) {
+    ++done;
+    if (rank != 0) return;
+    if (stream) {
+      std::fputc(static_cast<unsigned char>(byte), stdout);
+      std::fflush(stdout);
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (progress_s > 0 && std::chrono::duration<double>(now - last_progress).count() >= progress_s && done < total) {
+      last_progress = now;
+      double elapsed = std::chrono::duration<double>(now - start).count();
+      // On a terminal the streamed text has no newline yet: end its line first.
+      std::fprintf(stderr, "%smagi: progress %lld/%lld bytes (%.0f%%), %.1f bytes/s, about %.0f s left\n",
+                   stream && isatty(fileno(stderr)) ? "\n" : "", static_cast<long long>(done), static_cast<long long>(total),
+                   100.0 * done / total, done / elapsed, (total - done) / (done / elapsed));
+    }
+  };
+  absl::StatusOr<magi::examples::Generated> generated = (*generator)->Generate(*prompts, length, on_byte);
+  if (!generated.ok()) return Fail(rank, generated.status().message());
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (rank == 0) {
     if (stream) {
       std::fputc('\n', stdout);
     } else {
-      for (const std::string& text : texts) std::printf("%s\n----\n", text.c_str());
+      for (const std::string& text : generated->texts) std::printf("%s\n----\n", text.c_str());
     }
+    const magi::examples::GenerationStats& stats = gen.stats();
     std::fprintf(stderr,
-                 "magi: generated %zu x %d bytes in %.2f s (%.1f bytes/s; %d forwards of %d sequences%s)\n",
-                 texts.size(), length, seconds, texts.size() * length / seconds, forwards, batch,
-                 deterministic ? ", batch-invariant" : "");
+                 "magi: generated %zu x %d bytes in %.2f s (%.1f bytes/s; %lld forwards of %d sequences%s%s)\n",
+                 prompts->size(), length, seconds, PerSecond(static_cast<double>(total), seconds),
+                 static_cast<long long>(stats.prefill_runs + stats.decode_runs), batch,
+                 options.kv_cache ? ", KV cache" : ", full recompute", deterministic ? ", batch-invariant" : "");
+    if (options.kv_cache) {
+      std::fprintf(stderr,
+                   "magi: prefill: %lld runs, %lld sequences (%lld after a context overflow), %lld context bytes "
+                   "(%lld window positions) in %.3f s: %.1f bytes/s (%.1f positions/s)\n",
+                   static_cast<long long>(stats.prefill_runs), static_cast<long long>(stats.prefill_sequences),
+                   static_cast<long long>(stats.reprefills), static_cast<long long>(stats.prefill_bytes),
+                   static_cast<long long>(stats.prefill_positions), stats.prefill_seconds,
+                   PerSecond(static_cast<double>(stats.prefill_bytes), stats.prefill_seconds),
+                   PerSecond(static_cast<double>(stats.prefill_positions), stats.prefill_seconds));
+      std::fprintf(stderr, "magi: decode: %lld steps of %d sequences, %lld bytes in %.3f s: %.1f bytes/s\n",
+                   static_cast<long long>(stats.decode_runs), batch, static_cast<long long>(stats.decode_bytes),
+                   stats.decode_seconds, PerSecond(static_cast<double>(stats.decode_bytes), stats.decode_seconds));
+    } else {
+      std::fprintf(stderr,
+                   "magi: full recompute: %lld forwards of %d x %d positions, %lld bytes in %.3f s: %.1f bytes/s\n",
+                   static_cast<long long>(stats.decode_runs), batch, seq, static_cast<long long>(stats.decode_bytes),
+                   stats.decode_seconds, PerSecond(static_cast<double>(stats.decode_bytes), stats.decode_seconds));
+    }
     if (!absl::GetFlag(FLAGS_logits_out).empty()) {
       std::vector<std::pair<std::string, at::Tensor>> dump;
-      for (size_t p = 0; p < texts.size(); ++p) {
-        dump.emplace_back(absl::StrCat("prompt.", p, ".logits"), torch::stack(logits_of[p]));
-        std::vector<int64_t> generated;
-        for (size_t j = (*prompts)[p].size(); j < texts[p].size(); ++j) {
-          generated.push_back(static_cast<unsigned char>(texts[p][j]));
+      for (size_t p = 0; p < generated->texts.size(); ++p) {
+        dump.emplace_back(absl::StrCat("prompt.", p, ".logits"), generated->logits[p]);
+        std::vector<int64_t> bytes;
+        for (size_t j = (*prompts)[p].size(); j < generated->texts[p].size(); ++j) {
+          bytes.push_back(static_cast<unsigned char>(generated->texts[p][j]));
         }
-        dump.emplace_back(absl::StrCat("prompt.", p, ".tokens"), torch::tensor(generated, torch::kLong));
+        dump.emplace_back(absl::StrCat("prompt.", p, ".tokens"), torch::tensor(bytes, torch::kLong));
       }
       absl::Status written = magi::WriteTensorFile(absl::GetFlag(FLAGS_logits_out), dump);
       if (!written.ok()) return Fail(rank, written.message());
@@ -254,6 +337,10 @@ int Generate(const magi::DistributedEnv& env) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status valid = ValidateFlags(); !valid.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(valid.message()).c_str());
+    return 1;
+  }
   if (std::optional<int> code = magi::RunLocalWorkersIfLauncher(absl::GetFlag(FLAGS_world_size), argc, argv)) {
     return *code;
   }

@@ -129,5 +129,34 @@ TEST(MemoryPlanTest, DonatedOptimizerStateIsUpdatedInPlace) {
   EXPECT_EQ(liveness->storages[liveness->storage_of.at(g.FindValue("p"))].dies, liveness->num_nodes);
 }
 
+// A KV cache's decode step: the new cache is aten::scatter.src of the old one; donated,
+// it is planned over the old cache (counted once), as aten::scatter_.src runs it.
+std::string CacheUpdate(bool donate) {
+  return std::string(R"(module @m {
+  graph @g {
+    input %cache: f32[2,4,64,16]
+    input %index: i64[2,4,1,16]
+    input %kv: f32[2,4,1,16]
+    %cache2 = aten::scatter.src(%cache, 2, %index, %kv) : f32[2,4,64,16]
+    %s = aten::sum(%cache2, none) : f32[]
+    output s = %s
+    output cache = %cache2)") +
+         (donate ? " {aliases = %cache}" : "") + "\n  }\n}\n";
+}
+
+TEST(MemoryPlanTest, DonatedCacheIsScatteredInPlace) {
+  auto plan_of = [](bool donate) -> int64_t {
+    auto module = ParseModule(CacheUpdate(donate));
+    EXPECT_TRUE(module.ok()) << module.status();
+    if (!module.ok()) return -1;
+    absl::StatusOr<MemoryPlan> plan = PlanMemory(*(*module)->FindGraph("g"));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->peak_bytes : -1;
+  };
+  const int64_t cache = 2 * 4 * 64 * 16 * 4, index = 2 * 4 * 16 * 8, kv = 2 * 4 * 16 * 4;
+  EXPECT_EQ(plan_of(/*donate=*/false), 2 * cache + index + kv);  // old and new cache at the scatter
+  EXPECT_EQ(plan_of(/*donate=*/true), cache + index + kv);
+}
+
 }  // namespace
 }  // namespace magi

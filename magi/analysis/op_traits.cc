@@ -305,6 +305,7 @@ int InPlaceOperandOfResult(absl::string_view op, int result) {
     constexpr int kOperandOfResult[] = {0, 2, 3};  // p' over p, m' over m, v' over v
     return result >= 0 && result < 3 ? kOperandOfResult[result] : -1;
   }
+  if (op == "aten::scatter.src") return result == 0 ? 0 : -1;  // as aten::scatter_.src
   return -1;
 }
 

@@ -75,9 +75,11 @@ inline bool IsViewOp(absl::string_view op) { return GetOpTraits(op).view; }
 
 // Donation (GraphOutput::aliases): the operand whose storage result `result` of `op` is
 // written over in place when that operand is a donated graph input read for the last
-// time there; -1 if none. magi::adamw writes p', m', v' over p, m, v (operands 0, 2, 3),
-// as the runtimes do (interpreter, nccl_stream). No other op yet: an entry here is a
-// promise every executor keeps, or the memory plan would be low.
+// time there; -1 if none. magi::adamw writes p', m', v' over p, m, v (operands 0, 2, 3);
+// aten::scatter.src writes its result over `self` (operand 0) by running
+// aten::scatter_.src (a KV cache's update in a decode step). The runtimes keep both
+// promises (interpreter under RunDonating, nccl_stream with donate=true); an entry here
+// is a promise every executor keeps, or the memory plan would be low.
 int InPlaceOperandOfResult(absl::string_view op, int result);
 
 }  // namespace magi

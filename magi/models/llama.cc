@@ -100,6 +100,34 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   return CallScoped("wo", wo, merged);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionImpl::ForwardWithCache(const at::Tensor& x,
+                                                                                const CacheStep& step,
+                                                                                const at::Tensor& keys,
+                                                                                const at::Tensor& values) {
+  int64_t batch = x.size(0), seq = x.size(1);
+  auto heads = [&](const at::Tensor& t) { return t.view({batch, seq, n_heads, head_dim}).transpose(1, 2); };
+  at::Tensor q = heads(CallScoped("wq", wq, x));
+  at::Tensor k = heads(CallScoped("wk", wk, x));
+  at::Tensor v = heads(CallScoped("wv", wv, x));
+  {
+    ScopedModulePath scope("rope");
+    q = ApplyRotary(q, step.cos, step.sin);
+    k = ApplyRotary(k, step.cos, step.sin);
+  }
+  at::Tensor new_keys, new_values, attended;
+  {
+    ScopedModulePath scope("kv_cache");
+    new_keys = keys.scatter(2, step.write_index, k);
+    new_values = values.scatter(2, step.write_index, v);
+  }
+  {
+    ScopedModulePath scope("sdpa");
+    attended = compat::MaskedAttention(q, new_keys, new_values, step.visible);
+  }
+  at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, n_heads * head_dim});
+  return {CallScoped("wo", wo, merged), new_keys, new_values};
+}
+
 FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c, const torch::TensorOptions& options) {
   w1 = register_module("w1", Linear(c.dim, c.ffn_hidden, false, options));
   w2 = register_module("w2", Linear(c.ffn_hidden, c.dim, false, options));
@@ -121,6 +149,48 @@ DecoderBlockImpl::DecoderBlockImpl(const LlamaConfig& c, const torch::TensorOpti
 at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   at::Tensor h = x + CallScoped("attention", attention, CallScoped("attention_norm", attention_norm, x), cos, sin);
   return h + CallScoped("feed_forward", feed_forward, CallScoped("ffn_norm", ffn_norm, h));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> DecoderBlockImpl::ForwardWithCache(const at::Tensor& x,
+                                                                                   const CacheStep& step,
+                                                                                   const at::Tensor& keys,
+                                                                                   const at::Tensor& values) {
+  at::Tensor normed = CallScoped("attention_norm", attention_norm, x);
+  at::Tensor attended, new_keys, new_values;
+  {
+    ScopedModulePath scope("attention");
+    std::tie(attended, new_keys, new_values) = attention->ForwardWithCache(normed, step, keys, values);
+  }
+  at::Tensor h = x + attended;
+  return {h + CallScoped("feed_forward", feed_forward, CallScoped("ffn_norm", ffn_norm, h)), new_keys, new_values};
+}
+
+KvCache KvCache::Zeros(const LlamaConfig& config, int64_t batch, int64_t cache_len,
+                       const torch::TensorOptions& options) {
+  KvCache cache;
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    cache.keys.push_back(torch::zeros({batch, config.n_heads, cache_len, config.head_dim()}, options));
+    cache.values.push_back(torch::zeros({batch, config.n_heads, cache_len, config.head_dim()}, options));
+  }
+  return cache;
+}
+
+std::vector<at::Tensor> KvCache::Flat() const {
+  std::vector<at::Tensor> flat;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    flat.push_back(keys[i]);
+    flat.push_back(values[i]);
+  }
+  return flat;
+}
+
+KvCache KvCache::FromFlat(const std::vector<at::Tensor>& tensors, size_t first) {
+  KvCache cache;
+  for (size_t i = first; i + 1 < tensors.size(); i += 2) {
+    cache.keys.push_back(tensors[i]);
+    cache.values.push_back(tensors[i + 1]);
+  }
+  return cache;
 }
 
 LlamaImpl::LlamaImpl(const LlamaConfig& c, const torch::TensorOptions& options) : config(c) {
@@ -169,6 +239,40 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens) {
     return torch::linear(h, tok_embeddings->weight);
   }
   return CallScoped("output", output, h);
+}
+
+LlamaImpl::CachedOutput LlamaImpl::ForwardWithCache(const at::Tensor& tokens, const at::Tensor& positions,
+                                                     const KvCache& cache) {
+  const int64_t batch = tokens.size(0), seq = tokens.size(1);
+  const int64_t cache_len = cache.cache_len();
+  const int64_t half = config.head_dim() / 2;
+  CacheStep step;
+  // Each new token's position, [batch, seq]; the mask and the cache writes follow from it.
+  at::Tensor where = positions.view({batch, 1}) + torch::arange(seq, positions.options()).view({1, seq});
+  at::Tensor flat = where.reshape({-1});
+  step.cos = rope_cos.index_select(0, flat).view({batch, 1, seq, half});
+  step.sin = rope_sin.index_select(0, flat).view({batch, 1, seq, half});
+  step.visible = torch::arange(cache_len, positions.options()).view({1, 1, 1, cache_len}) <=
+                 where.view({batch, 1, seq, 1});
+  step.write_index = where.view({batch, 1, seq, 1}).expand({batch, config.n_heads, seq, config.head_dim()});
+
+  CachedOutput out;
+  at::Tensor h = CallScoped("tok_embeddings", tok_embeddings, tokens);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    ScopedModulePath scope(absl::StrCat("layers.", i));
+    at::Tensor keys, values;
+    std::tie(h, keys, values) = layers[i]->ForwardWithCache(h, step, cache.keys.at(i), cache.values.at(i));
+    out.cache.keys.push_back(keys);
+    out.cache.values.push_back(values);
+  }
+  h = CallScoped("norm", norm, h);
+  if (config.tie_embeddings) {
+    ScopedModulePath scope("output");
+    out.logits = torch::linear(h, tok_embeddings->weight);
+  } else {
+    out.logits = CallScoped("output", output, h);
+  }
+  return out;
 }
 
 at::Tensor LanguageModelLoss(const at::Tensor& logits, const at::Tensor& targets) {

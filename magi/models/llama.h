@@ -6,10 +6,23 @@
 //   models::Llama model(models::LlamaConfig::Tiny(), torch::TensorOptions().device(torch::kMeta));
 //   at::Tensor logits = model->forward(tokens);   // tokens [batch, seq] int64
 //   at::Tensor loss = models::LanguageModelLoss(logits, targets);
+//
+// Incremental decoding with a KV cache (examples:generate): ForwardWithCache runs new
+// tokens at given positions against every layer's cached keys and values, with static
+// shapes (the cache has a fixed length; positions are a tensor, the mask is built from
+// them), and returns the cache with the new positions written:
+//
+//   models::KvCache cache = models::KvCache::Zeros(config, batch, window, options);
+//   auto prefill = model->ForwardWithCache(prompt_window, zeros, cache);     // [B, window] at 0..window-1
+//   auto step = model->ForwardWithCache(next_tokens, positions, prefill.cache);  // [B, 1] at positions [B]
+//
+// forward() is untouched by it (training and its tests keep their results).
 #ifndef MAGI_MODELS_LLAMA_H_
 #define MAGI_MODELS_LLAMA_H_
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "magi/models/layers.h"
 
@@ -36,10 +49,39 @@ struct LlamaConfig {
   static LlamaConfig Llama3_8B();  // 32 layers, dim 4096, ffn 14336, vocab 128256 (without GQA)
 };
 
+// Every layer's keys and values of a batch: keys[l], values[l] are
+// [batch, n_heads, cache_len, head_dim] (the model has no grouped-query attention, so
+// its kv_heads are its n_heads), in the model's dtype and device.
+struct KvCache {
+  std::vector<at::Tensor> keys;
+  std::vector<at::Tensor> values;
+
+  // Zeros for `batch` sequences of `cache_len` positions (<= config.max_seq_len).
+  static KvCache Zeros(const LlamaConfig& config, int64_t batch, int64_t cache_len,
+                       const torch::TensorOptions& options);
+  int64_t cache_len() const { return keys.empty() ? 0 : keys[0].size(2); }
+  // keys[0], values[0], keys[1], ... (the order ForwardWithCache's graphs take them in).
+  std::vector<at::Tensor> Flat() const;
+  static KvCache FromFlat(const std::vector<at::Tensor>& tensors, size_t first = 0);
+};
+
+// What the attention of one new block of tokens needs besides its input (built once per
+// forward by LlamaImpl::ForwardWithCache, shared by the layers).
+struct CacheStep {
+  at::Tensor cos, sin;      // [batch, 1, T, head_dim / 2]: the rotary angles of each token's position
+  at::Tensor visible;       // bool [batch, 1, T, cache_len]: key j is visible to a token at p iff j <= p
+  at::Tensor write_index;   // int64 [batch, n_heads, T, head_dim]: each token's position (scatter on dim 2)
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const LlamaConfig& config, const torch::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // x [batch, T, dim] of new tokens; writes their rotated keys and values into copies of
+  // the layer's cache at their positions (aten::scatter, functional) and attends over
+  // the whole cache under `step.visible`. Returns {output, keys', values'}.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> ForwardWithCache(const at::Tensor& x, const CacheStep& step,
+                                                                  const at::Tensor& keys, const at::Tensor& values);
   int64_t n_heads;
   int64_t head_dim;
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
@@ -58,6 +100,9 @@ class DecoderBlockImpl : public torch::nn::Module {
  public:
   DecoderBlockImpl(const LlamaConfig& config, const torch::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // The block over new tokens with the layer's cache (AttentionImpl::ForwardWithCache).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> ForwardWithCache(const at::Tensor& x, const CacheStep& step,
+                                                                  const at::Tensor& keys, const at::Tensor& values);
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
   Attention attention{nullptr};
   FeedForward feed_forward{nullptr};
@@ -69,6 +114,20 @@ class LlamaImpl : public torch::nn::Module, public ResetsParameters {
   LlamaImpl(const LlamaConfig& config, const torch::TensorOptions& options = {});
   // tokens [batch, seq] (int64) -> logits [batch, seq, vocab].
   at::Tensor forward(const at::Tensor& tokens);
+
+  struct CachedOutput {
+    at::Tensor logits;  // [batch, T, vocab]
+    KvCache cache;      // the input cache with the T new positions written
+  };
+  // tokens [batch, T] (int64) at positions positions[b] + 0 .. T-1 (positions: int64
+  // [batch]); each token attends to the cache positions up to its own: the cache must
+  // hold the keys and values of every earlier position of the sequence, and positions
+  // after it are ignored (whatever they hold). With positions 0 and T == cache_len it is
+  // forward() on the same tokens, plus the cache (a prefill); T == 1 is one decode step.
+  // The caller keeps positions[b] + T <= cache.cache_len() <= config.max_seq_len: ATen's
+  // scatter fails on the CPU and asserts on CUDA otherwise. Functional: `cache` is not
+  // written (a compiled graph that is given the cache as donated inputs writes in place).
+  CachedOutput ForwardWithCache(const at::Tensor& tokens, const at::Tensor& positions, const KvCache& cache);
   // Its own tensors are the rotary tables (rope_cos, rope_sin).
   void ResetParameter(const std::string& name, at::Tensor& tensor) override;
 

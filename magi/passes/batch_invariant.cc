@@ -81,8 +81,17 @@ absl::StatusOr<bool> UnrollGraph(Graph& graph, int64_t batch) {
     std::string name = input->name();
     Type type = input->role() == InputRole::kData ? WithDim0(input->type(), batch) : input->type();
     InputRole role = input->role();
+    // Donation (GraphOutput::aliases) follows the input to its batched form.
+    std::vector<int> donated_to;
+    for (size_t i = 0; i < graph.outputs().size(); ++i) {
+      if (graph.outputs()[i].aliases == input) {
+        donated_to.push_back(static_cast<int>(i));
+        graph.SetOutputAlias(static_cast<int>(i), nullptr);
+      }
+    }
     graph.EraseInput(input);
     Value* fresh = graph.AddInput(name, std::move(type), role);
+    for (int i : donated_to) graph.SetOutputAlias(i, fresh);
     if (role == InputRole::kData) {
       batched[placeholder] = fresh;
       placeholders.push_back(placeholder);

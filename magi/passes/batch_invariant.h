@@ -35,7 +35,9 @@
 // depend on data (parameter all-gathers, buffers, masks, constants) stay once and are
 // shared by all sequences. Outputs that depend on data are the sequences' results
 // concatenated on dim 0 (aten::cat, a copy: bitwise). Data inputs keep their names and
-// their place in the input list; dim 0 becomes `batch`. Registered as
+// their place in the input list; dim 0 becomes `batch`. An output that aliases an input
+// (donation) still aliases it; a concatenated output is not written in place, but the
+// donated input is still freed after its last read. Registered as
 // "batch-invariant{batch=N}"; batch=1 changes nothing.
 //
 // What it does NOT do: it does not make a kernel deterministic run to run (that is the

@@ -129,6 +129,29 @@ TEST(BatchInvariantTest, GraphsWithoutDataStayAsTheyAre) {
   RunPassOnText("batch-invariant{batch=4}", kNoData, /*expect_changed=*/false);
 }
 
+TEST(BatchInvariantTest, DonatedInputsStayDonated) {
+  // A decode step's cache update: the new cache aliases the old one (donation).
+  constexpr char kCache[] = R"(module @m {
+  graph @g {
+    input %cache: f32[1,2,8,4]
+    input %index: i64[1,2,1,4]
+    input %kv: f32[1,2,1,4]
+    %cache2 = aten::scatter.src(%cache, 2, %index, %kv) : f32[1,2,8,4]
+    output cache = %cache2 {aliases = %cache}
+  }
+}
+)";
+  std::string out = RunPassOnText("batch-invariant{batch=3}", kCache, /*expect_changed=*/true);
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(out);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& g = *(*module)->FindGraph("g");
+  ASSERT_EQ(g.outputs().size(), 1u);
+  ASSERT_NE(g.outputs()[0].aliases, nullptr) << out;
+  EXPECT_EQ(g.outputs()[0].aliases->name(), "cache");
+  EXPECT_EQ(g.outputs()[0].aliases->type().ToString(), "f32[3,2,8,4]");
+  EXPECT_EQ(CountOps(g, "aten::scatter.src"), 3);
+}
+
 absl::Status RunOn(const char* text, int64_t batch) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(text);
   if (!module.ok()) return module.status();

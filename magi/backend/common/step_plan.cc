@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "magi/analysis/liveness.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 
@@ -125,6 +126,22 @@ absl::StatusOr<c10::OperatorHandle> FindOperator(const Node& node) {
   return *op;
 }
 
+// The in-place variant of `node`'s op ("aten::scatter_.src" of "aten::scatter.src"); it
+// must take the same arguments, since the node's argument plan is pushed for it.
+static absl::StatusOr<c10::OperatorHandle> InPlaceVariant(const Node& node, const c10::OperatorHandle& functional) {
+  const c10::OperatorName& name = functional.schema().operator_name();
+  c10::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema({name.name + "_", name.overload_name});
+  if (!op) return absl::InternalError(absl::StrCat(Where(node), ": LibTorch has no in-place ", name.name, "_"));
+  const auto& a = functional.schema().arguments();
+  const auto& b = op->schema().arguments();
+  bool same = a.size() == b.size();
+  for (size_t i = 0; same && i < a.size(); ++i) same = a[i].name() == b[i].name();
+  if (!same) {
+    return absl::InternalError(absl::StrCat(Where(node), ": ", name.name, "_ takes other arguments than ", name.name));
+  }
+  return *op;
+}
+
 std::string WhyNotRunnable(const Node& node) {
   if (IsCommunication(node.op()) || node.op() == kCallOp || node.op() == kAdamWOp) return "";
   if (node.op_namespace() == "magi") return "no LibTorch executor for this magi:: op";
@@ -145,9 +162,16 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
     if (input->role() == InputRole::kRng) step.rng_slot = s;
   }
   absl::flat_hash_map<const Node*, int> plan_of_start;
-  // Donation: which magi::adamw results are written over their inputs (liveness.h).
+  // Donation: which results (magi::adamw's, aten::scatter.src's) are written over their
+  // inputs (liveness.h); computed once, for graphs that have such an op.
   absl::flat_hash_map<const Value*, const Value*> in_place;
   bool in_place_known = false;
+  auto plan_in_place = [&] {
+    if (in_place_known) return;
+    absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
+    if (liveness.ok()) in_place = std::move(liveness->in_place);
+    in_place_known = true;
+  };
   absl::flat_hash_set<std::string> groups, callees;
   for (const Node* node : graph.nodes()) {
     NodePlan plan(node);
@@ -182,11 +206,7 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
       }
       plan.kind = NodePlan::Kind::kAdamW;
       plan.adamw = AdamWConstantsOf(*node);
-      if (!in_place_known) {  // once, for graphs with an optimizer
-        absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
-        if (liveness.ok()) in_place = std::move(liveness->in_place);
-        in_place_known = true;
-      }
+      plan_in_place();
       for (int r = 0; r < 3; ++r) plan.adamw_in_place[r] = in_place.contains(node->result(r));
     } else if (node->op_namespace() == "magi") {
       return absl::UnimplementedError(absl::StrCat(Where(*node), ": no LibTorch executor for ", node->op()));
@@ -195,6 +215,13 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
       MAGI_ASSIGN_OR_RETURN(c10::OperatorHandle op, FindOperator(*node));
       plan.op = op;
       MAGI_RETURN_IF_ERROR(PlanOpArguments(*node, op.schema(), slot, plan));
+      if (node->num_results() == 1 && InPlaceOperandOfResult(node->op(), 0) >= 0) {
+        plan_in_place();
+        if (in_place.contains(node->result(0))) {
+          MAGI_ASSIGN_OR_RETURN(c10::OperatorHandle in_place_op, InPlaceVariant(*node, op));
+          plan.in_place_op = in_place_op;
+        }
+      }
     } else if (plan.kind != NodePlan::Kind::kWait) {
       ArgPlan operands;
       operands.source = ArgPlan::Source::kOperandList;
@@ -264,12 +291,13 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
 
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
                                                      torch::jit::Stack& stack,
-                                                     const std::function<void(torch::jit::Stack&)>& before_call) {
+                                                     const std::function<void(torch::jit::Stack&)>& before_call,
+                                                     bool in_place) {
   stack.clear();
   PushArguments(plan, slots, stack);
   if (before_call) before_call(stack);
   try {
-    plan.op->callBoxed(&stack);
+    (in_place && plan.in_place_op ? *plan.in_place_op : *plan.op).callBoxed(&stack);
   } catch (const c10::Error& error) {
     return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
   } catch (const std::exception& error) {

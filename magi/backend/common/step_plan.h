@@ -49,6 +49,10 @@ struct NodePlan {
   // kAdamW: whether p', m', v' are written over p, m, v when the inputs are donated
   // (magi/analysis/liveness.h decides, so runtime and memory plan agree).
   bool adamw_in_place[3] = {false, false, false};
+  // kOp whose result liveness.h plans over a donated operand (InPlaceOperandOfResult,
+  // aten::scatter.src): the in-place variant (aten::scatter_.src, the same arguments) an
+  // executor runs instead when its inputs are donated. Unset otherwise.
+  c10::optional<c10::OperatorHandle> in_place_op;
   // kOp: schema arguments; starts, calls and adamw: one kOperandList with every operand.
   std::vector<ArgPlan> args;
   std::vector<int> result_slots;
@@ -86,10 +90,13 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
 // Runs `plan`'s operator (kOp) on its arguments read from `slots`, using `stack` as
 // scratch; returns the result tensors, or Internal naming the node on a LibTorch error.
 // `before_call`, when given, may replace arguments on the stack first (the interpreter
-// hands an op that writes its operands copies of the caller's input tensors).
+// hands an op that writes its operands copies of the caller's input tensors). With
+// `in_place` (the caller's inputs are donated) a node that has an in_place_op runs it,
+// writing its result over the donated operand.
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
                                                      torch::jit::Stack& stack,
-                                                     const std::function<void(torch::jit::Stack&)>& before_call = {});
+                                                     const std::function<void(torch::jit::Stack&)>& before_call = {},
+                                                     bool in_place = false);
 
 // The defined tensors among a kernel's returns, in order (as capture records them).
 std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack);

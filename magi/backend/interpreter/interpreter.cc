@@ -118,10 +118,11 @@ class InterpreterExecutable : public TorchExecutable {
           MAGI_RETURN_IF_ERROR(RunAdamW(plan));
           break;
         case NodePlan::Kind::kOp: {
+          // In place (the KV cache's scatter) only over donated inputs, as for magi::adamw.
           absl::StatusOr<std::vector<at::Tensor>> results =
               writes_operands_[index]
                   ? CallOperator(plan, slots_, stack, [this](torch::jit::Stack& args) { ProtectInputs(args); })
-                  : CallOperator(plan, slots_, stack);
+                  : CallOperator(plan, slots_, stack, {}, /*in_place=*/donated_);
           if (!results.ok()) return results.status();
           MAGI_RETURN_IF_ERROR(TakeResults(plan, *results));
           break;

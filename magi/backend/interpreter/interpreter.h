@@ -16,7 +16,9 @@
 // runs the callee's compiled partition (from the CompileContext); magi::adamw runs
 // LibTorch's AdamW op by op (AdamWReference in magi/backend/common/step_plan.h), in place
 // over donated state under RunDonating (where magi/analysis/liveness.h says so, which is
-// what the memory plan counts). RunDonating also frees each input after its last read.
+// what the memory plan counts), and so does aten::scatter.src (as aten::scatter_.src: a
+// KV cache updated in place by a decode step). RunDonating also frees each input after
+// its last read.
 #ifndef MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 #define MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 

@@ -1,7 +1,7 @@
 // Donation at run time: RunDonating writes magi::adamw's results over the donated
 // state (where magi/analysis/liveness.h plans it), bitwise what the functional Run
-// computes, and the measured peak no longer counts a second copy of the state. Run
-// leaves the caller's tensors untouched.
+// computes, and the measured peak no longer counts a second copy of the state; the same
+// for a KV cache updated by aten::scatter.src. Run leaves the caller's tensors untouched.
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,6 +100,52 @@ TEST(InterpreterDonationTest, WithoutAliasesRunDonatingAllocatesNewState) {
   absl::StatusOr<std::vector<at::Tensor>> outputs = executable->RunDonating(std::move(donated));
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   EXPECT_NE((*outputs)[0].data_ptr(), p);
+}
+
+// A KV cache's decode step: the new cache is a scatter of the old one at a position
+// (the index, an input here); donated, it is written over the old cache.
+constexpr char kCacheUpdate[] = R"(module @m {
+  graph @g {
+    input %cache: f32[2,3,8,4]
+    input %index: i64[2,3,1,4]
+    input %kv: f32[2,3,1,4]
+    %cache2 = aten::scatter.src(%cache, 2, %index, %kv) : f32[2,3,8,4]
+    %s = aten::sum(%cache2, none) : f32[]
+    output s = %s
+    output cache = %cache2 {aliases = %cache}
+  }
+}
+)";
+
+TEST(InterpreterDonationTest, RunDonatingScattersIntoTheDonatedCache) {
+  auto module = ParseModule(kCacheUpdate);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::unique_ptr<TorchExecutable> executable = Compile(**module);
+  ASSERT_NE(executable, nullptr);
+  torch::manual_seed(5);
+  const at::Tensor cache = torch::randn({2, 3, 8, 4});
+  const at::Tensor index = torch::tensor({5, 2}, torch::kLong).view({2, 1, 1, 1}).expand({2, 3, 1, 4}).contiguous();
+  const at::Tensor kv = torch::randn({2, 3, 1, 4});
+  const at::Tensor expected = cache.scatter(2, index, kv);
+
+  at::Tensor kept = cache.clone();
+  absl::StatusOr<std::vector<at::Tensor>> functional = executable->Run({kept, index, kv});
+  ASSERT_TRUE(functional.ok()) << functional.status();
+  const int64_t functional_peak = executable->last_run_stats().peak_live_bytes;
+  EXPECT_TRUE(kept.equal(cache));  // Run writes no input
+  EXPECT_TRUE((*functional)[1].equal(expected));
+
+  at::Tensor donated = cache.clone();
+  const void* storage = donated.data_ptr();
+  std::vector<at::Tensor> inputs = {std::move(donated), index, kv};
+  absl::StatusOr<std::vector<at::Tensor>> in_place = executable->RunDonating(std::move(inputs));
+  ASSERT_TRUE(in_place.ok()) << in_place.status();
+  EXPECT_TRUE((*in_place)[1].equal(expected));
+  EXPECT_EQ((*in_place)[1].data_ptr(), storage) << "the new cache should be written over the donated one";
+  EXPECT_TRUE((*in_place)[0].equal((*functional)[0]));
+  // The cache is 768 B, the index 192 B, the new keys 96 B; a second cache only without donation.
+  EXPECT_EQ(functional_peak, 2 * 768 + 192 + 96);
+  EXPECT_EQ(executable->last_run_stats().peak_live_bytes, 768 + 192 + 96);
 }
 
 }  // namespace

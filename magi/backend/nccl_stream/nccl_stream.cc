@@ -224,7 +224,9 @@ class NcclStreamExecutable : public TorchExecutable {
       current_node_ = static_cast<int>(index);
       switch (plan.kind) {
         case NodePlan::Kind::kOp: {
-          absl::StatusOr<std::vector<at::Tensor>> results = CallOperator(plan, slots_, stack);
+          // donate=true: an op planned over a donated input (a KV cache's scatter) runs in place.
+          absl::StatusOr<std::vector<at::Tensor>> results =
+              CallOperator(plan, slots_, stack, {}, /*in_place=*/options_.donate);
           if (!results.ok()) return results.status();
           MAGI_RETURN_IF_ERROR(Hold(plan, *results));
           break;

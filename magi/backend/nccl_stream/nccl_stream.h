@@ -21,7 +21,9 @@
 //   (true), donate=true|false (true: magi::adamw updates its state inputs in place),
 //   sync_each_step=true|false (true).
 // Donation: with donate=true, Run overwrites the parameter-shard and moment inputs of
-// magi::adamw with their new values and returns those same tensors. In graph mode, the
+// magi::adamw with their new values and returns those same tensors, and runs an op that
+// the memory plan writes over a donated input (InPlaceOperandOfResult: a KV cache's
+// aten::scatter.src whose output aliases the cache) as its in-place variant. In graph mode, the
 // outputs are the captured graph's buffers, overwritten by the next Run.
 // RunStats::peak_live_bytes is the CUDA caching allocator's peak of allocated bytes (what
 // torch.cuda.max_memory_allocated reports), counted since the caller last reset the

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "magi/ir/graph_utils.h"
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/plan_check.h"
@@ -24,6 +25,33 @@ absl::StatusOr<int64_t> BatchOf(const std::vector<at::Tensor>& inputs) {
     batch = inputs[i].size(0);
   }
   return batch;
+}
+
+// Sets GraphOutput::aliases of the captured forward: output.i over input.j.
+absl::Status MarkDonatedInputs(Graph& graph, const std::vector<std::pair<int, int>>& donated) {
+  for (const auto& [output, input] : donated) {
+    const std::string output_name = absl::StrCat("output.", output);
+    const int index = graph.FindOutput(output_name);
+    Value* value = graph.FindValue(absl::StrCat("input.", input));
+    if (index < 0 || value == nullptr || !value->is_graph_input()) {
+      return absl::InvalidArgumentError(absl::StrCat("donated_inputs {", output, ", ", input, "}: the forward has no ",
+                                                     index < 0 ? output_name : absl::StrCat("input.", input)));
+    }
+    const Value* out = graph.outputs()[index].value;
+    if (!(out->type() == value->type())) {
+      return absl::InvalidArgumentError(absl::StrCat("donated_inputs {", output, ", ", input, "}: ", output_name, " is ",
+                                                     out->type().ToString(), " but input.", input, " is ",
+                                                     value->type().ToString()));
+    }
+    for (const GraphOutput& other : graph.outputs()) {
+      if (other.aliases == value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("donated_inputs: input.", input, " is donated to two outputs"));
+      }
+    }
+    graph.SetOutputAlias(index, value);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -53,6 +81,7 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
     options.batch_invariant_sequences = batch;
   }
   MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureForward(root, forward_fn, capture_inputs));
+  MAGI_RETURN_IF_ERROR(MarkDonatedInputs(*captured.graph(), inference_options.donated_inputs));
   inference->constants_ = captured.constants;
   MAGI_ASSIGN_OR_RETURN(inference->compiled_,
                         CompileCapturedForTorch(std::move(captured), options, &inference->executable_));
@@ -87,11 +116,57 @@ absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& root) {
   return absl::OkStatus();
 }
 
+absl::Status FsdpInference::ShareWeightsWith(const FsdpInference& other) {
+  auto check = [](const std::map<std::string, at::Tensor>& mine, const std::map<std::string, at::Tensor>& theirs,
+                  const char* what) -> absl::Status {
+    for (const auto& [name, tensor] : mine) {
+      auto it = theirs.find(name);
+      if (it == theirs.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot share weights: the other forward has no ", what, " ", name));
+      }
+      if (it->second.sizes() != tensor.sizes() || it->second.dtype() != tensor.dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot share weights: ", what, " ", name, " is ",
+                                                       c10::str(tensor.sizes()), " here and ",
+                                                       c10::str(it->second.sizes()), " in the other forward"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  MAGI_RETURN_IF_ERROR(check(shards_, other.shards_, "shard"));
+  MAGI_RETURN_IF_ERROR(check(buffers_, other.buffers_, "buffer"));
+  for (auto& [name, tensor] : shards_) tensor = other.shards_.at(name);
+  for (auto& [name, tensor] : buffers_) tensor = other.buffers_.at(name);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<at::Tensor>> FsdpInference::Run(const std::vector<at::Tensor>& inputs) {
+  return RunImpl(inputs, /*donate=*/false);
+}
+
+absl::StatusOr<std::vector<at::Tensor>> FsdpInference::RunDonating(std::vector<at::Tensor> inputs) {
+  return RunImpl(std::move(inputs), /*donate=*/true);
+}
+
+absl::StatusOr<MemoryPlan> FsdpInference::PlannedMemory(bool donated) const {
+  // The shards and buffers stay with this object, and a caller of Run keeps its inputs:
+  // only donated inputs are the graph's to free or overwrite.
+  LivenessOptions held;
+  held.inputs_held_by_caller = true;
+  if (donated) return PlanMemory(graph(), /*assign_buffers=*/false, held);
+  std::unique_ptr<Module> copy = CloneModule(module());
+  Graph* graph = copy->FindGraph(compiled_.graph().name());
+  for (size_t i = 0; i < graph->outputs().size(); ++i) graph->SetOutputAlias(static_cast<int>(i), nullptr);
+  return PlanMemory(*graph, /*assign_buffers=*/false, held);
+}
+
+absl::StatusOr<std::vector<at::Tensor>> FsdpInference::RunImpl(std::vector<at::Tensor> inputs, bool donate) {
   std::map<std::string, at::Tensor> named = shards_;
   AddBuffersAndConstants(buffers_, constants_, named);
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherStepInputs(graph(), named, inputs));
-  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(bound));
+  inputs.clear();  // donated: the bound copies are the only references left
+  named.clear();
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs,
+                        donate ? executable_->RunDonating(std::move(bound)) : executable_->Run(bound));
   TakeUpdatedBuffers(graph(), outputs, buffers_);  // a forward in training mode updates statistics
   std::vector<at::Tensor> results;
   for (size_t i = 0; i < graph().outputs().size(); ++i) {

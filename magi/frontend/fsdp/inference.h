@@ -10,6 +10,16 @@
 // example inputs (the batch-invariant pass), so each sequence's outputs are bitwise those
 // of a run holding it alone, whatever the batch size and the other sequences. Every
 // input must then have the batch on dim 0, and so must every output.
+//
+// Donation (InferenceOptions::donated_inputs; GraphOutput::aliases in the IR): a forward
+// that returns a new version of one of its inputs (a KV cache) can be told that output
+// i reuses data input j; RunDonating then takes the inputs by value, and the backend
+// writes the output over the input where the op allows (aten::scatter.src of the cache
+// update, in place as aten::scatter_.src) and frees the rest after its last read. The
+// memory plan (PlannedMemory) counts the donated cache once.
+//
+//   options.donated_inputs = {{1, 2}, {2, 3}};  // output.1 over input.2, output.2 over input.3
+//   std::vector<at::Tensor> out = *(*inference)->RunDonating({tokens, positions, std::move(k), std::move(v)});
 #ifndef MAGI_FRONTEND_FSDP_INFERENCE_H_
 #define MAGI_FRONTEND_FSDP_INFERENCE_H_
 
@@ -21,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/backend/communicator.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
@@ -36,6 +47,9 @@ struct InferenceOptions {
   bool deterministic = false;
   // Non-empty: the plan hash the forward must compile to, else Create fails.
   std::string expected_plan_hash;
+  // {i, j}: the forward function's output i reuses the storage of its input j (same
+  // dtype and shape), which a caller of RunDonating gives up. Run still writes nothing.
+  std::vector<std::pair<int, int>> donated_inputs;
 };
 
 class FsdpInference {
@@ -59,9 +73,24 @@ class FsdpInference {
   // optimizer state in it is not read. It removes nothing there: a trainer may be saving
   // its next step meanwhile.
   absl::Status LoadShardsFromCheckpoint(const std::string& root);
+  // Runs on `other`'s shards and buffers from now on (the same tensors, not copies), so
+  // two forwards of one model (a prefill graph and a decode graph) hold one copy of the
+  // weights. InvalidArgument naming the first shard or buffer whose name or shape differs.
+  absl::Status ShareWeightsWith(const FsdpInference& other);
   // Runs the forward on `inputs` (the example's shapes); returns its outputs (the forward
   // function's, in order; buffers it updates are kept for the next run).
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
+  // The same with the inputs handed over: those named in donated_inputs are written in
+  // place or freed after their last read, so the caller must not read them afterwards
+  // (it uses the outputs that replace them). Without donated_inputs it is Run.
+  absl::StatusOr<std::vector<at::Tensor>> RunDonating(std::vector<at::Tensor> inputs);
+  // The memory plan of one run on this rank (magi/analysis/memory_plan.h, in the
+  // interpreter's accounting: its peak_bytes, live_after each node) with every input held to the end by its owner (the
+  // shards and buffers by this object, the data by the caller) except the donated ones:
+  // as compiled (donated: true), or with the graph's donation removed (donated: false:
+  // a caller of Run keeps the old cache while the graph makes the new one), which shows
+  // what donation saves.
+  absl::StatusOr<MemoryPlan> PlannedMemory(bool donated = true) const;
   const Graph& graph() const { return compiled_.graph(); }
   const Module& module() const { return compiled_.module(); }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h).
@@ -69,6 +98,7 @@ class FsdpInference {
 
  private:
   FsdpInference() = default;
+  absl::StatusOr<std::vector<at::Tensor>> RunImpl(std::vector<at::Tensor> inputs, bool donate);
   std::vector<std::pair<std::string, at::Tensor>> constants_;
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;
