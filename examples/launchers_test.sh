@@ -14,7 +14,7 @@ set -euo pipefail
 out="${TEST_TMPDIR:-$(mktemp -d)}/launchers"
 mkdir -p "$out"
 train="$PWD/examples/train"
-python=${1:?usage: launchers_test.sh PYTHON (the configured PyTorch's, @libtorch//:python3)}
+python=${1:?usage: launchers_test.sh PYTHON (the Python of the configured PyTorch: @libtorch//:python3)}
 [[ "$python" == /* ]] || python="$PWD/$python"
 
 check_eager() {  # log file
@@ -47,7 +47,7 @@ check_eager "$out/node0.log"
 # SLURM: two tasks as srun starts them (no RANK; SLURM_PROCID/NTASKS/LOCALID, the master the
 # first host of SLURM_JOB_NODELIST, the port 15000 + the last four digits of SLURM_JOB_ID).
 # --world_size is left at its default (2): a task must not launch workers of its own.
-job=$("$python" - <<'PY'
+job=$("$python" -c '
 import socket
 for job in range(4242, 14242):
     s = socket.socket()
@@ -57,8 +57,7 @@ for job in range(4242, 14242):
         pass
     finally:
         s.close()
-PY
-)
+')
 pids=()
 for task in 0 1; do
   env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT \

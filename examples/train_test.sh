@@ -30,7 +30,7 @@ grep -q "unknown --model=huge (tiny, small or 1b)" "$out/err.txt"
 for bad in "--budget_gb=nan:--budget_gb=nan: expected a non-negative, finite number" \
            "--clip_grad_norm=inf:--clip_grad_norm=inf: expected a non-negative, finite number" \
            "--lr=0:--lr=0: expected a positive, finite number" \
-           "--lr=-nan:--lr=-nan: expected a positive, finite number" \
+           "--lr=-nan:--lr=nan: expected a positive, finite number" \
            "--budget_gb=1e300:--budget_gb=1e+300: more bytes than an int64 holds" \
            "--grad_accum=0:--grad_accum=0: must be >= 1"; do
   flag=${bad%%:*}

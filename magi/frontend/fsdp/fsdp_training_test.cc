@@ -369,7 +369,12 @@ int RunBatchNorm(const DistributedEnv& env, const std::shared_ptr<Communicator>&
     if (!torch::equal(item.value(), initial_buffers.at(item.key()))) return Fail("the step wrote " + item.key());
   }
   if (worst_loss > 1e-6) return Fail("batch-norm loss differs from eager: " + std::to_string(worst_loss));
-  if (worst_stat > 1e-6) return Fail("running statistics differ from eager: " + std::to_string(worst_stat));
+  // Across ranks the batch statistics are summed in another order than eager's one-batch kernel
+  // (2 ranks, CI: 2.4e-7 on LibTorch 1.13, 1.9e-6 on 2.12).
+  const double stat_tolerance = world == 1 ? 1e-6 : 1e-5;
+  if (worst_stat > stat_tolerance) {
+    return Fail("running statistics differ from eager: " + std::to_string(worst_stat));
+  }
   if (worst_param > 1e-5) return Fail("batch-norm parameters differ from eager: " + std::to_string(worst_param));
   return 0;
 }
@@ -501,7 +506,9 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
   if (!(lrs[0] < lrs[1] && lrs[1] > lrs[2] && lrs[2] > lrs[3] && lrs[3] == training.lr_schedule.min_lr)) {
     return Fail("unexpected schedule");
   }
-  double worst = CompareParameters(**trainer, NamedParameters(*reference), world == 1 ? 1e-5 : 1e-4, &failure);
+  // AdamW divides by sqrt(v): a last-ulp difference in a gradient near zero moves its parameter by a
+  // visible fraction of lr (one rank, CI: 8.4e-6 on LibTorch 1.13, 1.1e-5 on 2.12; 4 steps at lr 0.01).
+  double worst = CompareParameters(**trainer, NamedParameters(*reference), world == 1 ? 5e-5 : 1e-4, &failure);
   if (worst < 0) return Fail(failure);
   if (env.rank == 0) {
     std::cout << "parity (world " << world << ", mesh " << mesh.num_axes() << "-D): init bitwise, loss within "
