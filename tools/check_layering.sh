@@ -6,7 +6,8 @@
 #
 # Each check names a set of targets (FROM) and what they must never reach (FORBIDDEN);
 # a violation prints the offending dependency chain (`somepath(FROM, target)`).
-# Prints every check it makes and exits non-zero if any fails.
+# Prints every check it makes and exits non-zero if any fails. The last check is about the build
+# rather than layers: targets that compile against LibTorch use the torch_cc_* rules.
 #
 #   tools/check_layering.sh            # from the workspace root
 set -uo pipefail
@@ -92,6 +93,20 @@ check "the compile driver never depends on LibTorch, Gloo, CUDA or NCCL" \
   "$(libs //magi/compiler/...)" "filter($DEVICE_LIBS, \$d)"
 check "the compile driver never depends on frontends, runtimes or backend implementations" \
   "$(libs //magi/compiler/...)" "\$d intersect (//magi/frontend/... + //magi/runtime/... + //magi/backend/interpreter/... + //magi/backend/nccl_stream/... + //magi/backend/elementwise/... + //magi/backend/common/...)"
+
+# Not a layer rule, but a bazel query rule of the same kind: every C++ target that compiles
+# against LibTorch's headers uses the torch_cc_* rules (third_party/libtorch/torch_cc.bzl), so
+# its compiles load <torch/torch.h> precompiled; a plain cc_ rule would parse it again, ~25 s
+# per translation unit.
+checked=$((checked + 1))
+plain=$(query "kind('cc_(library|test|binary) rule', rdeps(//..., @libtorch//:headers)) except rdeps(//..., //third_party/libtorch:torch_pch, 1)")
+if [[ -z "$plain" ]]; then
+  echo "PASS  C++ targets that compile against LibTorch use the torch_cc_* rules"
+else
+  failed=$((failed + 1))
+  echo "FAIL  C++ targets that compile against LibTorch use the torch_cc_* rules; these do not:"
+  sed 's/^/        /' <<<"$plain"
+fi
 
 echo "check_layering: $checked checks, $((checked - failed)) passed, $failed failed"
 [[ $failed -eq 0 ]]
