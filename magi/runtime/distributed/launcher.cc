@@ -159,6 +159,7 @@ absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vecto
   size_t running = pids.size();
   bool terminating = false;
   auto deadline = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point first_failure;
   while (running > 0) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -175,6 +176,7 @@ absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vecto
       }
       if (result.failed_rank >= 0 && !terminating) {
         terminating = true;
+        first_failure = std::chrono::steady_clock::now();
         for (pid_t p : pids) {
           if (p > 0) ::kill(p, SIGTERM);
         }
@@ -189,6 +191,9 @@ absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vecto
       deadline = std::chrono::steady_clock::time_point::max();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (terminating) {
+    result.stop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - first_failure).count();
   }
   return result;
 }

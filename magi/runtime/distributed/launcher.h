@@ -25,6 +25,9 @@ namespace magi {
 struct LaunchResult {
   int exit_code = 0;     // the first failure's code (128 + signal when killed), else 0
   int failed_rank = -1;  // which rank failed first, -1 if none
+  // From the first failure the launcher saw to the last worker reaped: how long the other ranks
+  // ran on (SIGTERM at once, SIGKILL after `grace`); 0 when none failed.
+  double stop_seconds = 0;
 };
 
 absl::StatusOr<LaunchResult> LaunchLocalWorkers(int world_size, const std::vector<std::string>& argv,

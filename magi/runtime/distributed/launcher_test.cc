@@ -62,6 +62,20 @@ TEST(LauncherTest, ReportsTheFirstFailingRank) {
   EXPECT_GE(result->failed_rank, 0);
 }
 
+// One rank exits with an error while the other would sleep for a minute: the launcher stops the
+// sleeper at once (SIGTERM), long before its grace period of 30 s would send SIGKILL.
+TEST(LauncherTest, StopsTheOtherRanksAtOnce) {
+  auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(
+      2, {"/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 5; fi; exec sleep 60"}, {}, std::chrono::seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->failed_rank, 1);
+  EXPECT_EQ(result->exit_code, 5);
+  EXPECT_GT(result->stop_seconds, 0);
+  EXPECT_LT(result->stop_seconds, 2.0);  // one 20 ms poll and a SIGTERM; 2 s leaves room for load
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+}
+
 // A rank writing to a dead peer's socket gets EPIPE (an error it reports), not a silent death
 // by SIGPIPE that could be taken for the first failure: workers start with SIGPIPE ignored.
 TEST(LauncherTest, WorkersIgnoreSigpipe) {
