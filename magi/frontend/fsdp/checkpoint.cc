@@ -1,9 +1,11 @@
 #include "magi/frontend/fsdp/checkpoint.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -201,6 +203,56 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadArchiveTenso
   } catch (const std::exception& error) {
     return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path, ": ", error.what()));
   }
+}
+
+namespace {
+
+constexpr char kRngKey[] = "magi.rng.cpu";
+constexpr const char* kStateSuffixes[] = {".shard", ".exp_avg", ".exp_avg_sq"};
+
+}  // namespace
+
+RankState TrainerRankState(int64_t step, const std::map<std::string, at::Tensor>& state,
+                           const std::map<std::string, std::vector<int64_t>>& full_shapes,
+                           const std::map<std::string, at::Tensor>& buffers) {
+  RankState out;
+  out.step = step;
+  for (const auto& [param, shape] : full_shapes) {
+    for (const char* suffix : kStateSuffixes) {
+      std::string name = param + suffix;
+      out.sharded[name] = state.at(name);
+      out.full_shapes[name] = shape;
+    }
+  }
+  for (const auto& [name, tensor] : buffers) out.per_rank["buffer." + name] = tensor;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  out.per_rank[kRngKey] = generator.get_state();
+  return out;
+}
+
+absl::StatusOr<int64_t> RestoreTrainerRankState(RankState loaded, std::map<std::string, at::Tensor>& state,
+                                                std::map<std::string, at::Tensor>& buffers) {
+  auto take = [](std::map<std::string, at::Tensor>& from, const std::string& name) -> absl::StatusOr<at::Tensor> {
+    auto it = from.find(name);
+    if (it == from.end()) return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no tensor ", name));
+    return std::move(it->second);
+  };
+  // Everything is looked up before anything is replaced: a failure leaves the trainer as it was.
+  std::map<std::string, at::Tensor> new_state, new_buffers;
+  for (const auto& [name, tensor] : state) {
+    MAGI_ASSIGN_OR_RETURN(new_state[name], take(loaded.sharded, name));
+  }
+  for (const auto& [name, tensor] : buffers) {
+    MAGI_ASSIGN_OR_RETURN(new_buffers[name], take(loaded.per_rank, "buffer." + name));
+  }
+  MAGI_ASSIGN_OR_RETURN(at::Tensor rng, take(loaded.per_rank, kRngKey));
+  state = std::move(new_state);
+  buffers = std::move(new_buffers);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(rng);
+  return loaded.step;
 }
 
 }  // namespace magi

@@ -72,6 +72,20 @@ absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const
                                                   const at::Device& device,
                                                   CheckpointUse use = CheckpointUse::kResume);
 
+// What a trainer (FsdpTrainer, FxTrainer) checkpoints: its step; each parameter's fp32 master
+// shard and AdamW moments (`state`: "<param>.shard", "<param>.exp_avg", "<param>.exp_avg_sq",
+// sharded over the full shapes in `full_shapes`); its buffers (per rank, as "buffer.<name>");
+// and the CPU generator's state, which random ops of the step draw from.
+RankState TrainerRankState(int64_t step, const std::map<std::string, at::Tensor>& state,
+                           const std::map<std::string, std::vector<int64_t>>& full_shapes,
+                           const std::map<std::string, at::Tensor>& buffers);
+
+// The inverse of TrainerRankState for a state loaded in its layout: moves the tensors into
+// `state` and `buffers` (the names they already hold), sets the CPU generator and returns
+// the step. InvalidArgument naming the tensor if `loaded` lacks one.
+absl::StatusOr<int64_t> RestoreTrainerRankState(RankState loaded, std::map<std::string, at::Tensor>& state,
+                                                std::map<std::string, at::Tensor>& buffers);
+
 // Every tensor of the archive at `path` (shards, moments, "magi.step", "magi.rng.cpu"), in
 // the archive's order, on the CPU: what compare_checkpoints compares. NotFound if the
 // file cannot be read.

@@ -199,4 +199,22 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FxTrainer::Gathe
   return out;
 }
 
+// Where the communicator takes the checkpoint's tensors: where the state lives.
+at::Device FxTrainer::state_device() const {
+  return state_.empty() ? at::Device(at::kCPU) : state_.begin()->second.device();
+}
+
+absl::Status FxTrainer::SaveCheckpoint(const std::string& root, const CheckpointOptions& options) {
+  return SaveCommittedCheckpoint(root, TrainerRankState(step_, state_, full_shapes_, buffers_), *communicator_,
+                                 state_device(), options);
+}
+
+absl::Status FxTrainer::LoadCheckpoint(const std::string& root, const std::string& config) {
+  MAGI_ASSIGN_OR_RETURN(RankState loaded,
+                        LoadCommittedCheckpoint(root, TrainerRankState(step_, state_, full_shapes_, buffers_), config,
+                                                *communicator_, state_device()));
+  MAGI_ASSIGN_OR_RETURN(step_, RestoreTrainerRankState(std::move(loaded), state_, buffers_));
+  return absl::OkStatus();
+}
+
 }  // namespace magi

@@ -17,6 +17,8 @@
 //   auto trainer = FxTrainer::Create(std::move(*imported), communicator, options);
 //   double loss = *(*trainer)->Step({images, labels});   // in data_inputs() order
 //
+// Checkpoints: SaveCheckpoint/LoadCheckpoint, as FsdpTrainer's.
+//
 // What it does NOT do: mixed precision (the graph's dtypes are the exported ones), random
 // ops (a joint graph that draws random numbers is compiled, but its generator is the
 // default CPU one of this process, not PyTorch's), or shapes other than the exported ones.
@@ -35,6 +37,7 @@
 #include "magi/backend/communicator.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
+#include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/trainer.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/passes/fsdp/shard_for_fsdp.h"
@@ -90,8 +93,18 @@ class FxTrainer {
   // The learning rate the next Step() uses (adamw.lr under options.lr_schedule).
   double next_learning_rate() const;
 
+  // Collective: this rank's master shards, AdamW moments, buffers, step and CPU generator as
+  // one committed checkpoint step under `root`, the format and guarantees of FsdpTrainer's
+  // (SaveCommittedCheckpoint: a kill at any moment leaves the last committed step loadable).
+  absl::Status SaveCheckpoint(const std::string& root, const CheckpointOptions& options = {});
+  // Collective: restores the newest committed step under `root` (resharded if it was written
+  // at another world size); `config` must equal the saved one. The next Step() continues
+  // bitwise as if the run had not stopped (same batches given).
+  absl::Status LoadCheckpoint(const std::string& root, const std::string& config = "");
+
  private:
   FxTrainer() = default;
+  at::Device state_device() const;
 
   FsdpPlan plan_;
   AdamWOptions adamw_;

@@ -18,6 +18,8 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "magi/frontend/fx/fx_importer.h"
+#include "magi/base/status_macros.h"
+#include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fx/fx_trainer.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
@@ -215,6 +217,99 @@ int RunWorker(const std::string& model) {
   return 0;
 }
 
+// Rank `rank`'s batch of step `step` of the reference run at world size `w` ("w2/"), in the
+// trainer's data_inputs() order.
+absl::StatusOr<std::vector<at::Tensor>> ReferenceBatch(const std::map<std::string, at::Tensor>& ref,
+                                                       const FxTrainer& trainer, const std::string& w, int step,
+                                                       int rank) {
+  const std::string prefix = absl::StrCat(w, "step", step, "/rank", rank, "/");
+  std::vector<at::Tensor> batch;
+  for (const std::string& name : trainer.data_inputs()) {
+    auto it = ref.find(prefix + name);
+    if (it == ref.end()) return absl::NotFoundError("the reference has no " + prefix + name);
+    batch.push_back(it->second);
+  }
+  return batch;
+}
+
+// Checkpoints: a run of kSteps steps against one that saves after 2 steps and a new trainer
+// (a new import, as a restarted process has) that loads that checkpoint and takes the rest:
+// the resumed losses, parameters, AdamW state and buffers (BatchNorm's running statistics)
+// must be bitwise the straight run's, and the resumed trainer must have counted the steps.
+int RunResumeWorker(const std::string& model, const std::string& root) {
+  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
+  if (!env.ok()) return Fail(std::string(env.status().message()));
+  auto store = ConnectStore(*env, std::chrono::seconds(60));
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(120));
+  if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
+  const ModelCase c = CaseFor(model);
+  absl::StatusOr<std::map<std::string, at::Tensor>> ref = ReadReference(c.reference);
+  if (!ref.ok()) return Fail(std::string(ref.status().message()));
+  auto make_trainer = [&]() -> absl::StatusOr<std::unique_ptr<FxTrainer>> {
+    MAGI_ASSIGN_OR_RETURN(FxImport imported, ImportFxFile(c.joint));
+    FxTrainOptions options;
+    options.shard_groups = c.groups;
+    return FxTrainer::Create(std::move(imported), *communicator, options);
+  };
+  const std::string w = absl::StrCat("w", env->world_size, "/");
+  auto run = [&](FxTrainer& trainer, int from, int to, std::vector<double>& losses) -> absl::Status {
+    for (int step = from; step < to; ++step) {
+      MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> batch, ReferenceBatch(*ref, trainer, w, step, env->rank));
+      MAGI_ASSIGN_OR_RETURN(double loss, trainer.Step(batch));
+      losses.push_back(loss);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<double> straight_losses, first_losses, resumed_losses;
+  auto straight = make_trainer();
+  if (!straight.ok()) return Fail(std::string(straight.status().message()));
+  if (absl::Status s = run(**straight, 0, kSteps, straight_losses); !s.ok()) return Fail(std::string(s.message()));
+
+  auto first = make_trainer();
+  if (!first.ok()) return Fail(std::string(first.status().message()));
+  if (absl::Status s = run(**first, 0, 2, first_losses); !s.ok()) return Fail(std::string(s.message()));
+  CheckpointOptions save;
+  save.config = model;
+  if (absl::Status s = (*first)->SaveCheckpoint(root, save); !s.ok()) return Fail("save: " + std::string(s.message()));
+
+  auto resumed = make_trainer();
+  if (!resumed.ok()) return Fail(std::string(resumed.status().message()));
+  absl::Status wrong_config = (*resumed)->LoadCheckpoint(root, "another model");
+  if (wrong_config.ok()) return Fail("a checkpoint of another config was loaded");
+  if (absl::Status s = (*resumed)->LoadCheckpoint(root, model); !s.ok()) {
+    return Fail("load: " + std::string(s.message()));
+  }
+  if ((*resumed)->steps_taken() != 2) return Fail("the resumed trainer counts " + std::to_string((*resumed)->steps_taken()));
+  if (absl::Status s = run(**resumed, 2, kSteps, resumed_losses); !s.ok()) return Fail(std::string(s.message()));
+
+  for (int step = 2; step < kSteps; ++step) {
+    if (resumed_losses[step - 2] != straight_losses[step]) {
+      return Fail(absl::StrCat("step ", step, ": resumed loss ", resumed_losses[step - 2], " vs straight ",
+                               straight_losses[step]));
+    }
+  }
+  auto bitwise = [](const std::map<std::string, at::Tensor>& got, const std::map<std::string, at::Tensor>& want,
+                    const std::string& what) -> std::string {
+    if (got.size() != want.size()) return what + ": different tensors";
+    for (const auto& [name, tensor] : want) {
+      auto it = got.find(name);
+      if (it == got.end() || !at::equal(it->second, tensor)) return what + " " + name + " differs";
+    }
+    return "";
+  };
+  for (const std::string& failure : {bitwise((*resumed)->state(), (*straight)->state(), "AdamW state"),
+                                     bitwise((*resumed)->buffers(), (*straight)->buffers(), "buffer")}) {
+    if (!failure.empty()) return Fail("resumed vs straight: " + failure);
+  }
+  if (env->rank == 0) {
+    std::cout << model << ", world " << env->world_size << ": resumed after 2 of " << kSteps << " steps, "
+              << (*straight)->state().size() << " state tensors and " << (*straight)->buffers().size()
+              << " buffers bitwise the straight run's (wrong config refused: " << wrong_config.message() << ")\n";
+  }
+  return 0;
+}
+
 int Launch(int world, const std::string& model, std::map<std::string, std::string> env = {}) {
   env["MAGI_FX_WORKER"] = model;
   absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(world, {g_self}, env);
@@ -231,6 +326,12 @@ TEST(FxTrainingTest, LlamaWithBucketingAndOverlapMatchesPyTorchOnTwoRanks) {
 TEST(FxTrainingTest, Resnet18MatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "resnet18_train"), 0); }
 TEST(FxTrainingTest, Resnet18MatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "resnet18_train"), 0); }
 TEST(FxTrainingTest, Resnet18MatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "resnet18_train"), 0); }
+
+TEST(FxTrainingTest, Resnet18ResumesBitwiseFromACheckpointOnTwoRanks) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string root = std::string(tmp != nullptr ? tmp : "/tmp") + "/fx_resume_checkpoint";
+  EXPECT_EQ(Launch(2, "resnet18_train", {{"MAGI_FX_RESUME_DIR", root}}), 0);
+}
 
 TEST(FsdpPlanFromModulePrefixesTest, LongestPrefixClaimsAndErrorsNameTheCause) {
   absl::StatusOr<FxImport> imported = ImportFxFile(CaseFor("llama").joint);
@@ -255,7 +356,10 @@ TEST(FsdpPlanFromModulePrefixesTest, LongestPrefixClaimsAndErrorsNameTheCause) {
 
 int main(int argc, char** argv) {
   magi::g_self = argv[0];
-  if (const char* model = std::getenv("MAGI_FX_WORKER")) return magi::RunWorker(model);
+  if (const char* model = std::getenv("MAGI_FX_WORKER")) {
+    if (const char* root = std::getenv("MAGI_FX_RESUME_DIR")) return magi::RunResumeWorker(model, root);
+    return magi::RunWorker(model);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
