@@ -32,13 +32,23 @@ for bad in "--budget_gb=nan:--budget_gb=nan: expected a non-negative, finite num
            "--lr=0:--lr=0: expected a positive, finite number" \
            "--lr=-nan:--lr=nan: expected a positive, finite number" \
            "--budget_gb=1e300:--budget_gb=1e+300: more bytes than an int64 holds" \
-           "--grad_accum=0:--grad_accum=0: must be >= 1"; do
+           "--grad_accum=0:--grad_accum=0: must be >= 1" \
+           "--communicator=mpi:--communicator=mpi: unknown communicator 'mpi'; registered: "; do
   flag=${bad%%:*}
   if examples/train "$flag" --world_size=1 --out_dir="$out/bad" 2> "$out/err.txt"; then
     echo "$flag should fail"; exit 1
   fi
   grep -qF -- "${bad#*:}" "$out/err.txt" || { echo "$flag: unexpected error:"; cat "$out/err.txt"; exit 1; }
 done
+# Communicators are chosen by name (the default is the device's: gloo on the CPU); naming it
+# gives the same losses as the default.
+examples/train --communicator=gloo --steps=2 --world_size=2 --checkpoint=false --out_dir="$out/gloo"
+examples/train --steps=2 --world_size=2 --checkpoint=false --out_dir="$out/default_communicator"
+python3 - "$out/gloo/summary.json" "$out/default_communicator/summary.json" <<'PY'
+import json, sys
+named, default = (json.load(open(path))["losses"] for path in sys.argv[1:])
+assert named == default, (named, default)
+PY
 # A run resumed from its checkpoint continues bitwise: 3 + 3 steps == 6 steps.
 examples/train --steps=6 --world_size=2 --out_dir="$out/straight"
 examples/train --steps=3 --world_size=2 --out_dir="$out/resumed"
