@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
+#include "magi/ir/magi_ops.h"
 #include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
@@ -79,8 +80,14 @@ bool ReshardAfterForward::Keep(Graph& graph) const {
     for (const Value* result : wait->results()) all_gathered_before &= forward_of_backward.contains(result);
     if (!all_gathered_before) continue;
     for (Value* result : wait->results()) graph.ReplaceAllUsesWith(result, forward_of_backward.at(result));
+    std::vector<Value*> operands(start->operands().begin(), start->operands().end());
     graph.EraseNode(wait);
     graph.EraseNode(start);
+    // Pieces kept for this gather (reshard_after_forward=<int>) are dead now.
+    for (Value* operand : operands) {
+      Node* producer = operand->producer();
+      if (producer != nullptr && producer->op() == kLocalShardOp && operand->uses().empty()) graph.EraseNode(producer);
+    }
     changed = true;
   }
   return changed;

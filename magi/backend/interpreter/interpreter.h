@@ -17,6 +17,8 @@
 // LibTorch's AdamW op by op (AdamWReference in magi/backend/common/step_plan.h), in place
 // over donated state under RunDonating (where magi/analysis/liveness.h says so, which is
 // what the memory plan counts). RunDonating also frees each input after its last read.
+// magi::local_shard takes this rank's rows, its rank read off the communicator bound to
+// the node's group.
 #ifndef MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 #define MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 
