@@ -296,8 +296,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     mesh_communicators = *std::move(created);
   }
   if (!mesh.ok()) return Fail(rank, mesh.status().message());
-  absl::StatusOr<magi::ReshardAfterForward> reshard =
-      magi::ReshardAfterForward::Parse(absl::GetFlag(FLAGS_reshard_after_forward));
+  absl::StatusOr<magi::ReshardAfterForwardOption> reshard =
+      magi::ReshardAfterForwardOption::Parse(absl::GetFlag(FLAGS_reshard_after_forward));
   if (!reshard.ok()) return Fail(rank, absl::StrCat("--", reshard.status().message()));
   if (reshard->size()) {  // the post-forward groups backward gathers over
     absl::StatusOr<magi::MeshCommunicators> post_forward =

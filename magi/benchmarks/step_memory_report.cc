@@ -55,7 +55,8 @@ int Report() {
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create({absl::GetFlag(FLAGS_world_size)}, {"dp"}, 0);
   if (!mesh.ok()) return std::fprintf(stderr, "%s\n", std::string(mesh.status().message()).c_str()), 1;
   FullyShardOptions shard_options;
-  absl::StatusOr<ReshardAfterForward> reshard = ReshardAfterForward::Parse(absl::GetFlag(FLAGS_reshard_after_forward));
+  absl::StatusOr<ReshardAfterForwardOption> reshard =
+      ReshardAfterForwardOption::Parse(absl::GetFlag(FLAGS_reshard_after_forward));
   if (!reshard.ok()) return std::fprintf(stderr, "--%s\n", std::string(reshard.status().message()).c_str()), 1;
   shard_options.reshard_after_forward = *reshard;
   shard_options.cpu_offload = absl::GetFlag(FLAGS_cpu_offload);

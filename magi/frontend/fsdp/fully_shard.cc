@@ -93,16 +93,16 @@ std::string DeviceMesh::GroupName(size_t axis) const {
   return name;
 }
 
-absl::StatusOr<ReshardAfterForward> ReshardAfterForward::Parse(absl::string_view text) {
-  if (text == "true") return ReshardAfterForward(true);
-  if (text == "false") return ReshardAfterForward(false);
+absl::StatusOr<ReshardAfterForwardOption> ReshardAfterForwardOption::Parse(absl::string_view text) {
+  if (text == "true") return ReshardAfterForwardOption(true);
+  if (text == "false") return ReshardAfterForwardOption(false);
   int size = 0;
-  if (absl::SimpleAtoi(text, &size) && size > 0) return ReshardAfterForward(size);
+  if (absl::SimpleAtoi(text, &size) && size > 0) return ReshardAfterForwardOption(size);
   return absl::InvalidArgumentError(absl::StrCat("reshard_after_forward is true, false or a number of ranks, not '",
                                                  text, "'"));
 }
 
-std::string ReshardAfterForward::ToString() const {
+std::string ReshardAfterForwardOption::ToString() const {
   if (size_) return absl::StrCat(*size_);
   return reshard_ ? "true" : "false";
 }
@@ -156,7 +156,7 @@ absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root) {
     }
     FsdpGroupPlan group;
     group.name = it->first;
-    const ReshardAfterForward& reshard = mark->options.reshard_after_forward;
+    const ReshardAfterForwardOption& reshard = mark->options.reshard_after_forward;
     group.reshard_after_forward = reshard.reshards();
     if (reshard.size()) {
       const int64_t k = *reshard.size();

@@ -72,12 +72,12 @@ struct MixedPrecisionPolicy {
 // FSDP2's reshard_after_forward, a bool or an int:
 //   options.reshard_after_forward = false;  // keep the gathered parameters until backward
 //   options.reshard_after_forward = 2;      // keep half of them; backward gathers over 2 ranks
-class ReshardAfterForward {
+class ReshardAfterForwardOption {
  public:
-  ReshardAfterForward(bool reshard = true) : reshard_(reshard) {}  // NOLINT: FSDP2 takes True/False
-  ReshardAfterForward(int size) : reshard_(true), size_(size) {}   // NOLINT: and ints
+  ReshardAfterForwardOption(bool reshard = true) : reshard_(reshard) {}  // NOLINT: FSDP2 takes True/False
+  ReshardAfterForwardOption(int size) : reshard_(true), size_(size) {}   // NOLINT: and ints
   // "true", "false" or a positive integer (a flag's text); InvalidArgument otherwise.
-  static absl::StatusOr<ReshardAfterForward> Parse(absl::string_view text);
+  static absl::StatusOr<ReshardAfterForwardOption> Parse(absl::string_view text);
 
   bool reshards() const { return reshard_; }
   // The world size to reshard to; nullopt for true and false.
@@ -90,7 +90,7 @@ class ReshardAfterForward {
 };
 
 struct FullyShardOptions {
-  ReshardAfterForward reshard_after_forward = true;
+  ReshardAfterForwardOption reshard_after_forward = true;
   MixedPrecisionPolicy mixed_precision;
   // FSDP2's offload_policy=CPUOffloadPolicy(): master shards, AdamW moments and AdamW on
   // the host (pinned where CUDA is present); each gather copies the shards to the device,
