@@ -70,8 +70,8 @@ TensorType WithDim0(TensorType type, int64_t dim0) {
 }
 
 struct Gathered {
-  Node* wait = nullptr;         // its results: the gathered (padded) tensors
-  std::vector<Value*> full;     // each sliced back to its parameter's dim 0
+  Node* wait = nullptr;      // its results: the gathered (padded) tensors
+  std::vector<Value*> full;  // each sliced back to its parameter's dim 0
 };
 
 // All-gathers `operands` (one bucket) over `group` and slices each result back to its
@@ -169,11 +169,13 @@ absl::StatusOr<Value*> ClipGradNorm(Graph& graph, const ProcessGroup& group, dou
   Value* total = wait->result(0);
   if (device) total = b.Convert(total, DType::kFloat32, host, /*always=*/true);
   Value* norm = Scalar0d(b, host, "aten::sqrt", {NodeArg(total)}, "grad_norm.");
-  Value* shifted = Scalar0d(b, host, "aten::add.Scalar", {NodeArg(norm), NodeArg(Attribute(1e-6)), NodeArg(Attribute(int64_t{1}))},
-      "grad_norm.eps.");
+  Value* shifted =
+      Scalar0d(b, host, "aten::add.Scalar", {NodeArg(norm), NodeArg(Attribute(1e-6)), NodeArg(Attribute(int64_t{1}))},
+               "grad_norm.eps.");
   Value* inverse = Scalar0d(b, host, "aten::reciprocal", {NodeArg(shifted)}, "clip.inverse.");
   Value* coef = Scalar0d(b, host, "aten::mul.Scalar", {NodeArg(inverse), NodeArg(Attribute(max_norm))}, "clip.coef.");
-  Value* clamped = Scalar0d(b, host, "aten::clamp", {NodeArg(coef), NodeArg(Attribute(NoneAttr{})), NodeArg(Attribute(1.0))},
+  Value* clamped = Scalar0d(b, host, "aten::clamp",
+                            {NodeArg(coef), NodeArg(Attribute(NoneAttr{})), NodeArg(Attribute(1.0))},
                             "clip.coef.clamped.");
   for (PendingUpdate& update : updates) {
     if (update.grad_shard == nullptr) continue;
