@@ -78,6 +78,13 @@ ABSL_FLAG(double, clip_grad_norm, 0, "Clip the global gradient norm to this (tor
 ABSL_FLAG(std::string, mesh, "",
           "Device mesh: empty (1-D over all ranks), or RxS for HSDP: shard within groups of S ranks, all-reduce "
           "gradients across the R groups (R * S = world size), e.g. 2x2");
+ABSL_FLAG(std::string, reshard_after_forward, "true",
+          "FSDP2's reshard_after_forward for every group: true (gather again in backward), false (keep the gathered "
+          "parameters until backward), or K (keep 1/K of them; backward gathers over K ranks, a divisor of the shard "
+          "group other than 1 and its size, e.g. the ranks of one node)");
+ABSL_FLAG(bool, cpu_offload, false,
+          "FSDP2's CPUOffloadPolicy: master shards and AdamW moments on the host (pinned where CUDA is), AdamW "
+          "run there; shards copied to the device for each gather, reduced gradients copied back");
 ABSL_FLAG(std::string, init, "device",
           "device (build the model on --device, then shard it) or meta (build it on the meta device; each rank "
           "materializes only its shards, the same weights as --init=device for the same --seed)");
@@ -290,6 +297,18 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     mesh_communicators = *std::move(created);
   }
   if (!mesh.ok()) return Fail(rank, mesh.status().message());
+  absl::StatusOr<magi::ReshardAfterForwardOption> reshard =
+      magi::ReshardAfterForwardOption::Parse(absl::GetFlag(FLAGS_reshard_after_forward));
+  if (!reshard.ok()) return Fail(rank, absl::StrCat("--", reshard.status().message()));
+  if (reshard->size()) {  // the post-forward groups backward gathers over
+    absl::StatusOr<magi::MeshCommunicators> post_forward =
+        magi::CreatePostForwardCommunicators(*mesh, communicator_name, communicator_options, {*reshard->size()});
+    if (!post_forward.ok()) {
+      return Fail(rank, absl::StrCat("--reshard_after_forward=", reshard->ToString(), ": ",
+                                     post_forward.status().message()));
+    }
+    mesh_communicators.merge(*post_forward);
+  }
   const std::string init_flag = absl::GetFlag(FLAGS_init);
   if (init_flag != "device" && init_flag != "meta") return Fail(rank, "--init must be device or meta");
   const bool meta_init = init_flag == "meta";
@@ -303,6 +322,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                                         .device(meta_init ? torch::Device(torch::kMeta) : device)
                                         .dtype(bf16 ? torch::kBFloat16 : torch::kFloat));
   magi::FullyShardOptions shard_options;
+  shard_options.reshard_after_forward = *reshard;
+  shard_options.cpu_offload = absl::GetFlag(FLAGS_cpu_offload);
   if (bf16) {
     shard_options.mixed_precision.param_dtype = magi::DType::kBFloat16;
     shard_options.mixed_precision.reduce_dtype = magi::DType::kFloat32;

@@ -101,4 +101,38 @@ grep -q "no committed checkpoint under $out/nothing" "$out/err3.txt"
 # Without a checkpoint the output folder (nested, new) is still made and written.
 examples/train --steps=2 --world_size=1 --checkpoint=false --out_dir="$out/new/nested" > /dev/null
 [[ -s "$out/new/nested/summary.json" && ! -e "$out/new/nested/checkpoint" ]]
+# FSDP2's reshard_after_forward=K (issue 16): 4 ranks resharding to 2 after forward
+# train as eager does; K that is 1, the shard group or no divisor of it is refused.
+examples/train --steps=3 --world_size=4 --batch_size=2 --reshard_after_forward=2 --check_eager --checkpoint=false \
+  --out_dir="$out/k2" 2> "$out/k2.txt" || { cat "$out/k2.txt"; exit 1; }
+python3 - "$out/k2.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+worst = float(re.search(r"largest relative loss difference to eager: (\S+)", text).group(1))
+assert worst <= 1e-5, text
+print("reshard_after_forward=2 on 4 ranks: within", worst, "of eager")
+PY
+for k in 1 3 4 banana; do
+  if examples/train --steps=1 --world_size=4 --reshard_after_forward=$k --checkpoint=false --out_dir="$out/k$k" \
+      2> "$out/k_err.txt"; then
+    echo "--reshard_after_forward=$k should fail"; exit 1
+  fi
+  if [[ $k == banana ]]; then
+    grep -q "reshard_after_forward is true, false or a number of ranks, not 'banana'" "$out/k_err.txt" \
+      || { cat "$out/k_err.txt"; exit 1; }
+  else
+    grep -q "reshard_after_forward=$k: .* $k must divide the 4 ranks of mesh axis 'dp' and be neither 1 nor 4" \
+      "$out/k_err.txt" || { cat "$out/k_err.txt"; exit 1; }
+  fi
+done
+# CPU offload (FSDP2's CPUOffloadPolicy): on this CPU-only machine the offloaded step (its
+# copies, AdamW on host tensors) gives the same losses as the plain one, to the last digit.
+examples/train --steps=4 --world_size=2 --cpu_offload --checkpoint=false --out_dir="$out/offload"
+examples/train --steps=4 --world_size=2 --checkpoint=false --out_dir="$out/no_offload"
+python3 - "$out/offload/summary.json" "$out/no_offload/summary.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["losses"] for p in sys.argv[1:])
+assert a == b, (a, b)
+print("cpu offload: the same losses", a)
+PY
 echo "train example ok"

@@ -43,6 +43,16 @@ absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* co
     absl::Status status = add_storage(input, -1, -1);
     if (!status.ok()) return status;
   }
+  // Host storages are only told apart when something computes on an accelerator.
+  auto on = [](const Value* value, DeviceType type) {
+    return value->type().is_tensor() && value->type().tensor().device.type == type;
+  };
+  bool accelerator = false;
+  for (const Value* input : graph.inputs()) accelerator |= on(input, DeviceType::kCuda);
+  for (const Node* node : nodes) {
+    if (accelerator) break;
+    for (const Value* result : node->results()) accelerator |= on(result, DeviceType::kCuda);
+  }
   absl::flat_hash_map<const Node*, int> index_of_start;
   const int n = liveness.num_nodes;
   for (int i = 0; i < n; ++i) {
@@ -109,6 +119,9 @@ absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* co
     merged_into[out->second] = in->second;
     merged_into[in->second] = in->second;  // taken
     liveness.in_place[value] = input;
+  }
+  if (accelerator) {
+    for (StorageLifetime& storage : storages) storage.host = on(storage.value, DeviceType::kCpu);
   }
   if (!liveness.in_place.empty()) {
     // Drop the merged storages and renumber.

@@ -17,6 +17,11 @@
 //   absl::StatusOr<Liveness> liveness = ComputeLiveness(graph);
 //   for (const StorageLifetime& s : liveness->storages) ...  // bytes, born, dies
 //
+// Host memory: in a graph that computes on an accelerator (some tensor on CUDA), the
+// storages of CPU tensors are host memory (CPU offload's optimizer state), marked `host`
+// so planners count them apart from the device's. In a graph on the CPU alone, the CPU
+// is the device and nothing is marked.
+//
 // It does not decide anything (that is the memory planner's job, memory_plan.h) and does
 // not model kernels' temporary workspaces.
 #ifndef MAGI_ANALYSIS_LIVENESS_H_
@@ -38,6 +43,7 @@ struct StorageLifetime {
   int64_t bytes = 0;
   int born = -1;  // program index of the node that allocates it; -1: a graph input
   int dies = -1;  // last program index that needs it; num_nodes: a graph output; -1: never read
+  bool host = false;  // host memory of a graph that computes on an accelerator (see above)
 };
 
 struct Liveness {

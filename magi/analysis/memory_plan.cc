@@ -38,27 +38,39 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const
   };
   MemoryPlan plan;
   plan.live_after.assign(n, 0);
-  std::vector<int64_t> allocated(n, 0), freed(n, 0);
-  int64_t live = 0;
-  for (const StorageLifetime& storage : storages) {
-    int64_t& total = storage.born < 0 ? live : allocated[storage.born];
-    std::optional<int64_t> sum = CheckedAdd(total, storage.bytes);
-    if (!sum) return overflow(storage.born);
-    total = *sum;
-    // Freed bytes at a node are at most the bytes live there: checked above.
-    if (storage.dies >= 0 && storage.dies < n) freed[storage.dies] = SaturatingAdd(freed[storage.dies], storage.bytes);
-  }
-  plan.peak_bytes = live;
-  for (int i = 0; i < n; ++i) {
-    std::optional<int64_t> with_results = CheckedAdd(live, allocated[i]);  // results exist while operands are held
-    if (!with_results) return overflow(i);
-    live = *with_results;
-    if (live > plan.peak_bytes) {
-      plan.peak_bytes = live;
-      plan.peak_node = i;
+  // One sweep per account: the device's (plan.peak_*, live_after) and the host's.
+  std::vector<int64_t> host_live_after;
+  bool any_host = false;
+  for (const StorageLifetime& storage : storages) any_host |= storage.host;
+  for (bool host : {false, true}) {
+    if (host && !any_host) break;
+    std::vector<int64_t> allocated(n, 0), freed(n, 0);
+    int64_t live = 0;
+    for (const StorageLifetime& storage : storages) {
+      if (storage.host != host) continue;
+      int64_t& total = storage.born < 0 ? live : allocated[storage.born];
+      std::optional<int64_t> sum = CheckedAdd(total, storage.bytes);
+      if (!sum) return overflow(storage.born);
+      total = *sum;
+      // Freed bytes at a node are at most the bytes live there: checked above.
+      if (storage.dies >= 0 && storage.dies < n) freed[storage.dies] = SaturatingAdd(freed[storage.dies], storage.bytes);
     }
-    live -= freed[i];
-    plan.live_after[i] = live;
+    int64_t& peak = host ? plan.host_peak_bytes : plan.peak_bytes;
+    int& peak_node = host ? plan.host_peak_node : plan.peak_node;
+    std::vector<int64_t>& live_after = host ? host_live_after : plan.live_after;
+    live_after.assign(n, 0);
+    peak = live;
+    for (int i = 0; i < n; ++i) {
+      std::optional<int64_t> with_results = CheckedAdd(live, allocated[i]);  // results exist while operands are held
+      if (!with_results) return overflow(i);
+      live = *with_results;
+      if (live > peak) {
+        peak = live;
+        peak_node = i;
+      }
+      live -= freed[i];
+      live_after[i] = live;
+    }
   }
   if (!assign_buffers) return plan;
 
@@ -74,7 +86,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const
     const StorageLifetime& storage = storages[index];
     int buffer = -1;
     for (size_t b = 0; b < buffer_free_after.size(); ++b) {
-      if (buffer_free_after[b] < storage.born && plan.buffer_sizes[b] >= storage.bytes) {
+      if (buffer_free_after[b] < storage.born && plan.buffer_sizes[b] >= storage.bytes &&
+          plan.buffer_on_host[b] == storage.host) {
         buffer = static_cast<int>(b);
         break;
       }
@@ -82,6 +95,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const
     if (buffer < 0) {
       buffer = static_cast<int>(plan.buffer_sizes.size());
       plan.buffer_sizes.push_back(storage.bytes);
+      plan.buffer_on_host.push_back(storage.host);
       buffer_free_after.push_back(0);
     }
     buffer_free_after[buffer] = storage.dies;

@@ -11,6 +11,11 @@
 // lifetimes): buffers never hold two storages alive at once, so total_buffer_bytes() is
 // what a runtime preallocating them would need.
 //
+// Device and host: in a graph that computes on an accelerator, CPU tensors are host
+// memory (liveness.h: CPU offload's optimizer state). The peak, its node and live_after
+// are the device's; the host's peak is reported apart (host_peak_bytes), and buffers never
+// mix the two. A graph on the CPU alone has no host account: the CPU is its device.
+//
 // What it does not model: allocator fragmentation and rounding, kernels' temporary
 // workspaces, tensors the caller keeps alive after giving them to the graph, and storage
 // that kernels share without a view op in the IR (so it errs high: on the tiny Llama
@@ -28,10 +33,15 @@
 namespace magi {
 
 struct MemoryPlan {
+  // The device's memory (all of it in a graph on the CPU alone).
   int64_t peak_bytes = 0;
   int peak_node = -1;                                // program index of the node where the peak is reached (-1: inputs)
   std::vector<int64_t> live_after;                   // bytes live after each node
+  // Host memory of a graph that computes on an accelerator (0 and -1 when there is none).
+  int64_t host_peak_bytes = 0;
+  int host_peak_node = -1;
   std::vector<int64_t> buffer_sizes;                 // one entry per reusable buffer
+  std::vector<bool> buffer_on_host;                  // per buffer: it holds host storages
   absl::flat_hash_map<const Value*, int> buffer_of;  // storage-owning value -> buffer
 
   int64_t total_buffer_bytes() const;  // saturates at INT64_MAX

@@ -158,5 +158,55 @@ TEST(MemoryPlanTest, DonatedCacheIsScatteredInPlace) {
   EXPECT_EQ(plan_of(/*donate=*/true), cache + index + kv);
 }
 
+// A step on CUDA whose optimizer state lives on the host (CPU offload): the device's peak
+// and the host's are counted apart, and buffers never mix them.
+TEST(MemoryPlanTest, HostMemoryIsCountedApartFromTheDevice) {
+  auto module = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[100]@cuda
+    input %state: f32[50] {role = opt_state}
+    %a = aten::neg(%x) : f32[100]@cuda
+    %g = aten::_to_copy(%a, dtype = none, layout = none, device = device(cpu), pin_memory = none, non_blocking = false, memory_format = none) : f32[100]
+    %s = aten::add.Tensor(%state, %state, 1) : f32[50]
+    %h = aten::sum(%g, none) : f32[]
+    output h = %h
+    output s = %s
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& g = *(*module)->FindGraph("g");
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Device: x and a (800 B while neg runs; a lives until the copy).
+  EXPECT_EQ(plan->peak_bytes, 800);
+  EXPECT_EQ(plan->peak_node, 0);
+  EXPECT_EQ(plan->live_after, (std::vector<int64_t>{400, 0, 0, 0}));
+  // Host: state (200) + g (400) + s (200) while add runs.
+  EXPECT_EQ(plan->host_peak_bytes, 800);
+  EXPECT_EQ(plan->host_peak_node, 2);
+  for (const auto& [value, buffer] : plan->buffer_of) {
+    EXPECT_EQ(plan->buffer_on_host[buffer], value->type().tensor().device.type == DeviceType::kCpu) << value->name();
+  }
+  // On the CPU alone the CPU is the device: one account.
+  auto cpu = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[100]
+    input %state: f32[50] {role = opt_state}
+    %a = aten::neg(%x) : f32[100]
+    %s = aten::add.Tensor(%state, %state, 1) : f32[50]
+    output a = %a
+    output s = %s
+  }
+}
+)");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<MemoryPlan> one = PlanMemory(*(*cpu)->FindGraph("g"));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->peak_bytes, 400 + 200 + 400);  // x, state and a while neg runs
+  EXPECT_EQ(one->host_peak_bytes, 0);
+  EXPECT_EQ(one->host_peak_node, -1);
+}
+
 }  // namespace
 }  // namespace magi

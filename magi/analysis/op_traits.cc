@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "magi/base/check.h"
 #include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
 namespace {
@@ -240,6 +241,9 @@ constexpr Row kRows[] = {
     {kAllReduceStartOp, kCommunication},
     {kAllToAllStartOp, kCommunication},
     {kWaitOp, kCommunication},
+    // This rank's rows of a tensor its group holds whole (magi/ir/magi_ops.h): a copy of
+    // fresh storage, pure (it reads the rank off the group, moves nothing between ranks).
+    {kLocalShardOp, 0},
 };
 
 const absl::flat_hash_map<absl::string_view, const Row*>& Index() {

@@ -31,6 +31,11 @@ ABSL_FLAG(std::string, model_shape, "",
 ABSL_FLAG(bool, donate, true,
           "Donate the optimizer state (the new shards and moments alias the old, AdamW runs in place); false: the "
           "functional step before donation");
+ABSL_FLAG(std::string, reshard_after_forward, "true",
+          "Every group's reshard_after_forward: true, false or K (reshard to K ranks after forward)");
+ABSL_FLAG(bool, cpu_offload, false,
+          "FSDP2's CPUOffloadPolicy: master shards, moments and AdamW on the host; the device's peak is reported "
+          "apart from the host's");
 ABSL_FLAG(bool, caller_holds_inputs, false,
           "Plan as if the caller kept every input it did not donate until the step ends (what the trainer did "
           "before donation: its state stayed referenced while the step ran)");
@@ -50,6 +55,11 @@ int Report() {
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create({absl::GetFlag(FLAGS_world_size)}, {"dp"}, 0);
   if (!mesh.ok()) return std::fprintf(stderr, "%s\n", std::string(mesh.status().message()).c_str()), 1;
   FullyShardOptions shard_options;
+  absl::StatusOr<ReshardAfterForwardOption> reshard =
+      ReshardAfterForwardOption::Parse(absl::GetFlag(FLAGS_reshard_after_forward));
+  if (!reshard.ok()) return std::fprintf(stderr, "--%s\n", std::string(reshard.status().message()).c_str()), 1;
+  shard_options.reshard_after_forward = *reshard;
+  shard_options.cpu_offload = absl::GetFlag(FLAGS_cpu_offload);
   shard_options.mixed_precision.param_dtype = DType::kBFloat16;
   shard_options.mixed_precision.reduce_dtype = DType::kFloat32;
   for (auto& layer : model->layers) FullyShard(*layer, *mesh, shard_options);
@@ -93,7 +103,10 @@ int Report() {
   };
   std::vector<Live> live;
   int64_t by_role[5] = {0, 0, 0, 0, 0};
+  int64_t host_state = 0;  // host-resident inputs (CPU offload's state)
   for (const StorageLifetime& storage : liveness->storages) {
+    if (storage.host && storage.value->is_graph_input()) host_state += storage.bytes;
+    if (storage.host) continue;  // the device's peak: its own storages
     if (storage.born > memory->peak_node || storage.dies < memory->peak_node) continue;
     live.push_back({storage.value, storage.bytes, storage.born, storage.dies});
     if (storage.value->is_graph_input()) by_role[static_cast<int>(storage.value->role())] += storage.bytes;
@@ -114,7 +127,8 @@ int Report() {
     int64_t allocated = 0;
     for (const Value* result : nodes[i]->results()) {
       auto it = liveness->storage_of.find(result);
-      if (it != liveness->storage_of.end() && liveness->storages[it->second].value == result) {
+      if (it != liveness->storage_of.end() && liveness->storages[it->second].value == result &&
+          !liveness->storages[it->second].host) {
         allocated += liveness->storages[it->second].bytes;
       }
     }
@@ -125,7 +139,11 @@ int Report() {
               liveness_options.inputs_held_by_caller ? ", undonated inputs held by the caller" : "",
               liveness->in_place.size(), optimizer_peak / 1e9,
               end > 0 ? memory->live_after[end - 1] / 1e9 : 0.0);
-  std::printf("inputs live: params %.3f GB, optimizer state %.3f GB, data %.3f GB, buffers %.3f GB\n",
+  std::printf("reshard_after_forward=%s, cpu_offload %s: device peak %.3f GB; host peak %.3f GB (state on the host "
+              "%.3f GB)\n",
+              reshard->ToString().c_str(), absl::GetFlag(FLAGS_cpu_offload) ? "on" : "off", memory->peak_bytes / 1e9,
+              memory->host_peak_bytes / 1e9, host_state / 1e9);
+  std::printf("inputs live (device): params %.3f GB, optimizer state %.3f GB, data %.3f GB, buffers %.3f GB\n",
               by_role[static_cast<int>(InputRole::kParam)] / 1e9, by_role[static_cast<int>(InputRole::kOptState)] / 1e9,
               by_role[static_cast<int>(InputRole::kData)] / 1e9, by_role[static_cast<int>(InputRole::kBuffer)] / 1e9);
   // Non-input storages grouped by producer op, then the largest ones.

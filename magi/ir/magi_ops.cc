@@ -76,4 +76,27 @@ AdamWConstants AdamWConstantsOf(const Node& adamw) {
   return constants;
 }
 
+absl::StatusOr<TensorType> LocalShardType(const TensorType& whole, int64_t group_size) {
+  if (group_size < 1) return absl::InvalidArgumentError(absl::StrCat("a group of ", group_size, " ranks"));
+  if (whole.sizes.empty() || whole.sizes[0] == kDynamicDim || whole.sizes[0] % group_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(whole.ToString(), " has no static dim 0 divisible by ", group_size));
+  }
+  TensorType piece = whole;
+  piece.sizes[0] /= group_size;
+  piece.strides.clear();  // a fresh, contiguous tensor
+  return piece;
+}
+
+absl::StatusOr<Node*> AddLocalShard(Graph& graph, Value* whole, const ProcessGroup& group, const std::string& name,
+                                    Node* before) {
+  if (!whole->type().is_tensor()) return absl::InvalidArgumentError(absl::StrCat("%", whole->name(), " is not a tensor"));
+  absl::StatusOr<TensorType> piece = LocalShardType(whole->type().tensor(), group.size);
+  if (!piece.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("magi::local_shard of %", whole->name(), " over @", group.name, ": ",
+                                                   piece.status().message()));
+  }
+  return graph.AddNode(std::string(kLocalShardOp), {NodeArg(whole), NodeArg(Attribute(group.name), "group")},
+                       {Type::Tensor(*std::move(piece))}, before, {graph.FreshName(name)});
+}
+
 }  // namespace magi

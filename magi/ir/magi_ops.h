@@ -19,6 +19,18 @@
 //         m' = beta1 * m + (1 - beta1) * g,   v' = beta2 * v + (1 - beta2) * g * g.
 // Backends may run many of them as one multi-tensor kernel, and in place when the caller
 // donates p, m and v (see TorchExecutable).
+//
+// magi::local_shard is the calling rank's part of a tensor that every rank of a process
+// group holds whole (FSDP2's reshard_after_forward=<int> keeps it of the gathered
+// parameters between forward and backward):
+//
+//   %w.piece = magi::local_shard(%w.gathered, group = "dp.post_forward2") : f32[32,16]
+//
+// dim 0 is cut into `size` equal pieces (size = the group's) and rank r of the group takes
+// rows [r * n / size, (r + 1) * n / size). The result is a fresh tensor, not a view, so the
+// whole one can be freed; an all-gather over the same group puts the whole back together.
+// It communicates nothing: the executor reads r off the communicator bound to the group.
+// The graph stays the same on every rank (only the bound communicators differ).
 #ifndef MAGI_IR_MAGI_OPS_H_
 #define MAGI_IR_MAGI_OPS_H_
 
@@ -34,6 +46,7 @@ namespace magi {
 
 inline constexpr absl::string_view kCallOp = "magi::call";
 inline constexpr absl::string_view kAdamWOp = "magi::adamw";
+inline constexpr absl::string_view kLocalShardOp = "magi::local_shard";
 
 // Inserts before `before` (appends when null) a call of `callee` (a graph of the same
 // module) on `inputs`; results get the callee's output types and `result_names`.
@@ -58,6 +71,13 @@ absl::StatusOr<Node*> AddAdamW(Graph& graph, Value* param, Value* grad, Value* e
                                const std::string& name, Node* before = nullptr);
 // The constants of a magi::adamw node (defaults where an argument is missing).
 AdamWConstants AdamWConstantsOf(const Node& adamw);
+
+// The type of magi::local_shard of `whole` over a group of `group_size` ranks (dim 0
+// divided); InvalidArgument when `whole` has no static dim 0 divisible by it.
+absl::StatusOr<TensorType> LocalShardType(const TensorType& whole, int64_t group_size);
+// Inserts before `before` (appends when null) this rank's piece of `whole` among `group`.
+absl::StatusOr<Node*> AddLocalShard(Graph& graph, Value* whole, const ProcessGroup& group, const std::string& name,
+                                    Node* before = nullptr);
 
 }  // namespace magi
 

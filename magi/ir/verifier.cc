@@ -184,6 +184,8 @@ class GraphVerifier {
         VerifyCall(node);
       } else if (node.op() == kAdamWOp) {
         VerifyAdamW(node);
+      } else if (node.op() == kLocalShardOp) {
+        VerifyLocalShard(node);
       } else {
         Error(&node, "unknown op in the magi:: namespace");
       }
@@ -302,6 +304,30 @@ class GraphVerifier {
         Error(&node, absl::StrCat("result %", result->name(), " is ", type.ToString(), "; the parameter is ",
                                   param.ToString()));
       }
+    }
+  }
+
+  void VerifyLocalShard(const Node& node) {
+    if (node.num_operands() != 1 || node.num_results() != 1 || !node.operand(0)->type().is_tensor()) {
+      Error(&node, "takes one tensor and returns one");
+      return;
+    }
+    const Attribute* group_arg = node.FindArg("group");
+    if (group_arg == nullptr || group_arg->kind() != AttrKind::kString) {
+      Error(&node, "needs a string argument group = \"<process group>\"");
+      return;
+    }
+    const ProcessGroup* group = module_ == nullptr ? nullptr : module_->FindProcessGroup(group_arg->as_string());
+    if (group == nullptr) {
+      Error(&node, absl::StrCat("process group @", group_arg->as_string(), " does not exist"));
+      return;
+    }
+    absl::StatusOr<TensorType> expected = LocalShardType(node.operand(0)->type().tensor(), group->size);
+    if (!expected.ok()) {
+      Error(&node, absl::StrCat("%", node.operand(0)->name(), " over @", group->name, ": ", expected.status().message()));
+    } else if (!node.result(0)->type().is_tensor() || *expected != node.result(0)->type().tensor()) {
+      Error(&node, absl::StrCat("result %", node.result(0)->name(), " should be ", expected->ToString(), " over @",
+                                group->name, " (size ", group->size, "), not ", node.result(0)->type().ToString()));
     }
   }
 

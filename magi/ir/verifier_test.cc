@@ -1,6 +1,7 @@
 // The verifier accepts well-formed graphs and names the node, line and reason otherwise.
 #include "magi/ir/verifier.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/collectives.h"
@@ -253,6 +254,33 @@ TEST(VerifierTest, DonatedInputs) {
     output old = %p
   } })"),
             "graph @g: output 'old' returns %p, which is donated to output 'a'");
+}
+
+// magi::local_shard: this rank's rows of a tensor over a group (dim 0 divided by its size).
+TEST(VerifierTest, LocalShard) {
+  constexpr absl::string_view kHead = R"(module @m {
+  process_group @pf {axis = "dp.pf", size = 2}
+  graph @g {
+    input %w: f32[6,4]
+)";
+  EXPECT_EQ(VerifyText(absl::StrCat(kHead, R"(    %p = magi::local_shard(%w, group = "pf") : f32[3,4]
+  } })")),
+            "ok");
+  EXPECT_EQ(VerifyText(absl::StrCat(kHead, R"(    %p = magi::local_shard(%w, group = "pf") : f32[6,4]
+  } })")),
+            "graph @g: magi::local_shard defining %p at line 5:10: result %p should be f32[3,4] over @pf (size 2), not "
+            "f32[6,4]");
+  EXPECT_EQ(VerifyText(absl::StrCat(kHead, R"(    %p = magi::local_shard(%w, group = "tp") : f32[3,4]
+  } })")),
+            "graph @g: magi::local_shard defining %p at line 5:10: process group @tp does not exist");
+  EXPECT_EQ(VerifyText(R"(module @m {
+  process_group @pf {axis = "dp.pf", size = 4}
+  graph @g {
+    input %w: f32[6,4]
+    %p = magi::local_shard(%w, group = "pf") : f32[1,4]
+  } })"),
+            "graph @g: magi::local_shard defining %p at line 5:10: %w over @pf: f32[6,4] has no static dim 0 divisible "
+            "by 4");
 }
 
 }  // namespace

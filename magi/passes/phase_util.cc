@@ -1,6 +1,7 @@
 #include "magi/passes/phase_util.h"
 
 #include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
 
@@ -18,6 +19,17 @@ int BackwardBoundary(absl::Span<Node* const> nodes) {
 
 const Value* GatheredShard(const Value* operand) {
   const Node* producer = operand->producer();
+  if (producer != nullptr && producer->op() == kLocalShardOp && producer->num_operands() == 1) {
+    // A rank's piece of an earlier gather's result (reshard_after_forward=<int>): gathering
+    // the pieces again gathers that gather's shards.
+    const Value* whole = producer->operand(0);
+    const Node* wait = whole->producer();
+    const Node* start = wait != nullptr && wait->op() == kWaitOp ? StartOfWait(*wait) : nullptr;
+    if (start != nullptr && start->op() == kAllGatherStartOp && whole->result_index() < start->num_operands()) {
+      return GatheredShard(start->operand(whole->result_index()));
+    }
+    return operand;
+  }
   if (producer != nullptr && producer->op() == "aten::_to_copy" && producer->num_operands() == 1) {
     return producer->operand(0);
   }

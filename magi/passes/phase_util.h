@@ -15,9 +15,11 @@ int BackwardBoundary(const Graph& graph);
 // The same on a snapshot of the program order (Graph::nodes()).
 int BackwardBoundary(absl::Span<Node* const> nodes);
 
-// The shard an all-gather operand carries: with mixed precision each gather reads its own
-// cast of the shard (`aten::_to_copy`), so two gathers of one parameter have different
-// operands; this sees through such a cast to the value cast (the shard input).
+// The shard an all-gather operand carries: with mixed precision (or CPU offload) each
+// gather reads its own cast or copy of the shard (`aten::_to_copy`), so two gathers of one
+// parameter have different operands; this sees through such a cast to the value cast (the
+// shard input). A backward gather of magi::local_shard pieces of a forward gather's
+// result (reshard_after_forward=<int>) carries what that forward gather gathered.
 const Value* GatheredShard(const Value* operand);
 
 // For every all-gather result whose gathered shard (GatheredShard, in the same dtype) is

@@ -31,7 +31,7 @@ absl::StatusOr<RecomputePeakProbe> RecomputePeakProbe::Build(const Graph& graph,
   probe.owner_producer_.resize(storages);
   for (int s = 0; s < storages; ++s) {
     const StorageLifetime& storage = liveness->storages[s];
-    probe.bytes_[s] = storage.bytes;
+    probe.bytes_[s] = storage.host ? 0 : storage.bytes;  // PlanMemory's peak is the device's
     probe.born_[s] = storage.born;
     probe.dies_[s] = storage.dies;
     const Node* producer = storage.value->producer();

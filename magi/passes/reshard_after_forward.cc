@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
+#include "magi/ir/magi_ops.h"
 #include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
@@ -79,8 +80,14 @@ bool ReshardAfterForward::Keep(Graph& graph) const {
     for (const Value* result : wait->results()) all_gathered_before &= forward_of_backward.contains(result);
     if (!all_gathered_before) continue;
     for (Value* result : wait->results()) graph.ReplaceAllUsesWith(result, forward_of_backward.at(result));
+    std::vector<Value*> operands(start->operands().begin(), start->operands().end());
     graph.EraseNode(wait);
     graph.EraseNode(start);
+    // Pieces kept for this gather (reshard_after_forward=<int>) are dead now.
+    for (Value* operand : operands) {
+      Node* producer = operand->producer();
+      if (producer != nullptr && producer->op() == kLocalShardOp && operand->uses().empty()) graph.EraseNode(producer);
+    }
     changed = true;
   }
   return changed;
@@ -144,6 +151,19 @@ bool ReshardAfterForward::Reshard(Graph& graph) const {
         node->mutable_annotations().schedule = -1;
       }
     }
+    // Whether backward reads `value`, directly or through forward views of it (a slice of
+    // a padded gather, then its transpose).
+    std::function<bool(const Value*)> read_late = [&](const Value* value) {
+      for (Node* user : value->Users()) {
+        if (!early.contains(user)) return true;
+        if (IsViewOp(user->op())) {
+          for (const Value* view : user->results()) {
+            if (read_late(view)) return true;
+          }
+        }
+      }
+      return false;
+    };
     // Point backward uses at the regathered values, copying forward views as needed.
     std::function<void(Value*, Value*)> redirect = [&](Value* value, Value* replacement) {
       for (Node* user : value->Users()) {
@@ -154,9 +174,7 @@ bool ReshardAfterForward::Reshard(Graph& graph) const {
           }
         } else if (IsViewOp(user->op()) && user->operand(0) == value) {
           bool has_late_use = false;
-          for (const Value* view : user->results()) {
-            for (Node* view_user : view->Users()) has_late_use |= !early.contains(view_user);
-          }
+          for (const Value* view : user->results()) has_late_use |= read_late(view);
           if (!has_late_use) continue;
           absl::flat_hash_map<const Value*, Value*> map;
           for (Value* operand : user->operands()) map[operand] = operand;

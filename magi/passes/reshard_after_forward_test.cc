@@ -93,6 +93,36 @@ TEST(ReshardAfterForwardTest, ForwardViewsOfGatheredParametersAreCopied) {
 )");
 }
 
+// A padded parameter: backward reads a transpose of the slice of the gathered rows (two
+// forward views deep); both views are copied onto the backward gather, so the forward
+// gather dies with its last forward use (it stayed alive into backward before).
+TEST(ReshardAfterForwardTest, ViewsOfViewsOfGatheredParametersAreCopied) {
+  std::string out = testing::RunPassOnText("reshard-after-forward", R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %x: f32[2,4]
+    input %w.shard: f32[2,4] {role = param}
+    %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[4,4]> {phase = fwd}
+    %w = magi::wait(%f) : f32[4,4] {phase = fwd}
+    %ws = aten::slice.Tensor(%w, 0, 0, 3, 1) : f32[3,4] {phase = fwd}
+    %wt = aten::t(%ws) : f32[4,3]strides[1,4] {phase = fwd}
+    %y = aten::mm(%x, %wt) : f32[2,3] {phase = fwd}
+    %h = aten::mm(%x, %wt) : f32[2,3] {phase = bwd}
+    output y = %y
+    output h = %h
+  }
+}
+)",
+                                           /*expect_changed=*/true);
+  EXPECT_NE(out.find(R"(    %0 = magi::all_gather_start([%w.shard], group = "dp") : future<f32[4,4]> {phase = bwd}
+    %1 = magi::wait(%0) : f32[4,4] {phase = bwd}
+    %ws.2 = aten::slice.Tensor(%1, 0, 0, 3, 1) : f32[3,4] {phase = bwd}
+    %wt.3 = aten::t(%ws.2) : f32[4,3]strides[1,4] {phase = bwd}
+    %h = aten::mm(%x, %wt.3) : f32[2,3] {phase = bwd})"),
+            std::string::npos)
+      << out;
+}
+
 // Mixed precision: each gather reads its own bf16 cast of the fp32 shard. The backward
 // gather of the same shard (through its own cast) is the regather to move up; the
 // forward cast must not be gathered again in backward (that kept every forward cast, a

@@ -143,7 +143,9 @@ static absl::StatusOr<c10::OperatorHandle> InPlaceVariant(const Node& node, cons
 }
 
 std::string WhyNotRunnable(const Node& node) {
-  if (IsCommunication(node.op()) || node.op() == kCallOp || node.op() == kAdamWOp) return "";
+  if (IsCommunication(node.op()) || node.op() == kCallOp || node.op() == kAdamWOp || node.op() == kLocalShardOp) {
+    return "";
+  }
   if (node.op_namespace() == "magi") return "no LibTorch executor for this magi:: op";
   if (!FindOperator(node).ok()) return "LibTorch has no such operator";
   return "";
@@ -208,6 +210,15 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
       plan.adamw = AdamWConstantsOf(*node);
       plan_in_place();
       for (int r = 0; r < 3; ++r) plan.adamw_in_place[r] = in_place.contains(node->result(r));
+    } else if (node->op() == kLocalShardOp) {
+      const Attribute* group = node->FindArg("group");
+      if (node->num_operands() != 1 || node->num_results() != 1 || group == nullptr ||
+          group->kind() != AttrKind::kString) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": malformed magi::local_shard"));
+      }
+      plan.kind = NodePlan::Kind::kLocalShard;
+      plan.group = group->as_string();
+      if (groups.insert(plan.group).second) step.groups.push_back(plan.group);
     } else if (node->op_namespace() == "magi") {
       return absl::UnimplementedError(absl::StrCat(Where(*node), ": no LibTorch executor for ", node->op()));
     }
@@ -261,6 +272,11 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
     }
   }
   return step;
+}
+
+at::Tensor LocalShardOf(const at::Tensor& whole, int rank, int size) {
+  const int64_t rows = whole.size(0) / size;
+  return whole.narrow(0, rank * rows, rows).clone(at::MemoryFormat::Contiguous);
 }
 
 void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, torch::jit::Stack& stack) {

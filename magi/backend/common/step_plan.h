@@ -2,7 +2,7 @@
 // dispatcher (the interpreter, the nccl_stream runtime).
 //
 // BuildStepPlan resolves once what running a graph needs: for every node its kind
-// (ATen op, collective start, wait, magi::call, magi::adamw), for ATen ops the operator
+// (ATen op, collective start, wait, magi::call, magi::adamw, magi::local_shard), for ATen ops the operator
 // handle and the schema-ordered arguments (operands as value slots, constants as
 // IValues, trailing defaults from the schema), the slots of its results with their IR
 // types, and the slots whose last use it is (so executors free intermediates early).
@@ -36,10 +36,10 @@ struct ArgPlan {
 };
 
 struct NodePlan {
-  enum class Kind { kOp, kCollectiveStart, kWait, kCall, kAdamW } kind = Kind::kOp;
+  enum class Kind { kOp, kCollectiveStart, kWait, kCall, kAdamW, kLocalShard } kind = Kind::kOp;
   const Node* node = nullptr;
   c10::optional<c10::OperatorHandle> op;  // kOp only
-  // kCollectiveStart:
+  // kCollectiveStart (and kLocalShard: `group` only):
   CollectiveKind collective = CollectiveKind::kAllGather;
   std::string group;
   std::string reduce_op;
@@ -53,7 +53,7 @@ struct NodePlan {
   // aten::scatter.src): the in-place variant (aten::scatter_.src, the same arguments) an
   // executor runs instead when its inputs are donated. Unset otherwise.
   c10::optional<c10::OperatorHandle> in_place_op;
-  // kOp: schema arguments; starts, calls and adamw: one kOperandList with every operand.
+  // kOp: schema arguments; starts, calls, adamw and local_shard: one kOperandList with every operand.
   std::vector<ArgPlan> args;
   std::vector<int> result_slots;
   std::vector<TensorType> result_types;
@@ -67,7 +67,7 @@ struct StepPlan {
   std::vector<int> output_slots;
   int rng_slot = -1;  // the rng.state input's slot, if any
   int num_slots = 0;
-  std::vector<std::string> groups;  // process groups the collectives use
+  std::vector<std::string> groups;  // process groups the collectives and local_shard nodes use
   std::vector<std::string> callees;  // graphs the magi::call nodes call
   absl::flat_hash_map<const Value*, int> slot_of;  // every value's slot
 };
@@ -108,6 +108,10 @@ absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& t
 // Sets the default generator of the graph's device (CUDA if any result is on CUDA, else
 // the CPU's) to `state`, so random ops draw what eager mode drew from that state.
 absl::Status SetGeneratorState(const StepPlan& plan, const at::Tensor& state);
+
+// magi::local_shard: rank `rank`'s rows of `whole` among `size` ranks, as a fresh
+// contiguous tensor (dim 0 divisible by `size`: the verifier checks it).
+at::Tensor LocalShardOf(const at::Tensor& whole, int rank, int size);
 
 // LibTorch's AdamW update of one shard, op by op (the reference semantics of
 // magi::adamw; bitwise what LibTorch's own AdamW computes from the same scalars).

@@ -117,6 +117,9 @@ class InterpreterExecutable : public TorchExecutable {
         case NodePlan::Kind::kAdamW:
           MAGI_RETURN_IF_ERROR(RunAdamW(plan));
           break;
+        case NodePlan::Kind::kLocalShard:
+          MAGI_RETURN_IF_ERROR(RunLocalShard(plan));
+          break;
         case NodePlan::Kind::kOp: {
           // In place (the KV cache's scatter) only over donated inputs, as for magi::adamw.
           absl::StatusOr<std::vector<at::Tensor>> results =
@@ -197,6 +200,18 @@ class InterpreterExecutable : public TorchExecutable {
       return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
     }
     return TakeResults(plan, results);
+  }
+
+  // This rank's piece, by its rank in the group's communicator (bound: checked at the start).
+  absl::Status RunLocalShard(const NodePlan& plan) {
+    const Communicator& communicator = *communicators_.at(plan.group);
+    at::Tensor piece;
+    try {
+      piece = LocalShardOf(slots_[plan.args[0].slots[0]], communicator.rank(), communicator.size());
+    } catch (const c10::Error& error) {
+      return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
+    }
+    return TakeResults(plan, {piece});
   }
 
   absl::Status RunCommunication(size_t index) {

@@ -19,6 +19,8 @@
 // what the memory plan counts), and so does aten::scatter.src (as aten::scatter_.src: a
 // KV cache updated in place by a decode step). RunDonating also frees each input after
 // its last read.
+// magi::local_shard takes this rank's rows, its rank read off the communicator bound to
+// the node's group.
 #ifndef MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 #define MAGI_BACKEND_INTERPRETER_INTERPRETER_H_
 

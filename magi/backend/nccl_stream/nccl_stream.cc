@@ -243,6 +243,21 @@ class NcclStreamExecutable : public TorchExecutable {
         case NodePlan::Kind::kAdamW:
           MAGI_RETURN_IF_ERROR(RunAdamW(static_cast<int>(index), compute));
           break;
+        case NodePlan::Kind::kLocalShard: {
+          // A copy on the compute stream; the rank is the bound communicator's.
+          auto it = communicators_.find(plan.group);
+          if (it == communicators_.end()) {
+            return absl::FailedPreconditionError(absl::StrCat(Where(*plan.node), ": no communicator is bound to group '",
+                                                              plan.group, "'"));
+          }
+          try {
+            MAGI_RETURN_IF_ERROR(Hold(plan, {LocalShardOf(slots_[plan.args[0].slots[0]], it->second->rank(),
+                                                           it->second->size())}));
+          } catch (const c10::Error& error) {
+            return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
+          }
+          break;
+        }
         case NodePlan::Kind::kCollectiveStart:
           MAGI_RETURN_IF_ERROR(StartCollective(static_cast<int>(index), compute, timed));
           break;

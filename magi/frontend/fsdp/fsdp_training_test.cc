@@ -21,6 +21,7 @@
 #include "magi/ir/collectives.h"
 #include "magi/ir/dot_export.h"
 #include "magi/ir/graph_utils.h"
+#include "magi/ir/magi_ops.h"
 #include "magi/ir/printer.h"
 #include "magi/models/llama.h"
 #include "magi/passes/auto_recompute.h"
@@ -421,16 +422,61 @@ std::map<std::string, at::Tensor> NamedParameters(torch::nn::Module& module) {
   return out;
 }
 
+// The step of a model whose groups all reshard to `k` ranks after forward: every backward
+// all-gather runs over the post-forward group of k ranks and reads magi::local_shard pieces
+// kept in forward, forward's over the whole shard group; the cost model prices the
+// backward ones as k-rank collectives. "" or what is wrong.
+std::string CheckPostForwardStep(const FsdpTrainer& trainer, int k) {
+  const Module& module = trainer.module();
+  CostModel cost(*LoadDeviceProfile("h200"));
+  int backward = 0, forward = 0;
+  for (const Node* node : trainer.graph().nodes()) {
+    if (node->op() != kAllGatherStartOp) continue;
+    const ProcessGroup* group = module.FindProcessGroup(node->FindArg("group")->as_string());
+    if (node->annotations().phase != Phase::kBackward) {
+      ++forward;
+      if (group->name.find(".post_forward") != std::string::npos) return "a forward gather over " + group->name;
+      continue;
+    }
+    ++backward;
+    if (group->size != k || group->name.find(absl::StrCat(".post_forward", k)) == std::string::npos) {
+      return node->DebugName() + " gathers over @" + group->name + " of " + std::to_string(group->size) + " ranks";
+    }
+    for (const Value* operand : node->operands()) {
+      if (operand->producer() == nullptr || operand->producer()->op() != kLocalShardOp) {
+        return node->DebugName() + " does not gather the pieces kept in forward";
+      }
+    }
+    double bytes = 0;
+    for (const Value* result : node->results()) bytes += *result->type().tensor().SizeInBytes();
+    if (cost.Cost(*node).seconds != cost.CollectiveSeconds(CollectiveKind::kAllGather, bytes, k)) {
+      return node->DebugName() + " is not priced as a collective over " + std::to_string(k) + " ranks";
+    }
+  }
+  if (backward == 0 || forward == 0) return "no backward or no forward gathers";
+  return "";
+}
+
 // FSDP2 parity in one run: a model built on meta and materialized per shard (bitwise the
 // weights a CPU construction after the same seed gives), gradient accumulation over two
 // micro-batches (one reduce-scatter per step), global gradient-norm clipping and a cosine
 // schedule with warm-up, against eager LibTorch doing the same on the global batch
 // (clip_grad_norm_, the learning rate set on torch::optim::AdamW each step).
+// With MAGI_TEST_RESHARD=K every group reshards to K ranks after forward (FSDP2's
+// reshard_after_forward=K): the same parity, backward's gathers over the K-rank groups,
+// and the planned peak between those of reshard_after_forward=true and false.
 int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators, const DeviceMesh& mesh) {
   const uint64_t seed = 7;
   models::Llama model(TestConfig(false), torch::TensorOptions().device(torch::kMeta));
-  for (auto& layer : model->layers) FullyShard(*layer, mesh);
-  FullyShard(*model, mesh);
+  FullyShardOptions shard_options;
+  const char* reshard_env = std::getenv("MAGI_TEST_RESHARD");
+  const int post_forward = reshard_env != nullptr ? std::atoi(reshard_env) : 0;
+  if (post_forward > 0) shard_options.reshard_after_forward = post_forward;
+  auto shard_all = [&](const FullyShardOptions& options) {
+    for (auto& layer : model->layers) FullyShard(*layer, mesh, options);
+    FullyShard(*model, mesh, options);
+  };
+  shard_all(shard_options);
   const int local = 4, micro = 2;  // each rank: 2 micro-batches of 2 sequences
   LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
     return models::LanguageModelLoss(model->forward(in[0]), in[1]);
@@ -462,6 +508,31 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
     return Fail("gradient accumulation should reduce-scatter once per group per step, only in the step graph");
   }
   const Graph* compiled = &(*trainer)->graph();
+  if (post_forward > 0) {
+    std::string failure = CheckPostForwardStep(**trainer, post_forward);
+    if (!failure.empty()) return Fail(failure);
+    // The planned peak lies between resharding to the whole shard group and keeping.
+    int64_t peaks[2];
+    for (int keep = 0; keep < 2; ++keep) {
+      FullyShardOptions other;
+      other.reshard_after_forward = keep == 1 ? false : true;
+      shard_all(other);
+      auto variant =
+          FsdpTrainer::Create(*model, loss_fn, example, communicators, adamw, {}, "interpreter", {}, training);
+      if (!variant.ok()) return Fail(Message(variant.status()));
+      peaks[keep] = (*variant)->prediction().peak_bytes;
+    }
+    shard_all(shard_options);
+    const int64_t peak = (*trainer)->prediction().peak_bytes;
+    if (env.rank == 0) {
+      std::cout << "planned step peak: reshard_after_forward=true " << peaks[0] << " B, =" << post_forward << " "
+                << peak << " B, =false " << peaks[1] << " B\n";
+    }
+    if (!(peaks[0] < peak && peak < peaks[1])) {
+      return Fail("the planned peak " + std::to_string(peak) + " should lie strictly between " +
+                  std::to_string(peaks[0]) + " (true) and " + std::to_string(peaks[1]) + " (false)");
+    }
+  }
 
   torch::manual_seed(seed);
   models::Llama reference(TestConfig(false));
@@ -511,12 +582,112 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
   double worst = CompareParameters(**trainer, NamedParameters(*reference), world == 1 ? 5e-5 : 1e-4, &failure);
   if (worst < 0) return Fail(failure);
   if (env.rank == 0) {
-    std::cout << "parity (world " << world << ", mesh " << mesh.num_axes() << "-D): init bitwise, loss within "
+    std::cout << "parity (world " << world << ", mesh " << mesh.num_axes() << "-D, reshard_after_forward="
+              << shard_options.reshard_after_forward.ToString() << "): init bitwise, loss within "
               << worst_loss << " rel, grad norm within " << worst_norm << " rel, parameters within " << worst
               << "; lr " << lrs[0] << " " << lrs[1] << " " << lrs[2] << " " << lrs[3] << "\n";
   }
   if (worst_loss > 1e-5) return Fail("loss differs from eager by " + std::to_string(worst_loss) + " rel");
   if (worst_norm > 1e-5) return Fail("grad norm differs from eager by " + std::to_string(worst_norm) + " rel");
+  return 0;
+}
+
+// CPU offload (FSDP2's CPUOffloadPolicy) against the same training without it: on this
+// CPU-only machine host and device are one memory, and the offloaded step's copies and
+// host AdamW must give bitwise the same losses, gradient norms and parameters. Both use
+// gradient accumulation and clipping (the accumulation graph and the clipping all-reduce
+// with offload). The offloaded graph gathers copies of the host shards, copies each reduced
+// gradient shard to the host, and runs AdamW on host tensors.
+int RunOffload(const DistributedEnv& env, const std::shared_ptr<Communicator>& communicator) {
+  auto mesh = DeviceMesh::Create({env.world_size}, {"dp"}, env.rank);
+  torch::manual_seed(0);
+  models::Llama model(TestConfig(false));
+  const int local = 4;
+  auto local_batch = [&](int step) { return LocalRows(GlobalBatch(step, env.world_size, local), env.rank, local); };
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  AdamWOptions adamw;
+  adamw.lr = 1e-2;
+  TrainingOptions training;
+  training.grad_accum = 2;
+  training.clip_grad_norm = 0.5;
+  std::vector<at::Tensor> example = local_batch(0);
+  for (at::Tensor& t : example) t = t.narrow(0, 0, local / 2).clone();
+  std::unique_ptr<FsdpTrainer> trainers[2];
+  for (int offload = 0; offload < 2; ++offload) {
+    FullyShardOptions options;
+    options.cpu_offload = offload == 1;
+    for (auto& layer : model->layers) FullyShard(*layer, *mesh, options);
+    FullyShard(*model, *mesh, options);
+    auto created = FsdpTrainer::Create(*model, loss_fn, example, communicator, adamw, {}, "interpreter", {}, training);
+    if (!created.ok()) return Fail(Message(created.status()));
+    trainers[offload] = *std::move(created);
+  }
+  FsdpTrainer& plain = *trainers[0];
+  FsdpTrainer& offloaded = *trainers[1];
+  // The graph: every gather reads a copy of a shard input, every AdamW's gradient came
+  // through a copy right after a reduce-scatter (then clipping), AdamW's operands are host tensors.
+  int gathers = 0, adamws = 0;
+  for (const Node* node : offloaded.graph().nodes()) {
+    if (node->op() == kAllGatherStartOp && node->annotations().phase == Phase::kForward) {
+      ++gathers;
+      for (const Value* operand : node->operands()) {
+        const Node* copy = operand->producer();
+        if (copy == nullptr || copy->op() != "aten::_to_copy" || !copy->operand(0)->is_graph_input()) {
+          return Fail(node->DebugName() + " does not gather a copy of a host shard");
+        }
+      }
+    }
+    if (node->op() != kAdamWOp) continue;
+    ++adamws;
+    for (const Value* operand : node->operands()) {
+      if (operand->type().tensor().device.type != DeviceType::kCpu) return Fail(node->DebugName() + " is not on the host");
+    }
+    const Node* clip = node->operand(kAdamWGrad)->producer();
+    const Node* copy = clip->operand(0)->producer();
+    const Node* reduced = copy->operand(0)->producer();  // the mean over micro-batches, then the wait
+    if (reduced != nullptr && reduced->op() == "aten::div.Scalar") reduced = reduced->operand(0)->producer();
+    if (clip->op() != "aten::mul.Tensor" || copy->op() != "aten::_to_copy" || reduced == nullptr ||
+        reduced->op() != kWaitOp || StartOfWait(*reduced)->op() != kReduceScatterStartOp) {
+      return Fail(node->DebugName() + ": its gradient does not come from a host copy of a reduce-scatter");
+    }
+  }
+  if (gathers != 3 || adamws != static_cast<int>(plain.state().size() / 3)) {
+    return Fail("expected 3 forward gathers and one AdamW per parameter, got " + std::to_string(gathers) + " and " +
+                std::to_string(adamws));
+  }
+  for (const auto& [name, tensor] : offloaded.state()) {
+    if (!tensor.is_cpu()) return Fail(name + " is not on the host");
+    if (at::globalContext().hasCUDA() && !tensor.is_pinned()) return Fail(name + " is not pinned");
+  }
+  for (int step = 0; step < 3; ++step) {
+    auto a = plain.Step(local_batch(step));
+    auto b = offloaded.Step(local_batch(step));
+    if (!a.ok() || !b.ok()) return Fail(Message(a.ok() ? b.status() : a.status()));
+    if (*a != *b || plain.last_grad_norm() != offloaded.last_grad_norm()) {
+      std::ostringstream message;
+      message.precision(17);
+      message << "step " << step << ": loss " << *a << " vs offloaded " << *b << ", grad norm "
+              << plain.last_grad_norm() << " vs " << offloaded.last_grad_norm();
+      return Fail(message.str());
+    }
+  }
+  for (const auto& [name, tensor] : plain.state()) {
+    if (!torch::equal(tensor, offloaded.state().at(name))) return Fail(name + " differs with offload");
+  }
+  auto expected = plain.GatherFullParameters();
+  auto got = offloaded.GatherFullParameters();
+  if (!expected.ok() || !got.ok()) return Fail("gathering parameters failed");
+  for (size_t i = 0; i < expected->size(); ++i) {
+    if (!torch::equal((*expected)[i].second, (*got)[i].second)) return Fail((*expected)[i].first + " differs");
+  }
+  if (env.rank == 0) {
+    std::cout << "cpu offload, " << env.world_size << " ranks, 3 steps: bitwise equal; planned peak "
+              << offloaded.prediction().peak_bytes << " B (plain " << plain.prediction().peak_bytes
+              << " B), measured " << offloaded.last_run_stats().peak_live_bytes << " B (plain "
+              << plain.last_run_stats().peak_live_bytes << " B)\n";
+  }
   return 0;
 }
 
@@ -719,12 +890,12 @@ int RunWorker(const std::string& scenario) {
   }
   if (scenario == "big") return RunBig(*env);
   const bool long_timeout = scenario == "train" || scenario == "optimized" || scenario == "parity" ||
-                           scenario == "batch_norm";
+                           scenario == "batch_norm" || scenario == "offload";
   auto timeout = std::chrono::seconds(long_timeout ? 60 : 5);
   auto store = ConnectStore(*env, std::chrono::seconds(60));
   if (!store.ok()) return Fail(std::string(store.status().message()));
   if (scenario == "parity") {
-    // MAGI_TEST_MESH=2x2: HSDP (replicate x shard); else 1-D.
+    // MAGI_TEST_MESH=2xS: HSDP (2 replicas of S-rank shard groups); else 1-D.
     const bool hsdp = std::getenv("MAGI_TEST_MESH") != nullptr;
     auto mesh = hsdp ? DeviceMesh::Create({2, env->world_size / 2}, {"replicate", "shard"}, env->rank)
                      : DeviceMesh::Create({env->world_size}, {"dp"}, env->rank);
@@ -732,13 +903,16 @@ int RunWorker(const std::string& scenario) {
     CommunicatorOptions options;
     options.store = *store;
     options.timeout = timeout;
-    auto communicators = CreateMeshCommunicators(*mesh, "gloo", options);
+    std::vector<int> post_forward;
+    if (const char* reshard = std::getenv("MAGI_TEST_RESHARD")) post_forward.push_back(std::atoi(reshard));
+    auto communicators = CreateMeshCommunicators(*mesh, "gloo", options, post_forward);
     if (!communicators.ok()) return Fail(Message(communicators.status()));
     return RunParity(*env, *communicators, *mesh);
   }
   auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", timeout);
   if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
   if (scenario == "buffers") return RunOwnsBuffers(*env, *communicator);
+  if (scenario == "offload") return RunOffload(*env, *communicator);
   if (scenario == "dead" && env->rank == 1) std::_Exit(7);  // this rank dies before training
   if (scenario == "hung" && env->rank == 1) {               // this one hangs
     std::this_thread::sleep_for(std::chrono::minutes(5));
@@ -889,6 +1063,16 @@ TEST(FsdpParityTest, OneRank) { EXPECT_EQ(Launch(1, "parity"), 0); }
 TEST(FsdpParityTest, TwoRanks) { EXPECT_EQ(Launch(2, "parity"), 0); }
 TEST(FsdpParityTest, FourRanks) { EXPECT_EQ(Launch(4, "parity"), 0); }
 TEST(FsdpParityTest, HsdpTwoByTwo) { EXPECT_EQ(Launch(4, "parity", {{"MAGI_TEST_MESH", "2x2"}}), 0); }
+// FSDP2's reshard_after_forward=2 on 4 ranks; HSDP 2x2 has no such size (its shard axis
+// has 2 ranks), 2x4 on 8 ranks does.
+TEST(FsdpParityTest, FourRanksReshardToTwoAfterForward) {
+  EXPECT_EQ(Launch(4, "parity", {{"MAGI_TEST_RESHARD", "2"}}), 0);
+}
+TEST(FsdpParityTest, HsdpTwoByFourReshardsToTwoAfterForward) {
+  EXPECT_EQ(Launch(8, "parity", {{"MAGI_TEST_MESH", "2x4"}, {"MAGI_TEST_RESHARD", "2"}}), 0);
+}
+TEST(FsdpTrainingTest, CpuOffloadIsBitwiseTheSameOnOneRank) { EXPECT_EQ(Launch(1, "offload"), 0); }
+TEST(FsdpTrainingTest, CpuOffloadIsBitwiseTheSameOnTwoRanks) { EXPECT_EQ(Launch(2, "offload"), 0); }
 TEST(FsdpTrainingTest, TrainerOwnsBuffersModuleDestroyed) {
   EXPECT_EQ(Launch(1, "buffers"), 0);
   EXPECT_EQ(Launch(2, "buffers"), 0);

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace magi {
@@ -92,6 +93,20 @@ std::string DeviceMesh::GroupName(size_t axis) const {
   return name;
 }
 
+absl::StatusOr<ReshardAfterForwardOption> ReshardAfterForwardOption::Parse(absl::string_view text) {
+  if (text == "true") return ReshardAfterForwardOption(true);
+  if (text == "false") return ReshardAfterForwardOption(false);
+  int size = 0;
+  if (absl::SimpleAtoi(text, &size) && size > 0) return ReshardAfterForwardOption(size);
+  return absl::InvalidArgumentError(absl::StrCat("reshard_after_forward is true, false or a number of ranks, not '",
+                                                 text, "'"));
+}
+
+std::string ReshardAfterForwardOption::ToString() const {
+  if (size_) return absl::StrCat(*size_);
+  return reshard_ ? "true" : "false";
+}
+
 void FullyShard(torch::nn::Module& module, const DeviceMesh& mesh, const FullyShardOptions& options) {
   std::lock_guard<std::mutex> lock(MarksMutex());
   auto& marks = Marks();
@@ -118,6 +133,7 @@ absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root) {
   }
   plan.master_dtype = DType::kFloat32;
   plan.reduce_dtype = root_mark->options.mixed_precision.reduce_dtype;
+  plan.cpu_offload = root_mark->options.cpu_offload;
   // Innermost groups claim their parameters first; deeper module paths sort after their parents.
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> marked;
   for (const auto& item : root.named_modules("", /*include_self=*/true)) {
@@ -132,9 +148,26 @@ absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root) {
                                                      mark->mesh.size(), " ranks (", mark->mesh.num_axes(),
                                                      " axes), the root over another of ", mesh.size()));
     }
+    const std::string where = it->first.empty() ? "the root module" : absl::StrCat("module '", it->first, "'");
+    if (mark->options.cpu_offload != plan.cpu_offload) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " has cpu_offload ", mark->options.cpu_offload ? "on" : "off", ", the root ",
+          plan.cpu_offload ? "on" : "off", ": the optimizer state of all groups is offloaded or none"));
+    }
     FsdpGroupPlan group;
     group.name = it->first;
-    group.reshard_after_forward = mark->options.reshard_after_forward;
+    const ReshardAfterForwardOption& reshard = mark->options.reshard_after_forward;
+    group.reshard_after_forward = reshard.reshards();
+    if (reshard.size()) {
+      const int64_t k = *reshard.size();
+      if (k <= 1 || k >= plan.world_size || plan.world_size % k != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FullyShard on ", where, ": reshard_after_forward=", k, " must divide the ", plan.world_size,
+            " ranks of mesh axis '", plan.mesh_axis, "' and be neither 1 nor ", plan.world_size,
+            " (the smaller group to reshard to after forward; true or false otherwise)"));
+      }
+      group.post_forward_size = k;
+    }
     for (const auto& param : it->second->named_parameters(/*recurse=*/true)) {
       if (!claimed.insert(param.value().unsafeGetTensorImpl()).second) continue;
       group.params.push_back(it->first.empty() ? param.key() : it->first + "." + param.key());

@@ -8,7 +8,11 @@
 //
 // Semantics follow FSDP2: each FullyShard call is one communication group; parameters
 // are sharded on dim 0 across the mesh (uneven sizes padded); reshard_after_forward
-// frees the gathered parameters after forward and gathers them again in backward;
+// frees the gathered parameters after forward and gathers them again in backward (true),
+// keeps them (false), or keeps 1/K of them and gathers over K ranks in backward (an int K:
+// FSDP2's reshard to a smaller world, e.g. the ranks of one node; the trainer needs the
+// communicators CreateMeshCommunicators makes for K); cpu_offload keeps the master shards
+// and AdamW's state on the host and runs AdamW there (FSDP2's CPUOffloadPolicy);
 // mixed precision gathers and computes in param_dtype and reduces in reduce_dtype,
 // with fp32 master shards and optimizer state. A 2-D mesh ({replicate, shard}, FSDP2's
 // HSDP) shards over its last axis and replicates over its first: gradients are
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "magi/ir/types.h"
 #include "magi/passes/fsdp/shard_for_fsdp.h"
 
@@ -64,9 +69,33 @@ struct MixedPrecisionPolicy {
   std::optional<DType> reduce_dtype;  // gradient reduce-scatter
 };
 
+// FSDP2's reshard_after_forward, a bool or an int:
+//   options.reshard_after_forward = false;  // keep the gathered parameters until backward
+//   options.reshard_after_forward = 2;      // keep half of them; backward gathers over 2 ranks
+class ReshardAfterForwardOption {
+ public:
+  ReshardAfterForwardOption(bool reshard = true) : reshard_(reshard) {}  // NOLINT: FSDP2 takes True/False
+  ReshardAfterForwardOption(int size) : reshard_(true), size_(size) {}   // NOLINT: and ints
+  // "true", "false" or a positive integer (a flag's text); InvalidArgument otherwise.
+  static absl::StatusOr<ReshardAfterForwardOption> Parse(absl::string_view text);
+
+  bool reshards() const { return reshard_; }
+  // The world size to reshard to; nullopt for true and false.
+  std::optional<int> size() const { return size_; }
+  std::string ToString() const;
+
+ private:
+  bool reshard_ = true;
+  std::optional<int> size_;
+};
+
 struct FullyShardOptions {
-  bool reshard_after_forward = true;
+  ReshardAfterForwardOption reshard_after_forward = true;
   MixedPrecisionPolicy mixed_precision;
+  // FSDP2's offload_policy=CPUOffloadPolicy(): master shards, AdamW moments and AdamW on
+  // the host (pinned where CUDA is present); each gather copies the shards to the device,
+  // each reduced gradient shard is copied to the host. All groups of a model or none.
+  bool cpu_offload = false;
 };
 
 // Marks `module` (and the parameters of its subtree not claimed by a nested
@@ -74,6 +103,9 @@ struct FullyShardOptions {
 void FullyShard(torch::nn::Module& module, const DeviceMesh& mesh, const FullyShardOptions& options = {});
 
 // The groups FullyShard defined under `root`, innermost first, as an IR-level plan.
+// InvalidArgument naming the module when its mesh is not the root's, its
+// reshard_after_forward=K does not divide the shard axis (or is 1 or its size), or its
+// cpu_offload differs from the root's.
 absl::StatusOr<FsdpPlan> PlanFromFullyShard(torch::nn::Module& root);
 
 }  // namespace magi

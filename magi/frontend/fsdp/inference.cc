@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
         absl::StrCat("the mesh has ", plan.world_size, " ranks but the communicator ", communicator->size()));
   }
   plan.optimizer = false;
+  plan.cpu_offload = false;  // offload is about optimizer state: inference keeps its shards on the device
   CompileOptions options;
   options.sharding = plan;
   options.backend = inference_options.backend;

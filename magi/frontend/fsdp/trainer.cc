@@ -1,9 +1,7 @@
 #include "magi/frontend/fsdp/trainer.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
-#include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -106,6 +104,11 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     for (at::Tensor& tensor : example) tensor = at::empty(tensor.sizes(), tensor.options().device(at::kMeta));
   }
   MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureTrainingStep(root, loss_fn, example, capture));
+  // Where the step computes and the communicators take tensors: the parameters' device
+  // (the state may live elsewhere: CPU offload keeps it on the host).
+  for (const Value* input : captured.graph()->inputs()) {
+    if (input->role() == InputRole::kParam) trainer->compute_device_ = compat::ToTorchDevice(input->type().tensor().device);
+  }
   trainer->constants_ = captured.constants;
   for (const auto& [name, constant] : trainer->constants_) {
     if (constant.is_meta()) {
@@ -126,9 +129,26 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.backend = backend;
   options.deterministic = optimization.deterministic;
   options.expected_plan_hash = optimization.expected_plan_hash;
-  auto bind = [&](TorchExecutable& executable) -> absl::Status {
+  // reshard_after_forward=K: backward gathers over the post-forward groups of K ranks.
+  std::map<std::string, std::shared_ptr<Communicator>> post_forward;  // IR group name -> communicator
+  for (const FsdpGroupPlan& group : plan.groups) {
+    const int64_t k = group.post_forward_size;
+    if (k == 0 || post_forward.count(PostForwardGroupName(plan.process_group, k))) continue;
+    const std::string axis = PostForwardGroupName(plan.mesh_axis, k);
+    if (communicators.find(axis) == communicators.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FullyShard(reshard_after_forward=", k, ") on '", group.name.empty() ? "root" : group.name,
+          "' needs the communicator of its post-forward group '", axis,
+          "': create the mesh's communicators with CreateMeshCommunicators(mesh, name, options, {", k, "})"));
+    }
+    MAGI_ASSIGN_OR_RETURN(post_forward[PostForwardGroupName(plan.process_group, k)], communicator_of(axis, k));
+  }
+  auto bind = [&](TorchExecutable& executable, const Module& module) -> absl::Status {
     MAGI_RETURN_IF_ERROR(executable.BindCommunicator(plan.process_group, trainer->communicator_));
     if (replicate != nullptr) MAGI_RETURN_IF_ERROR(executable.BindCommunicator(plan.replicate_group, replicate));
+    for (const auto& [name, communicator] : post_forward) {
+      if (module.FindProcessGroup(name) != nullptr) MAGI_RETURN_IF_ERROR(executable.BindCommunicator(name, communicator));
+    }
     return absl::OkStatus();
   };
   if (training.grad_accum > 1) {
@@ -147,13 +167,13 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     MAGI_ASSIGN_OR_RETURN(CompiledStep compiled, CompileCapturedForTorch(std::move(copy), options, &executable));
     trainer->accumulate_.emplace(std::move(compiled));
     trainer->accumulate_executable_ = executable;
-    MAGI_RETURN_IF_ERROR(bind(*executable));
+    MAGI_RETURN_IF_ERROR(bind(*executable, trainer->accumulate_->module()));
     plan.accumulated_gradient_input = true;
     plan.gradient_divisor = training.grad_accum;
   }
   options.sharding = plan;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
-  MAGI_RETURN_IF_ERROR(bind(*trainer->executable_));
+  MAGI_RETURN_IF_ERROR(bind(*trainer->executable_, trainer->compiled_.module()));
   // Capture leaves the module's buffers as they were (the first step reads them): the
   // trainer references them and replaces its references when a step updates them.
   trainer->buffers_ = TakeBuffers(root);
@@ -177,18 +197,31 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
       }
     }
   }
+  // Each state tensor goes where the step takes it (the graph input's device: the host
+  // with CPU offload, pinned when CUDA is there so copies to the device run at full speed).
+  std::map<std::string, at::Device> state_devices;
+  for (const Value* input : trainer->graph().inputs()) {
+    state_devices.emplace(input->name(), compat::ToTorchDevice(input->type().tensor().device));
+  }
+  const bool pin = plan.cpu_offload && at::globalContext().hasCUDA();
+  auto place = [&](const std::string& name, at::Tensor tensor) {
+    auto it = state_devices.find(name);
+    if (it != state_devices.end() && tensor.device() != it->second) tensor = tensor.to(it->second);
+    if (pin && tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
+    trainer->state_[name] = std::move(tensor);
+  };
   try {
     for (auto& [name, shard] : shards) {
-      trainer->state_[name + ".exp_avg"] = at::zeros_like(shard);
-      trainer->state_[name + ".exp_avg_sq"] = at::zeros_like(shard);
-      trainer->state_[name + ".shard"] = std::move(shard);
+      place(name + ".exp_avg", at::zeros_like(shard));
+      place(name + ".exp_avg_sq", at::zeros_like(shard));
+      place(name + ".shard", std::move(shard));
     }
   } catch (const c10::Error& error) {
-    return absl::ResourceExhaustedError(absl::StrCat("allocating the AdamW moments: ", error.what_without_backtrace()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("allocating the shards and AdamW moments: ", error.what_without_backtrace()));
   }
   if (optimization.deterministic && !trainer->state_.empty()) {
-    MAGI_RETURN_IF_ERROR(
-        CheckRanksAgreeOnPlan(*trainer->communicator_, trainer->plan_hash(), trainer->state_.begin()->second.device()));
+    MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*trainer->communicator_, trainer->plan_hash(), trainer->compute_device_));
   }
   return trainer;
 }
@@ -313,49 +346,21 @@ void FsdpTrainer::ReleaseModuleParameters() {
   }
 }
 
-namespace {
-
-constexpr char kRngKey[] = "magi.rng.cpu";
-constexpr const char* kStateSuffixes[] = {".shard", ".exp_avg", ".exp_avg_sq"};
-
-at::Device DeviceOf(const std::map<std::string, at::Tensor>& state) {
-  return state.empty() ? at::Device(at::kCPU) : state.begin()->second.device();
-}
-
-}  // namespace
-
-RankState FsdpTrainer::CheckpointState() const {
-  RankState state;
-  state.step = step_;
-  for (const auto& [param, shape] : full_shapes_) {
-    for (const char* suffix : kStateSuffixes) {
-      std::string name = param + suffix;
-      state.sharded[name] = state_.at(name);
-      state.full_shapes[name] = shape;
-    }
-  }
-  for (const auto& [name, tensor] : buffers_) state.per_rank["buffer." + name] = tensor;
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  state.per_rank[kRngKey] = generator.get_state();
-  return state;
-}
+RankState FsdpTrainer::CheckpointState() const { return TrainerRankState(step_, state_, full_shapes_, buffers_); }
 
 absl::Status FsdpTrainer::SaveCheckpoint(const std::string& root, const CheckpointOptions& options) {
-  return SaveCommittedCheckpoint(root, CheckpointState(), *communicator_, DeviceOf(state_), options);
+  return SaveCommittedCheckpoint(root, CheckpointState(), *communicator_, compute_device_, options);
 }
 
 absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::string& config) {
   MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, CheckpointState(), config, *communicator_,
-                                                                  DeviceOf(state_)));
-  for (auto& [name, tensor] : loaded.sharded) state_[name] = std::move(tensor);
-  for (auto& [name, tensor] : buffers_) tensor = loaded.per_rank.at("buffer." + name);
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(loaded.per_rank.at(kRngKey));
+                                                                  compute_device_));
+  MAGI_ASSIGN_OR_RETURN(step_, RestoreTrainerRankState(std::move(loaded), state_, buffers_));
+  if (plan_.cpu_offload && at::globalContext().hasCUDA()) {  // host state is pinned, as Create leaves it
+    for (auto& [name, tensor] : state_) {
+      if (tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
+    }
   }
-  step_ = loaded.step;
   return absl::OkStatus();
 }
 
@@ -363,8 +368,9 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpTrainer::Gat
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const FsdpGroupPlan& group : plan_.groups) {
     for (const std::string& name : group.params) {
-      MAGI_ASSIGN_OR_RETURN(auto handle,
-                            communicator_->Start(CollectiveKind::kAllGather, {state_.at(name + ".shard")}, "sum"));
+      // The communicator takes tensors on the compute device (the shard may be on the host).
+      MAGI_ASSIGN_OR_RETURN(auto handle, communicator_->Start(CollectiveKind::kAllGather,
+                                                              {state_.at(name + ".shard").to(compute_device_)}, "sum"));
       MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, handle->Wait());
       const std::vector<int64_t>& shape = full_shapes_.at(name);
       out.emplace_back(name, gathered[0].narrow(0, 0, shape[0]).clone());

@@ -17,7 +17,10 @@
 //    the first N-1 micro-batches, the step graph adds them before its reduce-scatter;
 //  - clip_grad_norm_ over the full gradient (the norm is all-reduced across shards);
 //  - a learning-rate schedule (warm-up, cosine): the AdamW scalars are graph inputs, so
-//    it changes nothing compiled.
+//    it changes nothing compiled;
+//  - FullyShard's reshard_after_forward=K (backward gathers over K ranks: pass the
+//    communicators CreateMeshCommunicators makes with post_forward_sizes {K}) and
+//    cpu_offload (the state lives on the host, pinned where CUDA is; AdamW runs there).
 // The state is donated to each step (GraphOutput::aliases): AdamW updates the shards and
 // moments in place and the trainer keeps no second copy while the step runs.
 #ifndef MAGI_FRONTEND_FSDP_TRAINER_H_
@@ -159,7 +162,8 @@ class FsdpTrainer {
   // same hash ran the same buckets, collective sizes, schedule and backends.
   const std::string& plan_hash() const { return compiled_.plan_hash; }
 
-  // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq").
+  // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq"), each on
+  // the device the step takes it on (the host with cpu_offload).
   const std::map<std::string, at::Tensor>& state() const { return state_; }
   // The module's buffers, by name, owned by the trainer from Create on: a
   // step that updates them (BatchNorm's running statistics) returns "<buffer>.updated",
@@ -200,6 +204,7 @@ class FsdpTrainer {
   AdamWOptions adamw_;
   TrainingOptions training_;
   std::shared_ptr<Communicator> communicator_;  // the shard axis'
+  at::Device compute_device_ = at::Device(at::kCPU);  // the step's and the communicators' device
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
   std::optional<CompiledStep> accumulate_;  // grad_accum > 1: the micro-batch graph without reduction

@@ -26,16 +26,27 @@ class Builder {
     return node->result(0);
   }
 
-  Value* Cast(Value* value, DType dtype) {
-    if (value->type().tensor().dtype == dtype) return value;
-    TensorType type = value->type().tensor();
+  Value* Cast(Value* value, DType dtype) { return Convert(value, dtype, value->type().tensor().device, false); }
+
+  // `value` as `dtype` on `device`: one aten::_to_copy (a cast and a transfer at once),
+  // or `value` itself when neither changes, unless `always` (CPU offload copies even where
+  // host and device are one, so the graph is the one a GPU runs). Transfers are blocking
+  // (non_blocking = false): the host reads what a device-to-host copy wrote right away.
+  Value* Convert(Value* value, DType dtype, const Device& device, bool always) {
+    const TensorType& from = value->type().tensor();
+    const bool moves = from.device != device;
+    if (from.dtype == dtype && !moves && !always) return value;
+    TensorType type = from;
     type.dtype = dtype;
+    type.device = device;
     type.strides.clear();
+    Attribute dtype_arg = from.dtype == dtype ? Attribute(NoneAttr{}) : Attribute(dtype);
+    Attribute device_arg = moves ? Attribute(device) : Attribute(NoneAttr{});
     return Add("aten::_to_copy",
-               {NodeArg(value), NodeArg(Attribute(dtype), "dtype"), NodeArg(Attribute(NoneAttr{}), "layout"),
-                NodeArg(Attribute(NoneAttr{}), "device"), NodeArg(Attribute(NoneAttr{}), "pin_memory"),
+               {NodeArg(value), NodeArg(std::move(dtype_arg), "dtype"), NodeArg(Attribute(NoneAttr{}), "layout"),
+                NodeArg(std::move(device_arg), "device"), NodeArg(Attribute(NoneAttr{}), "pin_memory"),
                 NodeArg(Attribute(false), "non_blocking"), NodeArg(Attribute(NoneAttr{}), "memory_format")},
-               std::move(type), value->name() + ".cast.");
+               std::move(type), value->name() + (moves || always ? ".to_device." : ".cast."));
   }
 
   void Annotate(Node* node) {
@@ -58,33 +69,49 @@ TensorType WithDim0(TensorType type, int64_t dim0) {
   return type;
 }
 
-// All-gathers `shards` (one bucket) and slices each back to its parameter's shape.
-absl::StatusOr<std::vector<Value*>> GatherGroup(Graph& graph, const ProcessGroup& group, Builder& b,
-                                                const std::vector<Value*>& shards, const std::vector<Value*>& params) {
-  std::vector<Value*> to_gather;
-  for (size_t i = 0; i < shards.size(); ++i) to_gather.push_back(b.Cast(shards[i], params[i]->type().tensor().dtype));
+struct Gathered {
+  Node* wait = nullptr;      // its results: the gathered (padded) tensors
+  std::vector<Value*> full;  // each sliced back to its parameter's dim 0
+};
+
+// All-gathers `operands` (one bucket) over `group` and slices each result back to its
+// parameter's dim 0.
+absl::StatusOr<Gathered> GatherAndSlice(Graph& graph, const ProcessGroup& group, Builder& b,
+                                        const std::vector<Value*>& operands, const std::vector<Value*>& params) {
   MAGI_ASSIGN_OR_RETURN(Node * start,
-                        AddCollectiveStart(graph, CollectiveKind::kAllGather, to_gather, group, "sum", b.before()));
+                        AddCollectiveStart(graph, CollectiveKind::kAllGather, operands, group, "sum", b.before()));
   b.Annotate(start);
-  Node* wait = AddWait(graph, start, b.before());
-  b.Annotate(wait);
-  std::vector<Value*> full;
+  Gathered gathered;
+  gathered.wait = AddWait(graph, start, b.before());
+  b.Annotate(gathered.wait);
   for (size_t i = 0; i < params.size(); ++i) {
-    Value* gathered = wait->result(static_cast<int>(i));
+    Value* result = gathered.wait->result(static_cast<int>(i));
     int64_t dim0 = params[i]->type().tensor().sizes[0];
-    if (gathered->type().tensor().sizes[0] == dim0) {
-      full.push_back(gathered);
+    if (result->type().tensor().sizes[0] == dim0) {
+      gathered.full.push_back(result);
       continue;
     }
-    TensorType type = WithDim0(gathered->type().tensor(), dim0);
-    full.push_back(b.Add("aten::slice.Tensor",
-                         {NodeArg(gathered), NodeArg(Attribute(int64_t{0})), NodeArg(Attribute(int64_t{0})),
-                          NodeArg(Attribute(dim0)), NodeArg(Attribute(int64_t{1}))},
-                         type, params[i]->name() + ".full."));
+    TensorType type = WithDim0(result->type().tensor(), dim0);
+    gathered.full.push_back(b.Add("aten::slice.Tensor",
+                                  {NodeArg(result), NodeArg(Attribute(int64_t{0})), NodeArg(Attribute(int64_t{0})),
+                                   NodeArg(Attribute(dim0)), NodeArg(Attribute(int64_t{1}))},
+                                  type, params[i]->name() + ".full."));
   }
-  return full;
+  return gathered;
 }
 
+// All-gathers the shards of `params` over `group`, each first cast to its parameter's
+// dtype and (CPU offload: `offload`) copied from the host to the parameter's device.
+absl::StatusOr<Gathered> GatherGroup(Graph& graph, const ProcessGroup& group, Builder& b,
+                                     const std::vector<Value*>& shards, const std::vector<Value*>& params,
+                                     bool offload) {
+  std::vector<Value*> to_gather;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const TensorType& param = params[i]->type().tensor();
+    to_gather.push_back(b.Convert(shards[i], param.dtype, param.device, offload));
+  }
+  return GatherAndSlice(graph, group, b, to_gather, params);
+}
 
 // A parameter's update, emitted after every group is reduced (clipping needs them all).
 struct PendingUpdate {
@@ -94,20 +121,28 @@ struct PendingUpdate {
   Value* grad_shard = nullptr;  // null: no gradient
 };
 
-Value* Scalar0d(Builder& b, const std::string& op, std::vector<NodeArg> args, const std::string& name) {
-  return b.Add(op, std::move(args), TensorType{DType::kFloat32, {}}, name);
+Value* Scalar0d(Builder& b, const Device& device, const std::string& op, std::vector<NodeArg> args,
+               const std::string& name) {
+  TensorType type{DType::kFloat32, {}};
+  type.device = device;
+  return b.Add(op, std::move(args), std::move(type), name);
 }
 
 // torch.nn.utils.clip_grad_norm_ over the full gradient, whose shards (zero padding rows
 // included, which add nothing) are spread over `group`: returns the total norm and
 // scales every gradient shard by min(1, max_norm / (norm + 1e-6)), the ops LibTorch's
 // clip_grad_norm_ runs.
+// With CPU offload (`device`: the device the communicator takes tensors on) the shards
+// are on the host: the local sum goes to the device for the all-reduce and back. The
+// scalars live where the shards do.
 absl::StatusOr<Value*> ClipGradNorm(Graph& graph, const ProcessGroup& group, double max_norm,
-                                    std::vector<PendingUpdate>& updates) {
+                                    std::vector<PendingUpdate>& updates, const std::optional<Device>& device) {
   Builder b(graph, nullptr, "", Phase::kOptimizer);
   std::vector<Value*> squares;
+  Device host;  // where the gradient shards are (the host with CPU offload)
   for (const PendingUpdate& update : updates) {
     if (update.grad_shard == nullptr) continue;
+    host = update.grad_shard->type().tensor().device;
     if (update.grad_shard->type().tensor().dtype != DType::kFloat32) {
       return absl::UnimplementedError(absl::StrCat("clipping needs f32 gradient shards; ", update.name, " has ",
                                                    update.grad_shard->type().tensor().ToString()));
@@ -115,27 +150,32 @@ absl::StatusOr<Value*> ClipGradNorm(Graph& graph, const ProcessGroup& group, dou
     Value* squared = b.Add("aten::mul.Tensor", {NodeArg(update.grad_shard), NodeArg(update.grad_shard)},
                            WithDim0(update.grad_shard->type().tensor(), update.grad_shard->type().tensor().sizes[0]),
                            update.name + ".grad.sq.");
-    squares.push_back(Scalar0d(b, "aten::sum", {NodeArg(squared), NodeArg(Attribute(NoneAttr{}))},
+    squares.push_back(Scalar0d(b, host, "aten::sum", {NodeArg(squared), NodeArg(Attribute(NoneAttr{}))},
                                update.name + ".grad.sumsq."));
   }
   if (squares.empty()) return absl::InvalidArgumentError("clip_grad_norm: the step has no gradients");
   TensorType stacked_type{DType::kFloat32, {static_cast<int64_t>(squares.size())}};
+  stacked_type.device = host;
   Value* stacked = b.Add("aten::stack", {NodeArg(squares), NodeArg(Attribute(int64_t{0}))}, stacked_type,
                          "grad_norm.parts.");
-  Value* local = Scalar0d(b, "aten::sum", {NodeArg(stacked), NodeArg(Attribute(NoneAttr{}))},
+  Value* local = Scalar0d(b, host, "aten::sum", {NodeArg(stacked), NodeArg(Attribute(NoneAttr{}))},
                           "grad_norm.local_sq.");
+  if (device) local = b.Convert(local, DType::kFloat32, *device, /*always=*/true);
   MAGI_ASSIGN_OR_RETURN(Node * start,
                         AddCollectiveStart(graph, CollectiveKind::kAllReduce, {local}, group, "sum", nullptr));
   b.Annotate(start);
   Node* wait = AddWait(graph, start, nullptr);
   b.Annotate(wait);
-  Value* norm = Scalar0d(b, "aten::sqrt", {NodeArg(wait->result(0))}, "grad_norm.");
-  Value* shifted = Scalar0d(
-      b, "aten::add.Scalar", {NodeArg(norm), NodeArg(Attribute(1e-6)), NodeArg(Attribute(int64_t{1}))},
-      "grad_norm.eps.");
-  Value* inverse = Scalar0d(b, "aten::reciprocal", {NodeArg(shifted)}, "clip.inverse.");
-  Value* coef = Scalar0d(b, "aten::mul.Scalar", {NodeArg(inverse), NodeArg(Attribute(max_norm))}, "clip.coef.");
-  Value* clamped = Scalar0d(b, "aten::clamp", {NodeArg(coef), NodeArg(Attribute(NoneAttr{})), NodeArg(Attribute(1.0))},
+  Value* total = wait->result(0);
+  if (device) total = b.Convert(total, DType::kFloat32, host, /*always=*/true);
+  Value* norm = Scalar0d(b, host, "aten::sqrt", {NodeArg(total)}, "grad_norm.");
+  Value* shifted =
+      Scalar0d(b, host, "aten::add.Scalar", {NodeArg(norm), NodeArg(Attribute(1e-6)), NodeArg(Attribute(int64_t{1}))},
+               "grad_norm.eps.");
+  Value* inverse = Scalar0d(b, host, "aten::reciprocal", {NodeArg(shifted)}, "clip.inverse.");
+  Value* coef = Scalar0d(b, host, "aten::mul.Scalar", {NodeArg(inverse), NodeArg(Attribute(max_norm))}, "clip.coef.");
+  Value* clamped = Scalar0d(b, host, "aten::clamp",
+                            {NodeArg(coef), NodeArg(Attribute(NoneAttr{})), NodeArg(Attribute(1.0))},
                             "clip.coef.clamped.");
   for (PendingUpdate& update : updates) {
     if (update.grad_shard == nullptr) continue;
@@ -146,7 +186,26 @@ absl::StatusOr<Value*> ClipGradNorm(Graph& graph, const ProcessGroup& group, dou
   return norm;
 }
 
+absl::Status CheckPostForwardSize(const FsdpGroupPlan& g, int64_t world) {
+  if (g.post_forward_size == 0) return absl::OkStatus();
+  const std::string where = absl::StrCat("FSDP group '", g.name.empty() ? "root" : g.name, "': ");
+  if (!g.reshard_after_forward) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "post_forward_size ", g.post_forward_size, " needs reshard_after_forward"));
+  }
+  if (g.post_forward_size <= 1 || g.post_forward_size >= world || world % g.post_forward_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "reshard_after_forward=", g.post_forward_size, " must divide the shard group's ", world,
+        " ranks and be neither 1 nor ", world, " (a smaller group to reshard to; true or false otherwise)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string PostForwardGroupName(const std::string& shard_group, int64_t size) {
+  return absl::StrCat(shard_group, ".post_forward", size);
+}
 
 absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
   if (plan.world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
@@ -177,8 +236,11 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
   }
   const int64_t world = plan.world_size;
   const bool optimizer = plan.optimizer && plan.gradient_sync;
+  const bool offload = plan.cpu_offload;
+  const Device host{DeviceType::kCpu, -1};
   absl::flat_hash_set<std::string> planned;
   for (const FsdpGroupPlan& g : plan.groups) {
+    MAGI_RETURN_IF_ERROR(CheckPostForwardSize(g, world));
     for (const std::string& name : g.params) {
       if (!planned.insert(name).second) {
         return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " is in two FSDP groups"));
@@ -186,15 +248,18 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
     }
   }
 
+  // Where the step computes (and the communicators take tensors): the parameters' device.
+  Device compute_device;
+  for (const Value* input : graph.inputs()) {
+    if (input->role() == InputRole::kParam && input->type().is_tensor()) compute_device = input->type().tensor().device;
+  }
   // Optimizer scalars, shared by every parameter.
   Value* decay = nullptr;
   Value* step_size = nullptr;
   Value* bc2_sqrt = nullptr;
   if (optimizer) {
     TensorType scalar{DType::kFloat32, {}};
-    for (const Value* input : graph.inputs()) {
-      if (input->role() == InputRole::kParam) scalar.device = input->type().tensor().device;
-    }
+    scalar.device = offload ? host : compute_device;  // where AdamW runs
     decay = graph.AddInput("adamw.decay", Type::Tensor(scalar), InputRole::kOptState);
     step_size = graph.AddInput("adamw.step_size", Type::Tensor(scalar), InputRole::kOptState);
     bc2_sqrt = graph.AddInput("adamw.bc2_sqrt", Type::Tensor(scalar), InputRole::kOptState);
@@ -222,6 +287,7 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
       }
       TensorType shard_type = WithDim0(type, ShardRows(type.sizes[0], world));
       if (plan.master_dtype) shard_type.dtype = *plan.master_dtype;
+      if (offload) shard_type.device = host;
       params.push_back(param);
       shards.push_back(graph.AddInput(name + ".shard", Type::Tensor(shard_type), InputRole::kParam));
     }
@@ -239,14 +305,36 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
       }
     }
     std::vector<Value*> forward_full, backward_full;
+    std::vector<Value*> pieces;  // reshard_after_forward=<int>: what each rank keeps after forward
     if (first_forward != nullptr) {
       Builder b(graph, first_forward, g.name, Phase::kForward);
-      MAGI_ASSIGN_OR_RETURN(forward_full, GatherGroup(graph, *group, b, shards, params));
+      MAGI_ASSIGN_OR_RETURN(Gathered gathered, GatherGroup(graph, *group, b, shards, params, offload));
+      forward_full = gathered.full;
+      if (first_backward != nullptr && g.reshard_after_forward && g.post_forward_size > 0) {
+        // Right after the gather: the piece lives from here to backward, the whole
+        // gathered tensor only to its last forward use.
+        MAGI_ASSIGN_OR_RETURN(const ProcessGroup* post_forward,
+                              find_or_add_group(PostForwardGroupName(plan.process_group, g.post_forward_size),
+                                                PostForwardGroupName(plan.mesh_axis, g.post_forward_size),
+                                                g.post_forward_size));
+        for (size_t i = 0; i < params.size(); ++i) {
+          MAGI_ASSIGN_OR_RETURN(Node * piece, AddLocalShard(graph, gathered.wait->result(static_cast<int>(i)),
+                                                            *post_forward, g.params[i] + ".post_forward.", b.before()));
+          b.Annotate(piece);
+          pieces.push_back(piece->result(0));
+        }
+      }
     }
     if (first_backward != nullptr) {
-      if (g.reshard_after_forward || forward_full.empty()) {
-        Builder b(graph, first_backward, g.name, Phase::kBackward);
-        MAGI_ASSIGN_OR_RETURN(backward_full, GatherGroup(graph, *group, b, shards, params));
+      Builder b(graph, first_backward, g.name, Phase::kBackward);
+      if (!pieces.empty()) {  // backward gathers the pieces over the post-forward group only
+        const ProcessGroup* post_forward =
+            module.FindProcessGroup(PostForwardGroupName(plan.process_group, g.post_forward_size));
+        MAGI_ASSIGN_OR_RETURN(Gathered gathered, GatherAndSlice(graph, *post_forward, b, pieces, params));
+        backward_full = gathered.full;
+      } else if (g.reshard_after_forward || forward_full.empty()) {
+        MAGI_ASSIGN_OR_RETURN(Gathered gathered, GatherGroup(graph, *group, b, shards, params, offload));
+        backward_full = gathered.full;
       } else {
         backward_full = forward_full;
       }
@@ -338,7 +426,9 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
                                WithDim0(shard_grad->type().tensor(), shard_grad->type().tensor().sizes[0]),
                                g.params[i] + ".grad.mean.");
           }
-          grad_shards[i] = b.Cast(shard_grad, shards[i]->type().tensor().dtype);
+          // CPU offload: the reduced shard goes to the host (where AdamW runs) right away.
+          grad_shards[i] = offload ? b.Convert(shard_grad, shards[i]->type().tensor().dtype, host, /*always=*/true)
+                                   : b.Cast(shard_grad, shards[i]->type().tensor().dtype);
         }
       }
     }
@@ -357,7 +447,8 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
   }
 
   if (optimizer && plan.clip_grad_norm > 0) {
-    MAGI_ASSIGN_OR_RETURN(Value * norm, ClipGradNorm(graph, *group, plan.clip_grad_norm, updates));
+    MAGI_ASSIGN_OR_RETURN(Value * norm, ClipGradNorm(graph, *group, plan.clip_grad_norm, updates,
+                                                     offload ? std::optional<Device>(compute_device) : std::nullopt));
     new_outputs.push_back({"grad_norm", norm});
   }
   for (const PendingUpdate& update : updates) {

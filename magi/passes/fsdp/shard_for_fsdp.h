@@ -8,6 +8,21 @@
 //    group's shards (cast to `param_dtype` first when mixed precision asks), then a
 //    slice back to the unpadded size; with `reshard_after_forward` a second gather
 //    before the first backward use, else backward reuses the forward one;
+//  - FSDP2's reshard_after_forward=<int> (`post_forward_size` K): right after the
+//    forward gather each rank keeps only its 1/K of the gathered tensors
+//    (magi::local_shard over the post-forward group, PostForwardGroupName: K consecutive
+//    ranks of the shard group), the whole tensors die after their last forward use, and
+//    backward all-gathers the pieces over those K ranks instead of the whole group;
+//  - CPU offload (`cpu_offload`, FSDP2's CPUOffloadPolicy): the shard inputs (fp32
+//    masters), the AdamW moments and scalars are on the host (cpu); every gather reads a
+//    copy of its shards on the parameters' device (aten::_to_copy, with the cast); each
+//    reduced gradient shard is copied to the host right after its reduce-scatter; AdamW
+//    runs there on host tensors, and its new shards reach the device through the next
+//    step's gathers (as FSDP2, which keeps sharded parameters on the host too). The
+//    copies are made even when host and device are the same (a CPU run), so the graph is
+//    the one a GPU runs. Clipping all-reduces its sum on the device.
+//    Unaccumulated gradients (`P.grad.acc`) stay on the device.
+//    Transfers are blocking; pinning the host tensors is the caller's part.
 //  - per group, after its last gradient is produced: the gradients cast to
 //    `reduce_dtype`, padded to whole shards and reduce-scattered (average) in one
 //    bucket; the result cast back to the shard's dtype;
@@ -51,6 +66,10 @@ struct FsdpGroupPlan {
   std::string name;                 // the module path of the FullyShard call ("" = root)
   std::vector<std::string> params;  // fully qualified parameter names
   bool reshard_after_forward = true;
+  // FSDP2's reshard_after_forward=<int> (with reshard_after_forward): reshard to this
+  // many ranks after forward instead of the whole shard group (see above); a divisor of
+  // world_size other than 1 and world_size. 0: the whole shard group.
+  int64_t post_forward_size = 0;
 };
 
 struct AdamWHyperparameters {
@@ -80,7 +99,15 @@ struct FsdpPlan {
   // Donation: every state output (`P.shard`, `P.exp_avg`, `P.exp_avg_sq`, `P.grad.acc`)
   // aliases its input (GraphOutput::aliases), so AdamW may update it in place.
   bool donate_state = true;
+  // FSDP2's CPUOffloadPolicy: shards, moments and AdamW on the host (see above).
+  bool cpu_offload = false;
 };
+
+// The process group a group resharded to `size` ranks after forward gathers backward's
+// copy over: "<shard group>.post_forward<size>", the `size` consecutive ranks of the
+// shard group that hold one piece each (rank r is rank r % size of the group of ranks
+// size * (r / size) ...). ShardForFsdp adds it to the module when it is used.
+std::string PostForwardGroupName(const std::string& shard_group, int64_t size);
 
 // Rows of dim 0 each rank holds for a parameter of `dim0` rows.
 inline int64_t ShardRows(int64_t dim0, int64_t world_size) { return (dim0 + world_size - 1) / world_size; }

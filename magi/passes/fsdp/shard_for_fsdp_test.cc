@@ -1,8 +1,12 @@
 #include "magi/passes/fsdp/shard_for_fsdp.h"
 
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
+#include "magi/passes/reshard_after_forward.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
@@ -49,8 +53,8 @@ Counts Count(const Graph& graph) {
   return c;
 }
 
-std::unique_ptr<Module> Shard(const FsdpPlan& plan) {
-  auto module = ParseModule(kStep);
+std::unique_ptr<Module> Shard(const FsdpPlan& plan, absl::string_view step = kStep) {
+  auto module = ParseModule(step);
   EXPECT_TRUE(module.ok()) << module.status();
   absl::Status status = ShardForFsdp(**module, *(*module)->FindGraph("train_step"), plan);
   EXPECT_TRUE(status.ok()) << status;
@@ -214,6 +218,219 @@ TEST(ShardForFsdpTest, ClipGradNorm) {
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(ShardForFsdp(**parsed, *(*parsed)->FindGraph("train_step"), no_optimizer).message(),
             "clip_grad_norm clips before the optimizer: it needs optimizer and gradient_sync");
+}
+
+
+// FSDP2's reshard_after_forward=2 on 4 ranks: after forward each rank keeps its half of
+// the gathered weights (magi::local_shard over a 2-rank group); backward gathers those
+// halves over the 2 ranks, not the shards over 4.
+FsdpPlan FourRanks(int64_t post_forward_l1, int64_t post_forward_l2) {
+  FsdpPlan plan;
+  plan.world_size = 4;
+  plan.groups = {{"l1", {"w1"}, true, post_forward_l1}, {"l2", {"w2"}, true, post_forward_l2}};
+  return plan;
+}
+
+TEST(ShardForFsdpTest, ReshardsToASmallerGroupAfterForward) {
+  std::unique_ptr<Module> module = Shard(FourRanks(2, 2));
+  const Graph& graph = *module->FindGraph("train_step");
+  const ProcessGroup* post_forward = module->FindProcessGroup("dp.post_forward2");
+  ASSERT_NE(post_forward, nullptr) << PrintModule(*module);
+  EXPECT_EQ(post_forward->size, 2);
+  EXPECT_EQ(post_forward->axis, "dp.post_forward2");
+  int pieces = 0, backward_gathers = 0;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() == kLocalShardOp) {
+      ++pieces;
+      EXPECT_EQ(node->annotations().phase, Phase::kForward);
+      EXPECT_EQ(node->FindArg("group")->as_string(), "dp.post_forward2");
+      // A piece of the forward gather's (padded) result: w2 has 3 rows -> 4 gathered -> 2 kept.
+      EXPECT_EQ(StartOfWait(*node->operand(0)->producer())->FindArg("group")->as_string(), "dp");
+    }
+    if (node->op() == kAllGatherStartOp && node->annotations().phase == Phase::kBackward) {
+      ++backward_gathers;
+      EXPECT_EQ(node->FindArg("group")->as_string(), "dp.post_forward2") << node->DebugName();
+      EXPECT_EQ(node->operand(0)->producer()->op(), kLocalShardOp);
+    }
+  }
+  EXPECT_EQ(pieces, 1);  // w2 (l1's w1 is not read in backward: nothing to keep)
+  EXPECT_EQ(backward_gathers, 1);
+  std::string text = PrintModule(*module);
+  EXPECT_NE(text.find("group = \"dp.post_forward2\") : f32[2,5] {module = \"l2\", phase = fwd}"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("group = \"dp.post_forward2\") : future<f32[4,5]>"), std::string::npos) << text;
+}
+
+// Bytes live between forward and backward: shards (true) < halves (2) < whole weights (false).
+TEST(ShardForFsdpTest, ReshardingToASmallerGroupKeepsMemoryBetweenTheOtherTwo) {
+  FsdpPlan keep = FourRanks(0, 0);
+  keep.groups[1].reshard_after_forward = false;
+  int64_t live[3];
+  int64_t peaks[3];
+  int i = 0;
+  for (const FsdpPlan& plan : {FourRanks(0, 0), FourRanks(0, 2), keep}) {
+    std::unique_ptr<Module> module = Shard(plan);
+    const Graph& graph = *module->FindGraph("train_step");
+    absl::StatusOr<MemoryPlan> memory = PlanMemory(graph);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    std::vector<Node*> nodes = graph.nodes();
+    int loss = 0;
+    while (nodes[loss]->result(0)->name() != "loss") ++loss;
+    live[i] = memory->live_after[loss];
+    peaks[i] = memory->peak_bytes;
+    ++i;
+  }
+  EXPECT_LT(live[0], live[1]);
+  EXPECT_LT(live[1], live[2]);
+  EXPECT_EQ(live[1] - live[0], 2 * 5 * 4);  // w2's kept half: 2 of its 4 padded rows
+  EXPECT_EQ(live[2] - live[0], 4 * 5 * 4);  // w2's whole padded gather (the slice is a view of it)
+  EXPECT_LE(peaks[0], peaks[1]);
+  EXPECT_LE(peaks[1], peaks[2]);
+}
+
+// mode=keep turns the smaller-group reshard back into keeping: the backward gather and
+// the pieces go, backward reads the forward gather.
+TEST(ShardForFsdpTest, KeepingDropsThePostForwardGatherAndPieces) {
+  std::unique_ptr<Module> module = Shard(FourRanks(2, 2));
+  absl::StatusOr<bool> changed = ReshardAfterForward(/*reshard=*/false, {}).Run(*module);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(VerifyModule(*module).ok());
+  for (const Node* node : module->FindGraph("train_step")->nodes()) {
+    EXPECT_NE(node->op(), kLocalShardOp);
+    if (IsCollectiveStart(node->op())) EXPECT_EQ(node->FindArg("group")->as_string(), "dp");
+  }
+  EXPECT_EQ(Count(*module->FindGraph("train_step")).gathers, 2);
+}
+
+TEST(ShardForFsdpTest, PostForwardSizeMustBeANonTrivialDivisorOfTheShardGroup) {
+  for (int64_t size : {1, 3, 4, 8}) {
+    auto module = ParseModule(kStep);
+    ASSERT_TRUE(module.ok());
+    absl::Status status = ShardForFsdp(**module, *(*module)->FindGraph("train_step"), FourRanks(0, size));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), absl::StrCat("FSDP group 'l2': reshard_after_forward=", size,
+                                             " must divide the shard group's 4 ranks and be neither 1 nor 4 (a smaller "
+                                             "group to reshard to; true or false otherwise)"));
+  }
+  FsdpPlan kept = FourRanks(0, 2);
+  kept.groups[1].reshard_after_forward = false;
+  auto module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok());
+  EXPECT_EQ(ShardForFsdp(**module, *(*module)->FindGraph("train_step"), kept).message(),
+            "FSDP group 'l2': post_forward_size 2 needs reshard_after_forward");
+}
+
+// HSDP with a 4-rank shard group: the post-forward group lies within the shard group.
+TEST(ShardForFsdpTest, HybridShardingReshardsWithinTheShardGroup) {
+  FsdpPlan plan = FourRanks(0, 2);
+  plan.process_group = "shard";
+  plan.mesh_axis = "shard";
+  plan.replicate_size = 2;
+  std::unique_ptr<Module> module = Shard(plan);
+  ASSERT_NE(module->FindProcessGroup("shard.post_forward2"), nullptr);
+  EXPECT_EQ(module->FindProcessGroup("shard.post_forward2")->size, 2);
+  for (const Node* node : module->FindGraph("train_step")->nodes()) {
+    if (node->op() == kAllGatherStartOp && node->annotations().phase == Phase::kBackward) {
+      EXPECT_EQ(node->FindArg("group")->as_string(), "shard.post_forward2");
+    }
+  }
+}
+
+// The same step computing on CUDA.
+std::string OnCuda(absl::string_view step) {
+  return absl::StrReplaceAll(step, {{"] {", "]@cuda {"}, {"]\n", "]@cuda\n"}});
+}
+
+// Bytes of the optimizer's inputs: shards, moments and AdamW's scalars.
+int64_t StateBytes(const Graph& graph) {
+  int64_t bytes = 0;
+  for (const Value* input : graph.inputs()) {
+    if (input->role() == InputRole::kParam || input->role() == InputRole::kOptState) {
+      bytes += *input->type().tensor().SizeInBytes();
+    }
+  }
+  return bytes;
+}
+
+// CPU offload (FSDP2's CPUOffloadPolicy): the master shards, moments and AdamW on the
+// host; shards copied to the device before each gather, reduced gradients to the host;
+// the device's planned peak drops and the host holds the state.
+TEST(ShardForFsdpTest, CpuOffloadKeepsTheOptimizerOnTheHost) {
+  const std::string cuda_step = OnCuda(kStep);
+  FsdpPlan plan = TwoGroups(/*reshard_l2=*/true);
+  plan.clip_grad_norm = 1.0;
+  std::unique_ptr<Module> plain = Shard(plan, cuda_step);
+  plan.cpu_offload = true;
+  std::unique_ptr<Module> offloaded = Shard(plan, cuda_step);
+  const Graph& graph = *offloaded->FindGraph("train_step");
+  for (const Value* input : graph.inputs()) {
+    const bool state = input->role() == InputRole::kParam || input->role() == InputRole::kOptState;
+    EXPECT_EQ(input->type().tensor().device.type, state ? DeviceType::kCpu : DeviceType::kCuda) << input->name();
+  }
+  int adamw = 0;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() == kAdamWOp) {  // every operand and result on the host
+      ++adamw;
+      for (const Value* operand : node->operands()) {
+        EXPECT_EQ(operand->type().tensor().device.type, DeviceType::kCpu) << operand->name();
+      }
+      for (const Value* result : node->results()) EXPECT_EQ(result->type().tensor().device.type, DeviceType::kCpu);
+      // Its gradient came off the device right after the reduce-scatter (through clipping).
+      const Node* clip = node->operand(kAdamWGrad)->producer();
+      EXPECT_EQ(clip->op(), "aten::mul.Tensor");
+      const Node* copy = clip->operand(0)->producer();
+      EXPECT_EQ(copy->op(), "aten::_to_copy");
+      EXPECT_EQ(copy->operand(0)->type().tensor().device.type, DeviceType::kCuda);
+      EXPECT_EQ(StartOfWait(*copy->operand(0)->producer())->op(), kReduceScatterStartOp);
+    }
+    if (IsCollectiveStart(node->op())) {  // collectives run on the device
+      for (const Value* operand : node->operands()) {
+        EXPECT_EQ(operand->type().tensor().device.type, DeviceType::kCuda) << node->DebugName();
+      }
+    }
+    if (node->op() == kAllGatherStartOp) EXPECT_EQ(node->operand(0)->producer()->op(), "aten::_to_copy");
+  }
+  EXPECT_EQ(adamw, 2);
+  std::string text = PrintModule(*offloaded);
+  EXPECT_NE(text.find("aten::_to_copy(%w1.shard, dtype = none, layout = none, device = device(cuda)"),
+            std::string::npos)
+      << text;
+
+  absl::StatusOr<MemoryPlan> before = PlanMemory(*plain->FindGraph("train_step"));
+  absl::StatusOr<MemoryPlan> after = PlanMemory(graph);
+  ASSERT_TRUE(before.ok() && after.ok());
+  const int64_t state = StateBytes(graph);
+  EXPECT_EQ(state, 3 * (3 * 4 + 2 * 5) * 4 + 3 * 4);  // shard + 2 moments of w1 [3,4] and w2 [2,5]; 3 scalars
+  EXPECT_EQ(before->host_peak_bytes, 0);      // all on the device
+  EXPECT_GE(after->host_peak_bytes, state);
+  EXPECT_LT(after->peak_bytes, before->peak_bytes);
+  // At the end of forward the device holds exactly the state less (the shard copies died
+  // with their gathers).
+  auto loss_index = [](const Graph& g) {
+    std::vector<Node*> nodes = g.nodes();
+    int i = 0;
+    while (nodes[i]->result(0)->name() != "loss") ++i;
+    return i;
+  };
+  EXPECT_EQ(before->live_after[loss_index(*plain->FindGraph("train_step"))] - after->live_after[loss_index(graph)],
+            state);
+}
+
+// On a CPU-only step host and device are one: the copies are still made (the graph a GPU
+// runs), and there is no separate host account.
+TEST(ShardForFsdpTest, CpuOffloadOnTheCpuCopiesWithinOneMemory) {
+  FsdpPlan plan = TwoGroups(true);
+  plan.cpu_offload = true;
+  std::unique_ptr<Module> module = Shard(plan);
+  const Graph& graph = *module->FindGraph("train_step");
+  int copies = 0;
+  for (const Node* node : graph.nodes()) copies += node->op() == "aten::_to_copy";
+  EXPECT_EQ(copies, 3 + 2);  // before each of the 3 gathers; after each of the 2 reduce-scatters
+  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph);
+  ASSERT_TRUE(memory.ok());
+  EXPECT_EQ(memory->host_peak_bytes, 0);
+  EXPECT_EQ(memory->host_peak_node, -1);
 }
 
 }  // namespace
