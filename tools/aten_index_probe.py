@@ -414,8 +414,11 @@ def main():
         print("| %s | %s | %s |" % (name, valid, cells), flush=True)
     print("%d of %d cases reach memory or drop an index unchecked" % (unchecked, len(results)))
     if args.json:
-        with open(args.json, "w") as f:
+        # Atomically (temp file + rename): a killed run leaves no half-written table.
+        temp = "%s.tmp.%d" % (args.json, os.getpid())
+        with open(temp, "w") as f:
             json.dump({"torch": torch.__version__, "cases": results}, f, indent=1)
+        os.replace(temp, args.json)
     return 0
 
 
