@@ -390,8 +390,10 @@ def _drop_none_outputs(gm, output_names, allow, what):
     if not missing:
         return output_names
     if not allow:
-        raise ExportError("%s %s: %s (pass --allow_none_grads to leave them out)" %
-                          (what, ", ".join("'%s'" % m for m in missing), "no gradient reaches it (autograd gives None)"))
+        named = [m[:-len(".grad")] if m.endswith(".grad") else m for m in missing]
+        raise ExportError("%s %s: no gradient reaches %s (autograd gives None); pass --allow_none_grads to leave "
+                          "%s out" % (what, ", ".join("'%s'" % m for m in named), "it" if len(named) == 1 else "them",
+                                      ", ".join("'%s'" % m for m in missing)))
     kept = [(name, item) for name, item in zip(output_names, items) if item is not None]
     output.args = (tuple(item for _, item in kept),)
     gm.recompile()

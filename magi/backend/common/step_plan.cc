@@ -225,6 +225,7 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
     if (plan.kind == NodePlan::Kind::kOp) {
       MAGI_ASSIGN_OR_RETURN(c10::OperatorHandle op, FindOperator(*node));
       plan.op = op;
+      plan.index_check = FindIndexCheck(node->op());
       MAGI_RETURN_IF_ERROR(PlanOpArguments(*node, op.schema(), slot, plan));
       if (node->num_results() == 1 && InPlaceOperandOfResult(node->op(), 0) >= 0) {
         plan_in_place();
@@ -312,6 +313,10 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
   stack.clear();
   PushArguments(plan, slots, stack);
   if (before_call) before_call(stack);
+  if (plan.index_check != nullptr) {
+    absl::Status checked = RunIndexCheck(plan.index_check, plan.op->schema(), stack);
+    if (!checked.ok()) return absl::Status(checked.code(), absl::StrCat(Where(*plan.node), ": ", checked.message()));
+  }
   try {
     (in_place && plan.in_place_op ? *plan.in_place_op : *plan.op).callBoxed(&stack);
   } catch (const c10::Error& error) {

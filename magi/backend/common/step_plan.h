@@ -22,6 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "magi/backend/common/index_checks.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph.h"
 #include "magi/ir/magi_ops.h"
@@ -39,6 +40,9 @@ struct NodePlan {
   enum class Kind { kOp, kCollectiveStart, kWait, kCall, kAdamW, kLocalShard } kind = Kind::kOp;
   const Node* node = nullptr;
   c10::optional<c10::OperatorHandle> op;  // kOp only
+  // kOp: validates index arguments the op's CPU kernel does not check (index_checks.h);
+  // null for most ops.
+  IndexCheck index_check = nullptr;
   // kCollectiveStart (and kLocalShard: `group` only):
   CollectiveKind collective = CollectiveKind::kAllGather;
   std::string group;
@@ -92,7 +96,9 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
 // `before_call`, when given, may replace arguments on the stack first (the interpreter
 // hands an op that writes its operands copies of the caller's input tensors). With
 // `in_place` (the caller's inputs are donated) a node that has an in_place_op runs it,
-// writing its result over the donated operand.
+// writing its result over the donated operand. Index arguments the op's CPU kernel would
+// use unchecked are validated before the call (InvalidArgument naming the node, the
+// argument and the offending value).
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
                                                      torch::jit::Stack& stack,
                                                      const std::function<void(torch::jit::Stack&)>& before_call = {},

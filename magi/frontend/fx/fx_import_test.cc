@@ -21,9 +21,14 @@
 namespace magi {
 namespace {
 
+// The models' tolerance is what was measured (docs/fx.md): bitwise, except the Llama twin's
+// joint graph (5.6e-9 relative on 1.13); issue 15 asks 1e-5 at most.
+constexpr double kBitwise = 0;
+
 struct Case {
   std::string model;
   std::string mode;
+  double tolerance = kBitwise;  // relative to each output's largest magnitude
   std::string dir = "exported";  // built by the genrules with PyTorch 1.13; "testdata": exported with 2.11
 };
 
@@ -32,12 +37,13 @@ std::string PrintTo(const Case& c) { return c.model + "_" + c.mode; }
 class FxImportTest : public ::testing::TestWithParam<Case> {};
 
 // Runs `imported` on its recorded inputs (collectives through `communicator`, if given)
-// twice and compares every output with PyTorch's eager result; every value PyTorch
-// recorded must be compared (RunAndCompare fails otherwise).
-void ExpectSameAsPyTorch(const FxImport& imported, const std::string& label,
+// twice and compares every output with PyTorch's eager result to `tolerance`; every value
+// PyTorch recorded must be compared (RunAndCompare fails otherwise).
+void ExpectSameAsPyTorch(const FxImport& imported, const std::string& label, double tolerance,
                          std::shared_ptr<Communicator> communicator = nullptr) {
   FxCheckOptions options;
   options.runs = 2;
+  options.tolerance = tolerance;
   options.communicator = std::move(communicator);
   absl::StatusOr<FxCheck> check = RunAndCompare(imported, options);
   ASSERT_TRUE(check.ok()) << label << ": " << check.status();
@@ -51,7 +57,7 @@ TEST_P(FxImportTest, RunsLikePyTorch) {
   absl::StatusOr<FxImport> imported = ImportFxFile("magi/frontend/fx/" + c.dir + "/" + PrintTo(c) + ".fx.json");
   ASSERT_TRUE(imported.ok()) << imported.status();
   EXPECT_EQ(imported->kind, c.mode);
-  ExpectSameAsPyTorch(*imported, PrintTo(c));
+  ExpectSameAsPyTorch(*imported, PrintTo(c), c.tolerance);
 }
 
 // Magi's passes on a third-party model: AutoRecompute on resnet18's joint graph, to a budget
@@ -100,7 +106,8 @@ TEST(FxImport2xTest, TorchExportAndMakeFxGraphsFromPyTorch2) {
     absl::StatusOr<FxImport> imported = ImportFxFile(std::string("magi/frontend/fx/testdata/") + name + ".fx.json");
     ASSERT_TRUE(imported.ok()) << imported.status();
     EXPECT_EQ(imported->torch_version.substr(0, 4), "2.11");
-    ExpectSameAsPyTorch(*imported, name);
+    // PyTorch 2.11's eager kernels against 1.13's: 1.5e-7 measured.
+    ExpectSameAsPyTorch(*imported, name, 1e-5);
   }
 }
 
@@ -108,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Models, FxImportTest,
                          ::testing::Values(Case{"resnet18", "forward"}, Case{"resnet18", "joint"},
                                            Case{"mobilenet_v2", "forward"}, Case{"mobilenet_v2", "joint"},
                                            Case{"vit", "forward"}, Case{"vit", "joint"}, Case{"llama", "forward"},
-                                           Case{"llama", "joint"}, Case{"view_write", "forward"},
+                                           Case{"llama", "joint", 1e-7}, Case{"view_write", "forward"},
                                            Case{"view_write", "joint"}, Case{"buffer_slice_write", "forward"},
                                            Case{"buffer_slice_write", "joint"}, Case{"instance_norm_stats", "forward"},
                                            Case{"instance_norm_stats", "joint"}, Case{"constant", "forward"},
@@ -340,7 +347,7 @@ TEST(FxImport2xTest, FunctionalCollectivesBecomeMagiCollectives) {
   auto communicator =
       CreateGlooCommunicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, "funcol", std::chrono::seconds(30));
   ASSERT_TRUE(communicator.ok()) << communicator.status();
-  ExpectSameAsPyTorch(*imported, "funcol_2x", *communicator);
+  ExpectSameAsPyTorch(*imported, "funcol_2x", 1e-5, *communicator);
 }
 
 }  // namespace
