@@ -125,7 +125,10 @@ ABSL_FLAG(std::string, passes, "",
 ABSL_FLAG(std::string, device_profile, "",
           "Cost model device profile (cpu, h200 or a .profile file; default: "
           "cpu, or h200 with --device=cuda)");
-ABSL_FLAG(std::string, calibration, "", "Measured op times (CSV from --calibration_out) for the cost model");
+ABSL_FLAG(std::string, calibration, "auto",
+          "The cost model's measured op times: auto (measure the step's kernels that the cache "
+          "${MAGI_CACHE_DIR:-~/.cache/magi}/calibration/ lacks, with short micro-runs on every rank, and cache them), "
+          "none (the device profile's formulas alone), or a CSV from --calibration_out");
 ABSL_FLAG(std::string, calibration_out, "", "Write the op times measured on rank 0 here (CSV) for later runs");
 ABSL_FLAG(std::string, dump_graph, "", "Write rank 0's compiled step graph (text IR) here");
 
@@ -361,7 +364,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   optimization.memory_budget_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_budget_gb) * 1e9);
   optimization.device_profile = absl::GetFlag(FLAGS_device_profile).empty() ? (device_flag == "cuda" ? "h200" : "cpu")
                                                                             : absl::GetFlag(FLAGS_device_profile);
-  optimization.calibration_csv = absl::GetFlag(FLAGS_calibration);
+  optimization.calibration = absl::GetFlag(FLAGS_calibration);
   // Commas inside a spec's braces separate its options, not specs.
   std::string spec;
   int depth = 0;
@@ -423,9 +426,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "reduce-scatters), compiled in %.1f s\n",
                  config.ToString().c_str(), config.NumParameters() / 1e6, env.world_size,
                  (*trainer)->graph().num_nodes(), gathers, scatters, compile_seconds);
-    std::fprintf(stderr, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile)\n",
+    if (!(*trainer)->calibration_summary().empty()) {
+      std::fprintf(stderr, "magi: %s\n", (*trainer)->calibration_summary().c_str());
+    }
+    std::fprintf(stderr, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile%s)\n",
                  (*trainer)->applied_pipeline().empty() ? "(none)" : (*trainer)->applied_pipeline().c_str(),
-                 predicted.step_seconds * 1e3, predicted.peak_bytes / 1e6, optimization.device_profile.c_str());
+                 predicted.step_seconds * 1e3, predicted.peak_bytes / 1e6, optimization.device_profile.c_str(),
+                 optimization.calibration == "none" ? ", uncalibrated"
+                 : optimization.calibration == "auto" ? ", calibrated"
+                                                      : (", calibrated by " + optimization.calibration).c_str());
     std::fprintf(stderr, "magi: plan %s: %s per step%s\n", (*trainer)->plan_hash().c_str(),
                  magi::DescribeCollectives((*trainer)->graph()).c_str(),
                  deterministic ? absl::StrFormat(" (the same on all %d ranks)", env.world_size).c_str() : "");
