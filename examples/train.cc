@@ -617,13 +617,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\", \"backend\": \"%s\", "
         "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
-        "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"losses\": [%s]}\n",
+        "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
+        "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
         dtype_flag, static_cast<int64_t>(env.world_size) * local * seq, timed_steps,
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
+        optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
         losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {

@@ -94,8 +94,12 @@ cat "$tmp/exhaustive.txt"
 {
   echo "| budget (GB) | search (ms) | exhaustive (ms) | search vs exhaustive | exhaustive best |"
   echo "| ---: | ---: | ---: | ---: | --- |"
+  # Columns: budget_GB search_ms exhaustive_ms gap time_s, then the best pipeline or
+  # "(nothing fits)" (two words: print everything after the fifth column, not $6).
   awk '/^exhaustive search over/ {on = 1; next} on && /^ *budget_GB/ {next}
-       on && NF >= 6 {printf "| %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, $6}' "$tmp/exhaustive.txt"
+       on && NF >= 6 {best = $0; sub(/^ *[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +/, "", best)
+                      if (best == "(nothing fits)") printf "| %s | %s | %s | %s | nothing fits |\n", $1, $2, $3, $4
+                      else printf "| %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, best}' "$tmp/exhaustive.txt"
 } > "$tmp/exhaustive.md"
 update_block search-exhaustive-4layers "$tmp/exhaustive.md"
 

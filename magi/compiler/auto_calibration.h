@@ -5,7 +5,10 @@
 // starts; not waits or calls) that the cost model's table lacks, the time comes from the
 // device's cache (calibration_cache.h: one file per KernelCalibrator::DeviceKey()), else
 // the KernelCalibrator measures it (short micro-runs, on every rank in lockstep) and the
-// cache gets it. The compile driver calls Calibrate on the graph it is about to search or
+// cache gets it. Compute kernels are timed first; each collective is then measured
+// after as much compute as the step runs before it (the median over its occurrences,
+// from the times just measured): collectives issued after compute take longer than back
+// to back (KernelRequest::compute_before_seconds says why). The compile driver calls Calibrate on the graph it is about to search or
 // run passes on, and again on the optimized graph, whose fused collectives and new
 // shapes were not there before. The table is filled with the times the calibrator
 // returns (the same on every rank), never straight from this machine's file, so all
@@ -22,6 +25,7 @@
 #define MAGI_COMPILER_AUTO_CALIBRATION_H_
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,11 +65,16 @@ class AutoCalibration {
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
+  // Asks the calibrator for `requests` (keys[i] is requests[i]'s) and records the times.
+  absl::Status Measure(const std::vector<KernelRequest>& requests, const std::vector<std::string>& keys,
+                       int* measured_now);
+
   std::shared_ptr<KernelCalibrator> calibrator_;
   CalibrationTable* table_;
   CalibrationCache cache_;
   CalibrationStats stats_;
   std::vector<std::string> warnings_;
+  std::set<std::string> unmeasurable_;  // keys the calibrator returned no time for
 };
 
 }  // namespace magi

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -44,23 +45,26 @@ MAGI_REGISTER(Backend, "null", [](const ComponentOptions&) -> absl::StatusOr<std
 class CountingCalibrator : public KernelCalibrator {
  public:
   std::string DeviceKey() const override { return "test device, libtorch 0.0"; }
-  absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<const Node*>& nodes,
-                                                    const std::vector<std::optional<double>>& known) override {
+  absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
     ++calls;
     CostModel formula(*LoadDeviceProfile("cpu"));
     std::vector<KernelTime> times;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (known[i]) {
-        times.push_back({known[i], false, 0});
+    for (const KernelRequest& request : requests) {
+      if (request.known) {
+        times.push_back({request.known, false, 0});
         continue;
       }
-      measured.push_back(CalibrationTable::KeyOf(*nodes[i]));
-      times.push_back({3 * formula.Cost(*nodes[i]).seconds + 1e-6, true, 3});
+      measured.push_back(CalibrationTable::KeyOf(*request.node));
+      if (request.node->op().find("_start") != std::string::npos) {
+        compute_before[measured.back()] = request.compute_before_seconds;
+      }
+      times.push_back({3 * formula.Cost(*request.node).seconds + 1e-6, true, 3});
     }
     return times;
   }
   int calls = 0;
   std::vector<std::string> measured;
+  std::map<std::string, double> compute_before;  // of each collective measured
 };
 
 std::string FreshDir(const std::string& name) {
@@ -95,12 +99,35 @@ TEST(AutoCalibrationTest, TheFirstCompileMeasuresAndCachesTheSecondReusesIt) {
   absl::StatusOr<CompiledStep> a = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step",
                                            CalibratedOptions(dir, first));
   ASSERT_TRUE(a.ok()) << a.status();
-  // Two rounds: the sharded step, then what bucketing added.
-  EXPECT_EQ(first->calls, 2);
+  // Two rounds: the sharded step (compute kernels, then collectives), then what bucketing added.
+  EXPECT_EQ(first->calls, 3);
   const std::set<std::string> keys = KernelKeys(a->graph());
   std::set<std::string> measured(first->measured.begin(), first->measured.end());
   EXPECT_EQ(measured.size(), first->measured.size()) << "a key was measured twice";
   for (const std::string& key : keys) EXPECT_TRUE(measured.count(key)) << key;
+
+  // Each collective was measured after the compute the step runs before it: the table's
+  // times of the kernels since the previous collective, the median over the key's
+  // occurrences (here the first collective key of the step).
+  const std::unique_ptr<Module> sharded = LoadTestdata("llama4_fsdp_step.mir");
+  std::map<std::string, std::vector<double>> since_by_key;
+  std::string first_key;
+  double since = 0;
+  for (const Node* node : sharded->FindGraph("train_step")->nodes()) {
+    if (node->op() == "magi::wait") continue;
+    const std::string key = CalibrationTable::KeyOf(*node);
+    if (node->op().find("_start") != std::string::npos) {
+      if (first_key.empty()) first_key = key;
+      since_by_key[key].push_back(since);
+      since = 0;
+    } else {
+      since += *a->calibration->Find(key);
+    }
+  }
+  std::vector<double> occurrences = since_by_key.at(first_key);
+  std::sort(occurrences.begin(), occurrences.end());
+  EXPECT_EQ(first->compute_before.at(first_key), occurrences[occurrences.size() / 2]);
+  EXPECT_GT(first->compute_before.at(first_key), 0);
 
   // The table the prediction used: every kernel of the compiled graph, the cached values.
   ASSERT_NE(a->calibration, nullptr);

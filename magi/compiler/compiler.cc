@@ -140,6 +140,7 @@ absl::StatusOr<OptimizedStep> OptimizeStepImpl(std::unique_ptr<Module> module, c
     // prediction times every kernel the step runs.
     MAGI_RETURN_IF_ERROR(calibration->Calibrate(step.graph()));
     step.calibration_summary = calibration->Summary();
+    step.calibration_stats = calibration->stats();
   }
   MAGI_ASSIGN_OR_RETURN(step.prediction, Simulate(step.graph(), model));
   return step;

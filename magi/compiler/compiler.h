@@ -76,6 +76,7 @@ struct OptimizedStep {
   std::string strategy_report;   // the search's table, when the search chose the pipeline
   SimulationResult prediction;   // of the optimized graph, before partitioning
   std::string calibration_summary;  // what calibration by default did ("" without it)
+  CalibrationStats calibration_stats;
   const Graph& graph() const { return *module->FindGraph(graph_name); }
 };
 

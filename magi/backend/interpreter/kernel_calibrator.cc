@@ -45,10 +45,10 @@ std::string CpuModel() {
   return "unknown cpu";
 }
 
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+double Mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return values.empty() ? 0 : sum / static_cast<double>(values.size());
 }
 
 // The smallest dimension of the node's floating tensors: integer inputs below it are
@@ -72,8 +72,15 @@ absl::StatusOr<at::Tensor> Synthesize(const TensorType& type, int64_t index_boun
   MAGI_ASSIGN_OR_RETURN(c10::ScalarType scalar_type, compat::ToScalarType(type.dtype));
   at::TensorOptions options = at::TensorOptions().dtype(scalar_type).device(compat::ToTorchDevice(type.device));
   std::vector<int64_t> strides = type.strides.empty() ? ContiguousStrides(type.sizes) : type.strides;
+  // The storage the strides span (expanded dims, stride 0, share elements): filled flat,
+  // then viewed with the IR's strides.
+  int64_t storage = 1;
+  for (size_t d = 0; d < type.sizes.size(); ++d) {
+    if (type.sizes[d] == 0) storage = 0;
+    if (storage > 0) storage += (type.sizes[d] - 1) * strides[d];
+  }
   try {
-    at::Tensor tensor = at::empty_strided(type.sizes, strides, options);
+    at::Tensor tensor = at::empty({storage}, options);
     if (scalar_type == at::kBool) {
       tensor.fill_(false);
     } else if (at::isFloatingType(scalar_type)) {
@@ -85,7 +92,7 @@ absl::StatusOr<at::Tensor> Synthesize(const TensorType& type, int64_t index_boun
     } else {
       tensor.zero_();
     }
-    return tensor;
+    return tensor.as_strided(type.sizes, strides);
   } catch (const c10::Error& error) {
     return absl::InternalError(absl::StrCat("cannot make a ", type.ToString(), ": ", error.what_without_backtrace()));
   }
@@ -101,44 +108,37 @@ class TorchKernelCalibrator : public KernelCalibrator {
 
   std::string DeviceKey() const override { return TorchDeviceKey(options_.device); }
 
-  absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<const Node*>& nodes,
-                                                    const std::vector<std::optional<double>>& known) override {
-    if (known.size() != nodes.size()) return absl::InvalidArgumentError("one known time per node");
+  absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
     plans_.clear();
-    const size_t n = nodes.size();
+    const size_t n = requests.size();
+    std::vector<std::optional<double>> known(n);
+    for (size_t i = 0; i < n; ++i) known[i] = requests[i].known;
     // 1. Which kernels any rank lacks: every rank measures those, in the same order.
-    std::vector<double> missing(n);
-    for (size_t i = 0; i < n; ++i) missing[i] = known[i] ? 0.0 : 1.0;
-    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all_missing, Exchange(missing));
-    std::vector<bool> measure(n, false);
+    MAGI_ASSIGN_OR_RETURN(std::vector<bool> measure, AgreeOnMissing(known));
     int to_measure = 0, collectives = 0;
     for (size_t i = 0; i < n; ++i) {
-      for (const std::vector<double>& rank : all_missing) measure[i] = measure[i] || rank[i] != 0.0;
       to_measure += measure[i];
-      collectives += measure[i] && IsCollectiveStart(nodes[i]->op());
+      collectives += measure[i] && IsCollectiveStart(requests[i].node->op());
     }
 
     // 2. Measure: compute kernels on each rank by itself, then the collectives in lockstep.
-    std::vector<double> seconds(n, -1.0), runs(n, 0.0);
+    std::vector<std::optional<Timing>> timings(n);
     if (to_measure > 0) {
-      Progress(absl::StrFormat("magi: calibrating %d kernels of the step (%d collectives) on %s...", to_measure,
-                               collectives, DeviceKey()),
+      Progress(absl::StrFormat("magi: calibrating %d kernels of the step%s on %s...", to_measure,
+                               collectives > 0 ? absl::StrFormat(" (%d collectives, in lockstep)", collectives) : "",
+                               DeviceKey()),
                /*line=*/true);
       auto start = Clock::now();
       int done = 0, skipped_for_time = 0;
       for (int pass = 0; pass < 2; ++pass) {
         const bool collective_pass = pass == 1;
         for (size_t i = 0; i < n; ++i) {
-          if (!measure[i] || IsCollectiveStart(nodes[i]->op()) != collective_pass) continue;
+          if (!measure[i] || IsCollectiveStart(requests[i].node->op()) != collective_pass) continue;
           if (!collective_pass && SecondsSince(start) > options_.max_seconds) {
             ++skipped_for_time;
             continue;
           }
-          MAGI_ASSIGN_OR_RETURN(std::optional<Timing> timing, Measure(*nodes[i]));
-          if (timing) {
-            seconds[i] = timing->seconds;
-            runs[i] = timing->runs;
-          }
+          MAGI_ASSIGN_OR_RETURN(timings[i], Measure(requests[i]));
           ++done;
           if (isatty(2)) Progress(absl::StrFormat("\rmagi: calibrating... %d/%d", done, to_measure), false);
         }
@@ -151,21 +151,49 @@ class TorchKernelCalibrator : public KernelCalibrator {
       }
       Progress(note, true);
       if (!failures_.empty()) {
-        Progress(absl::StrCat("magi: ", failures_.size(), " kernels could not run by themselves (the formula times them), e.g. ",
-                              failures_.front()),
+        std::string list;
+        for (size_t f = 0; f < failures_.size() && f < 3; ++f) absl::StrAppend(&list, "\n  ", failures_[f]);
+        if (failures_.size() > 3) absl::StrAppend(&list, "\n  ...");
+        Progress(absl::StrCat("magi: ", failures_.size(),
+                              " kernel(s) could not run by themselves (the formula times them):", list),
                  true);
         failures_.clear();
       }
     }
+    plans_.clear();  // the graphs may not outlive this call
+    // 3. Agree on the times.
+    return AgreeOnTimes(measure, timings, known);
+  }
 
-    // 3. Agree: every rank takes the mean over the ranks (in rank order) of what each
-    // measured now or knew, so all tables are the same.
+ private:
+  struct Timing {
+    double seconds = 0;
+    int runs = 0;
+  };
+
+  // Entry i is to be measured when any rank lacks known[i] (one exchange).
+  absl::StatusOr<std::vector<bool>> AgreeOnMissing(const std::vector<std::optional<double>>& known) {
+    std::vector<double> missing(known.size());
+    for (size_t i = 0; i < known.size(); ++i) missing[i] = known[i] ? 0.0 : 1.0;
+    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, Exchange(missing));
+    std::vector<bool> measure(known.size(), false);
+    for (size_t i = 0; i < known.size(); ++i) {
+      for (const std::vector<double>& rank : all) measure[i] = measure[i] || rank[i] != 0.0;
+    }
+    return measure;
+  }
+
+  // Every rank takes the mean over the ranks (in rank order) of what each measured now
+  // (`timings`, where `measure`) or knew: the same times everywhere (one exchange).
+  absl::StatusOr<std::vector<KernelTime>> AgreeOnTimes(const std::vector<bool>& measure,
+                                                       const std::vector<std::optional<Timing>>& timings,
+                                                       const std::vector<std::optional<double>>& known) {
+    const size_t n = measure.size();
     std::vector<double> mine(2 * n);
     for (size_t i = 0; i < n; ++i) {
-      mine[i] = measure[i] ? seconds[i] : *known[i];
-      mine[n + i] = measure[i] ? runs[i] : 0.0;
+      mine[i] = measure[i] ? (timings[i] ? timings[i]->seconds : -1.0) : *known[i];
+      mine[n + i] = measure[i] && timings[i] ? timings[i]->runs : 0.0;
     }
-    plans_.clear();  // the graphs may not outlive this call
     MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, Exchange(mine));
     std::vector<KernelTime> times(n);
     for (size_t i = 0; i < n; ++i) {
@@ -189,11 +217,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return times;
   }
 
- private:
-  struct Timing {
-    double seconds = 0;
-    int runs = 0;
-  };
+  // Every rank's `value`, exchanged over `communicator` only (in its rank order).
+  absl::StatusOr<std::vector<double>> GatherOver(Communicator& communicator, double value) {
+    at::Tensor mine = at::full({1}, value, at::TensorOptions().dtype(at::kDouble)).to(options_.device);
+    MAGI_ASSIGN_OR_RETURN(auto handle, communicator.Start(CollectiveKind::kAllGather, {mine}, "sum"));
+    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> results, handle->Wait());
+    at::Tensor host = results.at(0).to(at::kCPU).contiguous();
+    return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+  }
 
   void Progress(const std::string& text, bool line) const {
     if (!options_.progress) return;
@@ -241,7 +272,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
 
   // Times one kernel; nullopt (with the reason kept for the warning) when it cannot run
   // by itself. Fails only for a collective (its peers wait on it).
-  absl::StatusOr<std::optional<Timing>> Measure(const Node& node) {
+  absl::StatusOr<std::optional<Timing>> Measure(const KernelRequest& request) {
+    const Node& node = *request.node;
     absl::StatusOr<const NodePlan*> found = PlanOf(node);
     if (!found.ok()) return Unmeasurable(node, found.status().message());
     const NodePlan& plan = **found;
@@ -259,7 +291,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     switch (plan.kind) {
       case NodePlan::Kind::kCollectiveStart:
-        return MeasureCollective(plan, slots);
+        return MeasureCollective(plan, slots, request.compute_before_seconds);
       case NodePlan::Kind::kOp:
       case NodePlan::Kind::kAdamW:
         return MeasureCompute(plan, slots, device);
@@ -309,28 +341,59 @@ class TorchKernelCalibrator : public KernelCalibrator {
       Synchronize(device);
       samples.push_back(SecondsSince(start));
     }
-    return Timing{Median(samples), static_cast<int>(samples.size())};
+    return Timing{Mean(samples), static_cast<int>(samples.size())};
   }
 
-  absl::StatusOr<std::optional<Timing>> MeasureCollective(const NodePlan& plan, const std::vector<at::Tensor>& slots) {
+  // Each run: as much compute as the step runs before the collective (`compute_before`,
+  // at most options_.max_compute_before_seconds; the same work on every rank, a loop of
+  // small matmuls), then the collective, timed from its start to the end of its wait.
+  // Run 0 warms the transport up and is not counted.
+  absl::StatusOr<std::optional<Timing>> MeasureCollective(const NodePlan& plan, const std::vector<at::Tensor>& slots,
+                                                          double compute_before) {
     auto it = options_.communicators.find(plan.group);
     // Same on every rank (the same communicators for the same graph): nobody measures it.
     if (it == options_.communicators.end() || it->second == nullptr) {
       return Unmeasurable(*plan.node, absl::StrCat("no communicator for group '", plan.group, "'"));
     }
+    Communicator& communicator = *it->second;
     std::vector<at::Tensor> inputs;
     for (int s : plan.args[0].slots) inputs.push_back(slots[s]);
+    const double burst = std::min(std::max(0.0, compute_before), options_.max_compute_before_seconds);
+    int64_t iterations = 0;
+    // A step's kind of compute: matmuls that allocate a fresh 256 KB result each.
+    at::Tensor a = at::rand({256, 128}, at::TensorOptions().device(options_.device));
+    at::Tensor b = at::rand({128, 256}, at::TensorOptions().device(options_.device));
+    if (burst > 0) {
+      // The same work on every rank (their mean time per matmul), so the drift between
+      // ranks is the real one.
+      constexpr int kProbe = 8;
+      for (int k = 0; k < 2; ++k) (void)at::mm(a, b);
+      Synchronize(options_.device);
+      auto probe_start = Clock::now();
+      for (int k = 0; k < kProbe; ++k) (void)at::mm(a, b);
+      Synchronize(options_.device);
+      MAGI_ASSIGN_OR_RETURN(std::vector<double> probe, GatherOver(communicator, SecondsSince(probe_start) / kProbe));
+      double per_iteration = 0;
+      for (double p : probe) per_iteration += p / static_cast<double>(probe.size());
+      iterations = std::max<int64_t>(1, std::llround(burst / std::max(per_iteration, 1e-9)));
+    }
     std::vector<double> samples;
     for (int run = 0; run <= options_.collective_runs; ++run) {
+      for (int64_t k = 0; k < iterations; ++k) (void)at::mm(a, b);
+      Synchronize(options_.device);
       auto start = Clock::now();
-      absl::StatusOr<std::unique_ptr<CollectiveHandle>> handle =
-          it->second->Start(plan.collective, inputs, plan.reduce_op);
-      if (!handle.ok()) return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
+      absl::StatusOr<std::unique_ptr<CollectiveHandle>> handle = communicator.Start(plan.collective, inputs, plan.reduce_op);
+      if (!handle.ok()) {
+        return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
+      }
       absl::StatusOr<std::vector<at::Tensor>> results = (*handle)->Wait();
-      if (!results.ok()) return absl::Status(results.status().code(), absl::StrCat(Where(*plan.node), ": ", results.status().message()));
-      if (run > 0) samples.push_back(SecondsSince(start));  // run 0 warms the transport up
+      if (!results.ok()) {
+        return absl::Status(results.status().code(), absl::StrCat(Where(*plan.node), ": ", results.status().message()));
+      }
+      Synchronize(options_.device);
+      if (run > 0) samples.push_back(SecondsSince(start));
     }
-    return Timing{Median(samples), static_cast<int>(samples.size())};
+    return Timing{Mean(samples), static_cast<int>(samples.size())};
   }
 
   struct Plans {

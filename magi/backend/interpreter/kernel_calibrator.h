@@ -12,13 +12,19 @@
 // tensors (so they are valid indices, targets and divisors), booleans false; the IR's
 // strides are honoured. Each compute kernel runs once to warm up, then until
 // `seconds_per_kernel` is spent (between `min_runs` and `max_runs` runs); its time is the
-// median run, which a busy machine's preemptions do not move. On CUDA a run is timed
-// from device synchronization to device synchronization.
+// mean run. (The mean, not the median: on a machine whose cores are shared, a step's
+// kernels are preempted in proportion to their time, and the mean counts that; the
+// median of short kernels would not.) On CUDA a run is timed from device
+// synchronization to device synchronization.
 //
 // Collectives are measured through the step's own communicators, start + wait (as in a
 // step where nothing overlaps them), with every rank in lockstep: every rank compiles the
 // same graph and measures the same list in the same order, after the ranks have agreed
-// (one all-gather) on which kernels any of them lacks. The times are then exchanged (one
+// (one all-gather) on which kernels any of them lacks. Each run follows as much compute
+// as the step runs before the collective (the same work on every rank): on this 2-core
+// machine, 9 Gloo all-gathers of a layer's parameters took 6.4 ms back to back but
+// 32-35 ms after 30-100 ms of compute (the ranks drift apart, and threads that ran long
+// wake up late on shared cores), and in the step they took what the latter predicts. The times are then exchanged (one
 // more all-gather) and every rank returns the mean over the ranks, in rank order, so the
 // tables, and hence the plans, are identical everywhere. With more than one
 // communicator (HSDP), the exchanges gather over each in turn, by group name.
@@ -49,7 +55,11 @@ struct TorchKernelCalibratorOptions {
   double seconds_per_kernel = 0.004;
   int min_runs = 3;
   int max_runs = 30;
-  int collective_runs = 5;  // timed runs of each collective, after one warm-up
+  int collective_runs = 8;  // timed runs of each collective, after one warm-up
+  // A collective is measured after as much compute as the step runs before it
+  // (KernelRequest::compute_before_seconds), up to this much: the effect grows little
+  // beyond tens of milliseconds (below), and this bounds the calibration's time.
+  double max_compute_before_seconds = 0.1;
   // Compute kernels still unmeasured after this long are left to the formula (a warning
   // says how many); collectives are always measured (their count is small and every
   // rank must take part in each).

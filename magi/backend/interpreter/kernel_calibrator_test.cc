@@ -92,12 +92,12 @@ class ThreadCommunicator : public Communicator {
   int rank_;
 };
 
-std::vector<const Node*> Kernels(const Graph& graph) {
-  std::vector<const Node*> nodes;
+std::vector<KernelRequest> Kernels(const Graph& graph) {
+  std::vector<KernelRequest> requests;
   for (const Node* node : graph.nodes()) {
-    if (node->op() != "magi::wait") nodes.push_back(node);
+    if (node->op() != "magi::wait") requests.push_back({node, std::nullopt, 0.0});
   }
-  return nodes;
+  return requests;
 }
 
 TEST(KernelCalibratorTest, TheDeviceKeyNamesTheCpuThreadsAndLibTorch) {
@@ -111,22 +111,21 @@ TEST(KernelCalibratorTest, OneProcessMeasuresWhatIsNotKnownAndKeepsWhatIs) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
   ASSERT_TRUE(module.ok()) << module.status();
   const Graph& graph = *(*module)->FindGraph("g");
-  std::vector<const Node*> nodes = Kernels(graph);
-  std::vector<std::optional<double>> known(nodes.size());
-  known[0] = 0.25;  // the embedding: known, not measured again
+  std::vector<KernelRequest> requests = Kernels(graph);
+  requests[0].known = 0.25;  // the embedding: known, not measured again
   TorchKernelCalibratorOptions options;
   options.seconds_per_kernel = 0.0;  // min_runs each
   std::shared_ptr<KernelCalibrator> calibrator = MakeTorchKernelCalibrator(options);
-  absl::StatusOr<std::vector<KernelTime>> times = calibrator->Calibrate(nodes, known);
+  absl::StatusOr<std::vector<KernelTime>> times = calibrator->Calibrate(requests);
   ASSERT_TRUE(times.ok()) << times.status();
-  ASSERT_EQ(times->size(), nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string& op = nodes[i]->op();
-    SCOPED_TRACE(nodes[i]->DebugName());
+  ASSERT_EQ(times->size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string& op = requests[i].node->op();
+    SCOPED_TRACE(requests[i].node->DebugName());
     if (i == 0) {
       EXPECT_EQ((*times)[i].seconds, 0.25);
       EXPECT_FALSE((*times)[i].measured);
-    } else if (op == "magi::all_gather_start" || nodes[i]->result(0)->name() == "bad") {
+    } else if (op == "magi::all_gather_start" || requests[i].node->result(0)->name() == "bad") {
       // No communicator for "dp"; mm of [32,64] x [32,64] fails: both left to the formula.
       EXPECT_FALSE((*times)[i].seconds.has_value());
       EXPECT_TRUE((*times)[i].measured);
@@ -144,29 +143,31 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
   ASSERT_TRUE(module.ok()) << module.status();
   const Graph& graph = *(*module)->FindGraph("g");
-  std::vector<const Node*> nodes = Kernels(graph);
+  const std::vector<KernelRequest> requests = Kernels(graph);
   size_t gather = 0;
-  while (nodes[gather]->op() != "magi::all_gather_start") ++gather;
+  while (requests[gather].node->op() != "magi::all_gather_start") ++gather;
   ThreadGroup group;
   absl::StatusOr<std::vector<KernelTime>> times[2];
   auto rank = [&](int r) {
     TorchKernelCalibratorOptions options;
     options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
     options.seconds_per_kernel = 0.0;
-    std::vector<std::optional<double>> known(nodes.size());
+    std::vector<KernelRequest> mine = requests;
     // The embedding is cached on both ranks (with different times: other machines); the
     // mm only on rank 0: both measure it.
-    known[0] = r == 0 ? 0.25 : 0.75;
-    if (r == 0) known[2] = 0.5;
-    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(nodes, known);
+    mine[0].known = r == 0 ? 0.25 : 0.75;
+    if (r == 0) mine[2].known = 0.5;
+    // The gather follows 10 ms of compute in the step: each run does that much first.
+    mine[gather].compute_before_seconds = 0.01;
+    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
   };
   std::thread r0(rank, 0), r1(rank, 1);
   r0.join();
   r1.join();
   ASSERT_TRUE(times[0].ok()) << times[0].status();
   ASSERT_TRUE(times[1].ok()) << times[1].status();
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    SCOPED_TRACE(nodes[i]->DebugName());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(requests[i].node->DebugName());
     EXPECT_EQ((*times[0])[i].seconds, (*times[1])[i].seconds);  // bit for bit
     EXPECT_EQ((*times[0])[i].measured, (*times[1])[i].measured);
   }
@@ -176,9 +177,10 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
   EXPECT_NE((*times[0])[2].seconds, 0.5);
   ASSERT_TRUE((*times[0])[gather].seconds.has_value());
   EXPECT_GT(*(*times[0])[gather].seconds, 0);
-  EXPECT_EQ((*times[0])[gather].runs, 2 * 5);  // 5 timed runs on each rank
-  // Agreement (missing kernels, then the times) + one warm-up and 5 runs of the gather.
-  EXPECT_EQ(group.collectives(), 2 + 6);
+  EXPECT_EQ((*times[0])[gather].runs, 2 * 8);  // 8 timed runs on each rank
+  // Agreement (missing kernels, then the times), the ranks' time per unit of compute
+  // work, one warm-up and 8 runs of the gather.
+  EXPECT_EQ(group.collectives(), 2 + 1 + 9);
 }
 
 }  // namespace

@@ -159,6 +159,7 @@ class FsdpTrainer {
   const SimulationResult& prediction() const { return compiled_.optimized.prediction; }
   // What calibration by default did for the step ("" unless StepOptimization::calibration is "auto").
   const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
+  const CalibrationStats& calibration_stats() const { return compiled_.optimized.calibration_stats; }
   const std::vector<Partition>& partitions() const { return compiled_.partitions; }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h): two runs that print the
   // same hash ran the same buckets, collective sizes, schedule and backends.
