@@ -76,6 +76,8 @@ check "the magi tool never depends on LibTorch, Gloo, CUDA or NCCL" \
   "//magi/tools/..." "filter($DEVICE_LIBS, \$d)"
 check "the backend interface never depends on LibTorch" \
   "//magi/backend:backend" "filter($DEVICE_LIBS, \$d)"
+check "the kernel calibrator interface (what the compile driver measures through) never depends on LibTorch" \
+  "//magi/backend:kernel_calibrator" "filter($DEVICE_LIBS, \$d)"
 check "backends never depend on frontends" \
   "//magi/backend/..." "\$d intersect //magi/frontend/..."
 check "backends reach runtimes only through the NCCL communicator (nccl_stream drives NCCL itself)" \

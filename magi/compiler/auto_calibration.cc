@@ -44,9 +44,12 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
     (collective ? collectives : compute).push_back(request);
     (collective ? collective_keys : compute_keys).push_back(std::move(key));
   }
+  // Both calls happen even with nothing to ask: every rank makes the same calls whatever
+  // its graph, so a rank that compiled another graph cannot leave the others waiting in
+  // an exchange (the calibrator then measures nothing, on every rank).
   int measured_now = 0;
-  if (!compute.empty()) MAGI_RETURN_IF_ERROR(Measure(compute, compute_keys, &measured_now));
-  if (!collectives.empty()) {
+  MAGI_RETURN_IF_ERROR(Measure(compute, compute_keys, &measured_now));
+  {
     // The compute before each collective (since the previous one), by the table just
     // filled (agreed across ranks, so every rank asks for the same); the median over a
     // key's occurrences.

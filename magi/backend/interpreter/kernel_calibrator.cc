@@ -24,6 +24,7 @@
 #include "magi/backend/common/step_plan.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
+#include "magi/cost/calibration.h"
 #include "magi/ir/collectives.h"
 
 namespace magi {
@@ -111,6 +112,29 @@ class TorchKernelCalibrator : public KernelCalibrator {
   absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
     plans_.clear();
     const size_t n = requests.size();
+    // 0. The ranks must ask for the same kernels, else every later exchange would pair
+    // collectives of different sizes (Gloo aborts the process on that). One fixed-size
+    // exchange of the count and a fingerprint of the keys; on a mismatch (ranks compiled
+    // different graphs: deterministic mode's plan check then names them) nothing is
+    // measured, on any rank.
+    uint64_t fingerprint = 0xcbf29ce484222325ull;
+    for (const KernelRequest& request : requests) {
+      for (unsigned char c : CalibrationTable::KeyOf(*request.node) + "\n") {
+        fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
+      }
+    }
+    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> headers,
+                          Exchange({static_cast<double>(n), static_cast<double>(fingerprint >> 32),
+                                    static_cast<double>(fingerprint & 0xffffffffull)}));
+    for (const std::vector<double>& header : headers) {
+      if (header != headers.front()) {
+        std::fprintf(stderr,
+                     "magi: warning: the ranks asked to calibrate different kernels (their step graphs differ: another "
+                     "model or pipeline on some rank?); nothing is measured\n");
+        return std::vector<KernelTime>(n);
+      }
+    }
+    if (n == 0) return std::vector<KernelTime>();
     std::vector<std::optional<double>> known(n);
     for (size_t i = 0; i < n; ++i) known[i] = requests[i].known;
     // 1. Which kernels any rank lacks: every rank measures those, in the same order.

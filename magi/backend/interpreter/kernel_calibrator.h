@@ -20,7 +20,8 @@
 // Collectives are measured through the step's own communicators, start + wait (as in a
 // step where nothing overlaps them), with every rank in lockstep: every rank compiles the
 // same graph and measures the same list in the same order, after the ranks have agreed
-// (one all-gather) on which kernels any of them lacks. Each run follows as much compute
+// (one all-gather) on which kernels any of them lacks (after a fixed-size exchange that
+// checks they ask for the same kernels at all). Each run follows as much compute
 // as the step runs before the collective (the same work on every rank): on this 2-core
 // machine, 9 Gloo all-gathers of a layer's parameters took 6.4 ms back to back but
 // 32-35 ms after 30-100 ms of compute (the ranks drift apart, and threads that ran long
@@ -55,11 +56,11 @@ struct TorchKernelCalibratorOptions {
   double seconds_per_kernel = 0.004;
   int min_runs = 3;
   int max_runs = 30;
-  int collective_runs = 8;  // timed runs of each collective, after one warm-up
+  int collective_runs = 6;  // timed runs of each collective, after one warm-up
   // A collective is measured after as much compute as the step runs before it
   // (KernelRequest::compute_before_seconds), up to this much: the effect grows little
   // beyond tens of milliseconds (below), and this bounds the calibration's time.
-  double max_compute_before_seconds = 0.1;
+  double max_compute_before_seconds = 0.03;
   // Compute kernels still unmeasured after this long are left to the formula (a warning
   // says how many); collectives are always measured (their count is small and every
   // rank must take part in each).
