@@ -133,7 +133,10 @@ ABSL_FLAG(std::string, passes, "",
 ABSL_FLAG(std::string, device_profile, "",
           "Cost model device profile (cpu, h200 or a .profile file; default: "
           "cpu, or h200 with --device=cuda)");
-ABSL_FLAG(std::string, calibration, "", "Measured op times (CSV from --calibration_out) for the cost model");
+ABSL_FLAG(std::string, calibration, "auto",
+          "The cost model's measured op times: auto (measure the step's kernels that the cache "
+          "${MAGI_CACHE_DIR:-~/.cache/magi}/calibration/ lacks, with short micro-runs on every rank, and cache them), "
+          "none (the device profile's formulas alone), or a CSV from --calibration_out");
 ABSL_FLAG(std::string, calibration_out, "", "Write the op times measured on rank 0 here (CSV) for later runs");
 ABSL_FLAG(std::string, dump_graph, "", "Write rank 0's compiled step graph (text IR) here");
 
@@ -383,7 +386,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   optimization.memory_budget_bytes = *magi::BytesFromDouble(absl::GetFlag(FLAGS_budget_gb) * 1e9);  // validated in main
   optimization.device_profile = absl::GetFlag(FLAGS_device_profile).empty() ? (device_flag == "cuda" ? "h200" : "cpu")
                                                                             : absl::GetFlag(FLAGS_device_profile);
-  optimization.calibration_csv = absl::GetFlag(FLAGS_calibration);
+  optimization.calibration = absl::GetFlag(FLAGS_calibration);
   // Commas inside a spec's braces separate its options, not specs.
   std::string spec;
   int depth = 0;
@@ -445,9 +448,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "reduce-scatters), compiled in %.1f s\n",
                  config.ToString().c_str(), config.NumParameters() / 1e6, env.world_size,
                  (*trainer)->graph().num_nodes(), gathers, scatters, compile_seconds);
-    std::fprintf(stderr, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile)\n",
+    if (!(*trainer)->calibration_summary().empty()) {
+      std::fprintf(stderr, "magi: %s\n", (*trainer)->calibration_summary().c_str());
+    }
+    std::fprintf(stderr, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile%s)\n",
                  (*trainer)->applied_pipeline().empty() ? "(none)" : (*trainer)->applied_pipeline().c_str(),
-                 predicted.step_seconds * 1e3, predicted.peak_bytes / 1e6, optimization.device_profile.c_str());
+                 predicted.step_seconds * 1e3, predicted.peak_bytes / 1e6, optimization.device_profile.c_str(),
+                 optimization.calibration == "none" ? ", uncalibrated"
+                 : optimization.calibration == "auto" ? ", calibrated"
+                                                      : (", calibrated by " + optimization.calibration).c_str());
     std::fprintf(stderr, "magi: plan %s: %s per step%s\n", (*trainer)->plan_hash().c_str(),
                  magi::DescribeCollectives((*trainer)->graph()).c_str(),
                  deterministic ? absl::StrFormat(" (the same on all %d ranks)", env.world_size).c_str() : "");
@@ -630,13 +639,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"predicted_step_seconds\": %.6f, \"budget_bytes\": %d, \"pipeline\": \"%s\", \"backend\": \"%s\", "
         "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
-        "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"losses\": [%s]}\n",
+        "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
+        "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
         dtype_flag, static_cast<int64_t>(env.world_size) * local * seq, timed_steps,
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
+        optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
         losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {

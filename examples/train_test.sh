@@ -5,6 +5,8 @@
 # resume at other world sizes and inference. checkpoint_kill_test.sh kills runs while they save.
 set -euo pipefail
 out="${TEST_TMPDIR:-$(mktemp -d)}/train"
+# Calibration by default measures into this cache (not the user's ~/.cache/magi).
+export MAGI_CACHE_DIR="$out/cache"
 examples/train --steps=12 --world_size=2 --out_dir="$out" --summary_json="$out/summary_copy.json"
 for f in loss.csv loss.svg summary.json summary_copy.json checkpoint/step-00000012/manifest.json \
          checkpoint/step-00000012/rank0.pt checkpoint/step-00000012/rank1.pt; do
@@ -135,4 +137,37 @@ a, b = (json.load(open(p))["losses"] for p in sys.argv[1:])
 assert a == b, (a, b)
 print("cpu offload: the same losses", a)
 PY
+# Calibration by default: the first run measures the step's kernels and writes the
+# device's cache; a second run reuses it and measures nothing; a corrupt cache is
+# measured again with a warning; --calibration=none measures nothing.
+cal="$out/calibration"
+MAGI_CACHE_DIR="$cal" examples/train --steps=2 --world_size=2 --checkpoint=false --out_dir="$out/cal1" 2> "$out/cal1.txt" \
+  || { cat "$out/cal1.txt"; exit 1; }
+cache=$(ls "$cal"/calibration/cpu-*.csv)
+grep -q "magi: calibration (cpu .*): [0-9]* kernels, 0 cached in $cache, [1-9][0-9]* measured" "$out/cal1.txt" \
+  || { cat "$out/cal1.txt"; exit 1; }
+head -2 "$cache" | grep -q "^# device: cpu .*, libtorch "
+MAGI_CACHE_DIR="$cal" examples/train --steps=2 --world_size=2 --checkpoint=false --out_dir="$out/cal2" 2> "$out/cal2.txt" \
+  || { cat "$out/cal2.txt"; exit 1; }
+grep -q "kernels, [1-9][0-9]* cached in $cache, 0 measured" "$out/cal2.txt" || { cat "$out/cal2.txt"; exit 1; }
+! grep -q "magi: calibrating" "$out/cal2.txt"
+python3 - "$out/cal1/summary.json" "$out/cal2/summary.json" <<'PY'
+import json, sys
+first, second = (json.load(open(p)) for p in sys.argv[1:])
+assert first["calibrated_kernels_measured"] > 0 and first["calibrated_kernels_cached"] == 0, first
+assert second["calibrated_kernels_measured"] == 0, second
+assert second["calibrated_kernels_cached"] == first["calibrated_kernels_measured"], (first, second)
+assert second["predicted_step_seconds"] == first["predicted_step_seconds"], (first, second)
+assert first["predicted_peak_memory_bytes"] == first["peak_memory_bytes"], first
+print("calibration cache ok:", first["calibrated_kernels_measured"], "kernels measured, then reused")
+PY
+echo "garbage" >> "$cache"
+MAGI_CACHE_DIR="$cal" examples/train --steps=1 --world_size=2 --checkpoint=false --out_dir="$out/cal3" 2> "$out/cal3.txt" \
+  || { cat "$out/cal3.txt"; exit 1; }
+grep -q "warning: calibration cache $cache:.*expected 'mean_seconds,count,key', got 'garbage'; the cached times are ignored, measured again and the file replaced" "$out/cal3.txt" \
+  || { cat "$out/cal3.txt"; exit 1; }
+! grep -q garbage "$cache"
+MAGI_CACHE_DIR="$out/never" examples/train --steps=1 --world_size=2 --checkpoint=false --calibration=none \
+  --out_dir="$out/cal4" 2> "$out/cal4.txt" || { cat "$out/cal4.txt"; exit 1; }
+[[ ! -e "$out/never" ]] && ! grep -q "magi: calibrat" "$out/cal4.txt"
 echo "train example ok"

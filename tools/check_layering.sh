@@ -77,6 +77,8 @@ check "the magi tool never depends on LibTorch, Gloo, CUDA or NCCL" \
   "//magi/tools/..." "filter($DEVICE_LIBS, \$d)"
 check "the backend interface never depends on LibTorch" \
   "//magi/backend:backend" "filter($DEVICE_LIBS, \$d)"
+check "the kernel calibrator interface (what the compile driver measures through) never depends on LibTorch" \
+  "//magi/backend:kernel_calibrator" "filter($DEVICE_LIBS, \$d)"
 check "backends never depend on frontends" \
   "//magi/backend/..." "\$d intersect //magi/frontend/..."
 # What the NCCL communicator itself needs (deterministic mode's NCCL settings) comes with it.

@@ -12,6 +12,11 @@
 #   tools/docs_tables.sh --quick --check --magi=PATH
 #                                   exit 1 with a diff if the doc's 4-layer table is stale
 #                                   (//tools:docs_tables_test runs this)
+#   tools/docs_tables.sh --calibration
+#                                   only the predicted-vs-measured table of calibration by
+#                                   default (examples/calibration_accuracy.sh: four 30-step
+#                                   trainings on 2 CPU ranks, ~4 min); measured times, so
+#                                   a re-run reproduces them within the machine's noise
 #
 # Tables list predictions only (step, exposed communication, peak, recomputed nodes, plan):
 # they are deterministic, so a re-run reproduces them byte for byte. Search times depend on
@@ -20,12 +25,14 @@ set -euo pipefail
 
 quick=0
 check=0
+calibration=0
 magi=""
 docs=docs/passes.md
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
     --check) check=1 ;;
+    --calibration) calibration=1 ;;
     --magi=*) magi="${arg#--magi=}" ;;
     --docs=*) docs="${arg#--docs=}" ;;
     *) echo "docs_tables.sh: unknown argument $arg" >&2; exit 2 ;;
@@ -37,25 +44,6 @@ if [[ $check -eq 1 && $quick -eq 0 ]]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [[ -z "$magi" ]]; then
-  # Optimized (the search times printed are then meaningful); copied, since bazel-bin
-  # follows the configuration of the last build.
-  tools/bazel build --config=opt //magi/tools:magi >&2
-  cp bazel-bin/magi/tools/magi "$tmp/magi"
-  magi="$tmp/magi"
-fi
-
-# The frontier text table (magi plan --frontier) as a markdown table without the search-time
-# column: budget_GB step_ms exposed_ms peak_GB recomputed search_s pipeline.
-frontier_markdown() {
-  echo "| budget (GB) | step (ms) | exposed comm. (ms) | peak (GB) | recomputed nodes | plan |"
-  echo "| ---: | ---: | ---: | ---: | ---: | --- |"
-  awk '/^ *budget_GB/ {on = 1; next}
-       on && /nothing fits/ {sub(/^ +/, ""); b = $1; sub(/^[^(]*\(nothing fits: /, ""); sub(/\)$/, "");
-                             printf "| %s | - | - | - | - | nothing fits: %s |\n", b, $0; next}
-       on && NF >= 7 {printf "| %s | %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, $5, $7}
-       on && NF < 7 {on = 0}' "$1"
-}
 
 # Replaces (or, with --check, compares) the block NAME of $docs with file $2.
 update_block() {
@@ -80,6 +68,39 @@ update_block() {
   fi
 }
 
+if [[ $calibration -eq 1 ]]; then
+  # The default build, as users run it; copied (bazel-bin follows the last build's configuration).
+  tools/bazel build //examples:train >&2
+  cp bazel-bin/examples/train "$tmp/train"
+  {
+    echo "$(date -u +%Y-%m-%d), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the runs:"
+    echo
+    examples/calibration_accuracy.sh "$tmp/train" "$tmp/runs"
+  } > "$tmp/calibration.md"
+  cat "$tmp/calibration.md"
+  update_block calibration-cpu "$tmp/calibration.md"
+  exit 0
+fi
+if [[ -z "$magi" ]]; then
+  # Optimized (the search times printed are then meaningful); copied, since bazel-bin
+  # follows the configuration of the last build.
+  tools/bazel build --config=opt //magi/tools:magi >&2
+  cp bazel-bin/magi/tools/magi "$tmp/magi"
+  magi="$tmp/magi"
+fi
+
+# The frontier text table (magi plan --frontier) as a markdown table without the search-time
+# column: budget_GB step_ms exposed_ms peak_GB recomputed search_s pipeline.
+frontier_markdown() {
+  echo "| budget (GB) | step (ms) | exposed comm. (ms) | peak (GB) | recomputed nodes | plan |"
+  echo "| ---: | ---: | ---: | ---: | ---: | --- |"
+  awk '/^ *budget_GB/ {on = 1; next}
+       on && /nothing fits/ {sub(/^ +/, ""); b = $1; sub(/^[^(]*\(nothing fits: /, ""); sub(/\)$/, "");
+                             printf "| %s | - | - | - | - | nothing fits: %s |\n", b, $0; next}
+       on && NF >= 7 {printf "| %s | %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, $5, $7}
+       on && NF < 7 {on = 0}' "$1"
+}
+
 # 1. The 4-layer version of the 8B step (a checked-in fixture): cheap, checked by a test.
 STEP4=magi/passes/testdata/step8b_4layers.mir
 "$magi" plan "$STEP4" --frontier=9,9.2,9.3,9.4,9.6,9.8,10,10.5,11 --threads=2 > "$tmp/four.txt"
@@ -94,8 +115,12 @@ cat "$tmp/exhaustive.txt"
 {
   echo "| budget (GB) | search (ms) | exhaustive (ms) | search vs exhaustive | exhaustive best |"
   echo "| ---: | ---: | ---: | ---: | --- |"
+  # Columns: budget_GB search_ms exhaustive_ms gap time_s, then the best pipeline or
+  # "(nothing fits)" (two words: print everything after the fifth column, not $6).
   awk '/^exhaustive search over/ {on = 1; next} on && /^ *budget_GB/ {next}
-       on && NF >= 6 {printf "| %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, $6}' "$tmp/exhaustive.txt"
+       on && NF >= 6 {best = $0; sub(/^ *[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +/, "", best)
+                      if (best == "(nothing fits)") printf "| %s | %s | %s | %s | nothing fits |\n", $1, $2, $3, $4
+                      else printf "| %s | %s | %s | %s | `%s` |\n", $1, $2, $3, $4, best}' "$tmp/exhaustive.txt"
 } > "$tmp/exhaustive.md"
 update_block search-exhaustive-4layers "$tmp/exhaustive.md"
 

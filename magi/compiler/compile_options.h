@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "magi/backend/kernel_calibrator.h"
 #include "magi/passes/fsdp/shard_for_fsdp.h"
 #include "magi/registry/registry.h"
 #include "magi/search/strategy_search.h"
@@ -30,9 +32,18 @@ struct OptimizationOptions {
 };
 
 // The cost model that the search, auto-recompute and the prediction use: one object.
+// Its measured times come from a table the user gives (calibration_csv), or are measured
+// (calibration by default, auto_calibration.h: the frontends give a calibrator unless told
+// not to), or there are none (the profile's formulas alone). Not both.
 struct CostModelOptions {
   std::string device_profile = "cpu";  // a builtin profile (cpu, h200) or a .profile file
-  std::string calibration_csv;         // measured op times (CalibrationTable CSV), if any
+  std::string calibration_csv;         // measured op times (CalibrationTable CSV), used as given
+  // Measures the step's kernels that the cache lacks (after sharding, and again after the
+  // pipeline or search); null: nothing is measured.
+  std::shared_ptr<KernelCalibrator> calibrator;
+  // Where measured tables are cached per device kind; "": CalibrationCache::DefaultDir()
+  // (${MAGI_CACHE_DIR:-~/.cache/magi}/calibration).
+  std::string calibration_cache_dir;
 };
 
 // Which backends other than the primary one take parts of the step.

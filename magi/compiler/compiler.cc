@@ -73,16 +73,27 @@ std::string DescribeCapability(const std::string& name, const std::string& prima
 absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options) {
   CostModelBundle bundle;
   MAGI_ASSIGN_OR_RETURN(DeviceProfile profile, LoadDeviceProfile(options.device_profile));
+  if (!options.calibration_csv.empty() && options.calibrator != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("give a calibration table (", options.calibration_csv,
+                                                   ") or a calibrator that measures one, not both"));
+  }
   if (!options.calibration_csv.empty()) {
     MAGI_ASSIGN_OR_RETURN(CalibrationTable table, CalibrationTable::Load(options.calibration_csv));
-    bundle.calibration = std::make_unique<CalibrationTable>(std::move(table));
+    bundle.calibration = std::make_shared<CalibrationTable>(std::move(table));
+  } else if (options.calibrator != nullptr) {
+    bundle.calibration = std::make_shared<CalibrationTable>();
+    bundle.auto_calibration = std::make_unique<AutoCalibration>(options.calibrator, options.calibration_cache_dir,
+                                                                bundle.calibration.get());
   }
   bundle.model = std::make_unique<CostModel>(std::move(profile), bundle.calibration.get());
   return bundle;
 }
 
-absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
-                                           const CompileOptions& options, const CostModel& model) {
+namespace {
+
+absl::StatusOr<OptimizedStep> OptimizeStepImpl(std::unique_ptr<Module> module, const std::string& graph_name,
+                                               const CompileOptions& options, const CostModel& model,
+                                               AutoCalibration* calibration) {
   if (module == nullptr) return absl::InvalidArgumentError("no module to compile");
   Graph* graph = module->FindGraph(graph_name);
   if (graph == nullptr) return absl::NotFoundError(absl::StrCat("module @", module->name(), " has no graph @", graph_name));
@@ -102,6 +113,8 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
     MAGI_RETURN_IF_ERROR(VerifyModule(*module));
   }
   if (!optimization.canonicalize.empty()) MAGI_RETURN_IF_ERROR(RunPipeline(optimization.canonicalize, model, *module));
+  // Measured before anything is decided with the model (the search, auto-recompute).
+  if (calibration != nullptr) MAGI_RETURN_IF_ERROR(calibration->Calibrate(*graph));
   OptimizedStep step;
   step.graph_name = graph_name;
   if (optimization.memory_budget_bytes > 0) {
@@ -117,21 +130,45 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
     if (!optimization.passes.empty()) MAGI_RETURN_IF_ERROR(RunPipeline(optimization.passes, model, *module));
     step.module = std::move(module);
   }
+  if (calibration != nullptr) {
+    // What the optimization added (fused collectives, new shapes) is measured too, so the
+    // prediction times every kernel the step runs.
+    MAGI_RETURN_IF_ERROR(calibration->Calibrate(step.graph()));
+    step.calibration_summary = calibration->Summary();
+    step.calibration_stats = calibration->stats();
+  }
   MAGI_ASSIGN_OR_RETURN(step.prediction, Simulate(step.graph(), model));
   return step;
+}
+
+}  // namespace
+
+absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
+                                           const CompileOptions& options, const CostModel& model) {
+  return OptimizeStepImpl(std::move(module), graph_name, options, model, /*calibration=*/nullptr);
+}
+
+absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
+                                           const CompileOptions& options, CostModelBundle& cost) {
+  if (cost.model == nullptr) return absl::InvalidArgumentError("no cost model");
+  return OptimizeStepImpl(std::move(module), graph_name, options, *cost.model, cost.auto_calibration.get());
 }
 
 absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::string& graph_name,
                                      const CompileOptions& options) {
   MAGI_ASSIGN_OR_RETURN(CostModelBundle cost, MakeCostModel(options.cost_model));
   CompiledStep compiled;
-  MAGI_ASSIGN_OR_RETURN(compiled.optimized, OptimizeStep(std::move(module), graph_name, options, *cost.model));
+  MAGI_ASSIGN_OR_RETURN(compiled.optimized, OptimizeStep(std::move(module), graph_name, options, cost));
+  compiled.calibration = cost.calibration;
   Module& step_module = *compiled.optimized.module;
   Graph& graph = *step_module.FindGraph(graph_name);
   auto note = [&](std::string text) {
     if (options.partitioning.log) std::fprintf(stderr, "magi: %s\n", text.c_str());
     compiled.notes.push_back(std::move(text));
   };
+  if (cost.auto_calibration != nullptr) {
+    for (const std::string& warning : cost.auto_calibration->warnings()) note(warning);
+  }
 
   // Stage 4: partition backends first pick, in order; the primary backend runs the rest.
   std::map<std::string, std::unique_ptr<Backend>> partition_backends;

@@ -12,11 +12,13 @@
 //   1. shard: ShardForFsdp with `options.sharding`, then the verifier; with
 //      `options.batch_invariant_sequences` > 1, the batch-invariant pass unrolls the
 //      one-sequence graph to that many sequences (the all-gathers stay shared);
-//   2. optimize: the canonicalization pipeline (elide-copies, dce), then the pass pipeline, or the strategy search under the memory budget; the
+//   2. optimize: the canonicalization pipeline (elide-copies, dce), calibration of the
+//      step's kernels when a calibrator is given (auto_calibration.h), then the pass pipeline, or the strategy search under the memory budget; the
 //      search hands back the very module it evaluated and predicted (no re-run from
 //      text), and every pass that needs a cost model (auto-recompute) gets the same
 //      CostModel object, calibration table included;
-//   3. simulate: the cost model's prediction of the optimized graph;
+//   3. simulate: the cost model's prediction of the optimized graph (after calibrating
+//      the kernels the optimization added, such as fused collectives);
 //   4. partition: each partition backend in turn outlines the runs of compute nodes it
 //      accepts (GetCapability) into graphs called through magi::call (partitioner.h);
 //      the primary backend must accept everything left, else FailedPrecondition lists
@@ -44,6 +46,7 @@
 
 #include "absl/status/statusor.h"
 #include "magi/backend/backend.h"
+#include "magi/compiler/auto_calibration.h"
 #include "magi/compiler/compile_options.h"
 #include "magi/compiler/partitioner.h"
 #include "magi/compiler/plan_hash.h"
@@ -54,11 +57,15 @@
 
 namespace magi {
 
-// A CostModel together with the calibration table it points to.
+// A CostModel together with the calibration table it points to and, with a calibrator,
+// what fills that table as the step is compiled.
 struct CostModelBundle {
-  std::unique_ptr<CalibrationTable> calibration;  // null without a table
+  std::shared_ptr<CalibrationTable> calibration;  // null without a table
+  std::unique_ptr<AutoCalibration> auto_calibration;  // null without options.calibrator
   std::unique_ptr<CostModel> model;
 };
+// InvalidArgument when both a table and a calibrator are given; a table that does not
+// parse fails naming its line.
 absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options);
 
 // The result of stages 1-3 (no backend involved).
@@ -68,12 +75,19 @@ struct OptimizedStep {
   std::string applied_pipeline;  // "" if none
   std::string strategy_report;   // the search's table, when the search chose the pipeline
   SimulationResult prediction;   // of the optimized graph, before partitioning
+  std::string calibration_summary;  // what calibration by default did ("" without it)
+  CalibrationStats calibration_stats;
   const Graph& graph() const { return *module->FindGraph(graph_name); }
 };
 
-// Stages 1-3 on `module` (taken over) with `model`.
+// Stages 1-3 on `module` (taken over) with `model` (nothing is measured).
 absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
                                            const CompileOptions& options, const CostModel& model);
+// The same with `cost`'s model; with its auto_calibration, the step's kernels are
+// calibrated after canonicalization (before the search or pipeline decides anything) and
+// those of the optimized graph before the prediction.
+absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
+                                           const CompileOptions& options, CostModelBundle& cost);
 
 // A compiled step: the optimized module (its step graph calls the partition graphs),
 // what the stages decided, and the executable.
@@ -86,8 +100,13 @@ struct CompiledStep {
   std::string plan_hash;
   // The executable of each partition, by callee graph (identical partitions share one).
   std::map<std::string, std::shared_ptr<Executable>> partition_executables;
-  // What the driver reported: per partition backend what it took and declined, fallbacks.
+  // What the driver reported: calibration, per partition backend what it took and
+  // declined, fallbacks.
   std::vector<std::string> notes;
+  // The measured times the search and the prediction used (null: the formulas alone);
+  // Simulate(graph-before-partitioning, CostModel(profile, calibration.get())) reproduces
+  // optimized.prediction.
+  std::shared_ptr<const CalibrationTable> calibration;
   const Module& module() const { return *optimized.module; }
   const Graph& graph() const { return optimized.graph(); }
 };

@@ -1,5 +1,7 @@
 #include "magi/cost/calibration.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -59,22 +61,38 @@ absl::Status CalibrationTable::AddRun(const Graph& graph, const std::vector<doub
 }
 
 void CalibrationTable::Add(const std::string& key, double seconds, int64_t count) {
+  if (count < 1) return;
   Entry& entry = entries_[key];
-  entry.total_seconds += seconds * static_cast<double>(count);
+  if (entry.count == 0) {
+    entry = Entry{seconds, count};  // exactly what was given (a table read back equals the one written)
+    return;
+  }
+  const double total = static_cast<double>(entry.count + count);
+  entry.mean_seconds = entry.mean_seconds * (static_cast<double>(entry.count) / total) +
+                       seconds * (static_cast<double>(count) / total);
   entry.count += count;
 }
 
-std::optional<double> CalibrationTable::Lookup(const Node& node) const {
-  auto it = entries_.find(KeyOf(node));
-  if (it == entries_.end() || it->second.count == 0) return std::nullopt;
-  return it->second.total_seconds / static_cast<double>(it->second.count);
+void CalibrationTable::Set(const std::string& key, double seconds, int64_t count) {
+  entries_[key] = Entry{seconds, std::max<int64_t>(1, count)};
 }
 
-std::string CalibrationTable::ToCsv() const {
-  std::string out = "# mean_seconds,count,key\n";
+std::optional<double> CalibrationTable::Find(const std::string& key) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.count == 0) return std::nullopt;
+  return it->second.mean_seconds;
+}
+
+std::optional<double> CalibrationTable::Lookup(const Node& node) const { return Find(KeyOf(node)); }
+
+std::string CalibrationTable::ToCsv(absl::string_view comment) const {
+  std::string out;
+  if (!comment.empty()) {
+    for (absl::string_view line : absl::StrSplit(comment, '\n')) absl::StrAppend(&out, "# ", line, "\n");
+  }
+  absl::StrAppend(&out, "# mean_seconds,count,key\n");
   for (const auto& [key, entry] : entries_) {
-    absl::StrAppendFormat(&out, "%.9g,%d,%s\n", entry.total_seconds / static_cast<double>(entry.count), entry.count,
-                          key);
+    absl::StrAppendFormat(&out, "%.17g,%d,%s\n", entry.mean_seconds, entry.count, key);
   }
   return out;
 }
@@ -98,7 +116,9 @@ absl::StatusOr<CalibrationTable> CalibrationTable::FromCsv(absl::string_view tex
   return table;
 }
 
-absl::Status CalibrationTable::Save(const std::string& path) const { return WriteFileAtomically(path, ToCsv()); }
+absl::Status CalibrationTable::Save(const std::string& path, absl::string_view comment) const {
+  return WriteFileAtomically(path, ToCsv(comment));
+}
 
 absl::StatusOr<CalibrationTable> CalibrationTable::Load(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);

@@ -6,7 +6,10 @@
 // collective the key is its start's (kind, group size, input types) and the time is
 // start + wait of a run where nothing overlapped the two (the unscheduled graph).
 //
-// The file is CSV, one entry per line: `mean_seconds,count,key`, written atomically.
+// The file is CSV, one entry per line: `mean_seconds,count,key`, written atomically;
+// lines starting with '#' are comments. Means are printed with 17 significant digits, so
+// a table read back is the table written, bit for bit (a cached table gives a later run
+// the same plan as the run that measured it).
 #ifndef MAGI_COST_CALIBRATION_H_
 #define MAGI_COST_CALIBRATION_H_
 
@@ -22,27 +25,34 @@ namespace magi {
 
 class CalibrationTable {
  public:
+  struct Entry {
+    double mean_seconds = 0;
+    int64_t count = 0;  // samples the mean is of
+  };
+
   // The key under which `node`'s time is recorded.
   static std::string KeyOf(const Node& node);
 
   // Adds one run's times: `node_seconds[i]` belongs to graph.nodes()[i]. A wait's time
   // is added to its start's entry. InvalidArgument if the sizes differ.
   absl::Status AddRun(const Graph& graph, const std::vector<double>& node_seconds);
+  // Folds `count` samples of mean `seconds` into `key`'s entry (the first sets it exactly).
   void Add(const std::string& key, double seconds, int64_t count = 1);
+  // Replaces `key`'s entry: `seconds` is its mean from now on.
+  void Set(const std::string& key, double seconds, int64_t count = 1);
 
   std::optional<double> Lookup(const Node& node) const;
+  std::optional<double> Find(const std::string& key) const;
   size_t size() const { return entries_.size(); }
+  const std::map<std::string, Entry>& entries() const { return entries_; }
 
-  std::string ToCsv() const;
+  // `comment`, when given, is written first, each of its lines prefixed with "# ".
+  std::string ToCsv(absl::string_view comment = "") const;
   static absl::StatusOr<CalibrationTable> FromCsv(absl::string_view text, absl::string_view source = "calibration");
-  absl::Status Save(const std::string& path) const;
+  absl::Status Save(const std::string& path, absl::string_view comment = "") const;
   static absl::StatusOr<CalibrationTable> Load(const std::string& path);
 
  private:
-  struct Entry {
-    double total_seconds = 0;
-    int64_t count = 0;
-  };
   std::map<std::string, Entry> entries_;
 };
 

@@ -10,6 +10,7 @@
 #include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/materialize.h"
 #include "magi/frontend/fsdp/plan_check.h"
+#include "magi/frontend/fsdp/step_calibration.h"
 #include "magi/frontend/fsdp/step_inputs.h"
 #include "magi/ir/graph_utils.h"
 
@@ -122,7 +123,14 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.optimization.passes = optimization.passes;
   options.optimization.memory_budget_bytes = optimization.memory_budget_bytes;
   options.cost_model.device_profile = optimization.device_profile;
-  options.cost_model.calibration_csv = optimization.calibration_csv;
+  {
+    // The step runs where its state will live: the capture device, else the example's.
+    at::Device device = capture.device ? compat::ToTorchDevice(*capture.device)
+                                       : (example.empty() ? at::Device(at::kCPU) : example[0].device());
+    std::map<std::string, std::shared_ptr<Communicator>> groups = {{plan.process_group, trainer->communicator_}};
+    if (replicate != nullptr) groups[plan.replicate_group] = replicate;
+    MAGI_RETURN_IF_ERROR(SetStepCalibration(optimization.calibration, groups, device, options.cost_model));
+  }
   options.partitioning.backends = optimization.partition_backends;
   options.partitioning.min_nodes = optimization.partition_min_nodes;
   options.partitioning.max_nodes = optimization.partition_max_nodes;

@@ -64,7 +64,10 @@ struct StepOptimization {
   // finds the same plan.
   int64_t memory_budget_bytes = 0;
   std::string device_profile = "cpu";  // cost model for the search and the prediction
-  std::string calibration_csv;         // measured op times (CalibrationTable) to use, if any
+  // The cost model's measured times (step_calibration.h): "auto" measures the step's
+  // kernels the cache lacks (calibration by default), "none" uses the profile's formulas
+  // alone, any other value is a CalibrationTable CSV to use as given.
+  std::string calibration = "auto";
   // Partition backends that take the parts of the step they accept (see magi/compiler),
   // and the bounds on a partition's node count (max 0: unbounded).
   std::vector<std::string> partition_backends;
@@ -157,6 +160,9 @@ class FsdpTrainer {
   const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
   const std::string& strategy_report() const { return compiled_.optimized.strategy_report; }
   const SimulationResult& prediction() const { return compiled_.optimized.prediction; }
+  // What calibration by default did for the step ("" unless StepOptimization::calibration is "auto").
+  const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
+  const CalibrationStats& calibration_stats() const { return compiled_.optimized.calibration_stats; }
   const std::vector<Partition>& partitions() const { return compiled_.partitions; }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h): two runs that print the
   // same hash ran the same buckets, collective sizes, schedule and backends.

@@ -10,6 +10,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/frontend/capture/capture.h"
+#include "magi/frontend/fsdp/step_calibration.h"
 #include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/step_inputs.h"
 
@@ -101,7 +102,9 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
   compile.optimization.passes = options.optimization.passes;
   compile.optimization.memory_budget_bytes = options.optimization.memory_budget_bytes;
   compile.cost_model.device_profile = options.optimization.device_profile;
-  compile.cost_model.calibration_csv = options.optimization.calibration_csv;
+  at::Device device = params.empty() ? at::Device(at::kCPU) : params.begin()->second.device();
+  MAGI_RETURN_IF_ERROR(SetStepCalibration(options.optimization.calibration,
+                                          {{trainer->plan_.process_group, communicator}}, device, compile.cost_model));
   compile.partitioning.backends = options.optimization.partition_backends;
   compile.partitioning.min_nodes = options.optimization.partition_min_nodes;
   compile.partitioning.max_nodes = options.optimization.partition_max_nodes;

@@ -1,0 +1,455 @@
+#include "magi/backend/interpreter/kernel_calibrator.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#ifdef MAGI_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "magi/backend/common/step_plan.h"
+#include "magi/base/status_macros.h"
+#include "magi/compat/torch_compat.h"
+#include "magi/cost/calibration.h"
+#include "magi/ir/collectives.h"
+
+namespace magi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string CpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    }
+  }
+  return "unknown cpu";
+}
+
+double Mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return values.empty() ? 0 : sum / static_cast<double>(values.size());
+}
+
+// The smallest dimension of the node's floating tensors: integer inputs below it are
+// valid indices into them (embedding rows, classes of a loss, gather positions).
+int64_t IndexBound(const Node& node) {
+  int64_t bound = std::numeric_limits<int64_t>::max();
+  auto visit = [&](const Value* value) {
+    if (!value->type().is_tensor() || !IsFloatingPoint(value->type().tensor().dtype)) return;
+    for (int64_t size : value->type().tensor().sizes) {
+      if (size > 0) bound = std::min(bound, size);
+    }
+  };
+  for (const Value* operand : node.operands()) visit(operand);
+  for (const Value* result : node.results()) visit(result);
+  return bound == std::numeric_limits<int64_t>::max() ? 2 : bound;
+}
+
+// A tensor of `type` with values every op of the step accepts (see the header).
+absl::StatusOr<at::Tensor> Synthesize(const TensorType& type, int64_t index_bound) {
+  if (type.HasDynamicDims()) return absl::FailedPreconditionError(absl::StrCat(type.ToString(), " has dynamic sizes"));
+  MAGI_ASSIGN_OR_RETURN(c10::ScalarType scalar_type, compat::ToScalarType(type.dtype));
+  at::TensorOptions options = at::TensorOptions().dtype(scalar_type).device(compat::ToTorchDevice(type.device));
+  std::vector<int64_t> strides = type.strides.empty() ? ContiguousStrides(type.sizes) : type.strides;
+  // The storage the strides span (expanded dims, stride 0, share elements): filled flat,
+  // then viewed with the IR's strides.
+  int64_t storage = 1;
+  for (size_t d = 0; d < type.sizes.size(); ++d) {
+    if (type.sizes[d] == 0) storage = 0;
+    if (storage > 0) storage += (type.sizes[d] - 1) * strides[d];
+  }
+  try {
+    at::Tensor tensor = at::empty({storage}, options);
+    if (scalar_type == at::kBool) {
+      tensor.fill_(false);
+    } else if (at::isFloatingType(scalar_type)) {
+      tensor.uniform_(0.5, 1.0);
+    } else if (at::isComplexType(scalar_type)) {
+      tensor.fill_(0.75);
+    } else if (index_bound >= 2) {
+      tensor.random_(1, index_bound);
+    } else {
+      tensor.zero_();
+    }
+    return tensor.as_strided(type.sizes, strides);
+  } catch (const c10::Error& error) {
+    return absl::InternalError(absl::StrCat("cannot make a ", type.ToString(), ": ", error.what_without_backtrace()));
+  }
+}
+
+class TorchKernelCalibrator : public KernelCalibrator {
+ public:
+  explicit TorchKernelCalibrator(TorchKernelCalibratorOptions options) : options_(std::move(options)) {
+    for (const auto& [group, communicator] : options_.communicators) {
+      if (communicator != nullptr && communicator->size() > 1) exchange_.push_back(communicator);
+    }
+  }
+
+  std::string DeviceKey() const override { return TorchDeviceKey(options_.device); }
+
+  absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
+    plans_.clear();
+    const size_t n = requests.size();
+    // 0. The ranks must ask for the same kernels, else every later exchange would pair
+    // collectives of different sizes (Gloo aborts the process on that). One fixed-size
+    // exchange of the count and a fingerprint of the keys; on a mismatch (ranks compiled
+    // different graphs: deterministic mode's plan check then names them) nothing is
+    // measured, on any rank.
+    uint64_t fingerprint = 0xcbf29ce484222325ull;
+    for (const KernelRequest& request : requests) {
+      for (unsigned char c : CalibrationTable::KeyOf(*request.node) + "\n") {
+        fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
+      }
+    }
+    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> headers,
+                          Exchange({static_cast<double>(n), static_cast<double>(fingerprint >> 32),
+                                    static_cast<double>(fingerprint & 0xffffffffull)}));
+    for (const std::vector<double>& header : headers) {
+      if (header != headers.front()) {
+        std::fprintf(stderr,
+                     "magi: warning: the ranks asked to calibrate different kernels (their step graphs differ: another "
+                     "model or pipeline on some rank?); nothing is measured\n");
+        return std::vector<KernelTime>(n);
+      }
+    }
+    if (n == 0) return std::vector<KernelTime>();
+    std::vector<std::optional<double>> known(n);
+    for (size_t i = 0; i < n; ++i) known[i] = requests[i].known;
+    // 1. Which kernels any rank lacks: every rank measures those, in the same order.
+    MAGI_ASSIGN_OR_RETURN(std::vector<bool> measure, AgreeOnMissing(known));
+    int to_measure = 0, collectives = 0;
+    for (size_t i = 0; i < n; ++i) {
+      to_measure += measure[i];
+      collectives += measure[i] && IsCollectiveStart(requests[i].node->op());
+    }
+
+    // 2. Measure: compute kernels on each rank by itself, then the collectives in lockstep.
+    std::vector<std::optional<Timing>> timings(n);
+    if (to_measure > 0) {
+      Progress(absl::StrFormat("magi: calibrating %d kernels of the step%s on %s...", to_measure,
+                               collectives > 0 ? absl::StrFormat(" (%d collectives, in lockstep)", collectives) : "",
+                               DeviceKey()),
+               /*line=*/true);
+      auto start = Clock::now();
+      int done = 0, skipped_for_time = 0;
+      for (int pass = 0; pass < 2; ++pass) {
+        const bool collective_pass = pass == 1;
+        for (size_t i = 0; i < n; ++i) {
+          if (!measure[i] || IsCollectiveStart(requests[i].node->op()) != collective_pass) continue;
+          if (!collective_pass && SecondsSince(start) > options_.max_seconds) {
+            ++skipped_for_time;
+            continue;
+          }
+          MAGI_ASSIGN_OR_RETURN(timings[i], Measure(requests[i]));
+          ++done;
+          if (isatty(2)) Progress(absl::StrFormat("\rmagi: calibrating... %d/%d", done, to_measure), false);
+        }
+      }
+      std::string note = absl::StrFormat("%smagi: calibrated %d kernels in %.1f s", isatty(2) ? "\r" : "", done,
+                                         SecondsSince(start));
+      if (skipped_for_time > 0) {
+        absl::StrAppendFormat(&note, "; %d left to the formula after the %.0f s limit", skipped_for_time,
+                              options_.max_seconds);
+      }
+      Progress(note, true);
+      if (!failures_.empty()) {
+        std::string list;
+        for (size_t f = 0; f < failures_.size() && f < 3; ++f) absl::StrAppend(&list, "\n  ", failures_[f]);
+        if (failures_.size() > 3) absl::StrAppend(&list, "\n  ...");
+        Progress(absl::StrCat("magi: ", failures_.size(),
+                              " kernel(s) could not run by themselves (the formula times them):", list),
+                 true);
+        failures_.clear();
+      }
+    }
+    plans_.clear();  // the graphs may not outlive this call
+    // 3. Agree on the times.
+    return AgreeOnTimes(measure, timings, known);
+  }
+
+ private:
+  struct Timing {
+    double seconds = 0;
+    int runs = 0;
+  };
+
+  // Entry i is to be measured when any rank lacks known[i] (one exchange).
+  absl::StatusOr<std::vector<bool>> AgreeOnMissing(const std::vector<std::optional<double>>& known) {
+    std::vector<double> missing(known.size());
+    for (size_t i = 0; i < known.size(); ++i) missing[i] = known[i] ? 0.0 : 1.0;
+    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, Exchange(missing));
+    std::vector<bool> measure(known.size(), false);
+    for (size_t i = 0; i < known.size(); ++i) {
+      for (const std::vector<double>& rank : all) measure[i] = measure[i] || rank[i] != 0.0;
+    }
+    return measure;
+  }
+
+  // Every rank takes the mean over the ranks (in rank order) of what each measured now
+  // (`timings`, where `measure`) or knew: the same times everywhere (one exchange).
+  absl::StatusOr<std::vector<KernelTime>> AgreeOnTimes(const std::vector<bool>& measure,
+                                                       const std::vector<std::optional<Timing>>& timings,
+                                                       const std::vector<std::optional<double>>& known) {
+    const size_t n = measure.size();
+    std::vector<double> mine(2 * n);
+    for (size_t i = 0; i < n; ++i) {
+      mine[i] = measure[i] ? (timings[i] ? timings[i]->seconds : -1.0) : *known[i];
+      mine[n + i] = measure[i] && timings[i] ? timings[i]->runs : 0.0;
+    }
+    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, Exchange(mine));
+    std::vector<KernelTime> times(n);
+    for (size_t i = 0; i < n; ++i) {
+      double sum = 0, first = -1, total_runs = 0;
+      int count = 0;
+      bool equal = true;
+      for (const std::vector<double>& rank : all) {
+        if (rank[i] < 0) continue;  // that rank could not run it
+        if (count == 0) first = rank[i];
+        equal = equal && rank[i] == first;
+        sum += rank[i];
+        total_runs += rank[n + i];
+        ++count;
+      }
+      times[i].measured = measure[i];
+      if (count == 0) continue;
+      // Equal values stay bit for bit (a cached table re-read gives the same plan).
+      times[i].seconds = equal ? first : sum / count;
+      times[i].runs = static_cast<int64_t>(total_runs);
+    }
+    return times;
+  }
+
+  // Every rank's `value`, exchanged over `communicator` only (in its rank order).
+  absl::StatusOr<std::vector<double>> GatherOver(Communicator& communicator, double value) {
+    at::Tensor mine = at::full({1}, value, at::TensorOptions().dtype(at::kDouble)).to(options_.device);
+    MAGI_ASSIGN_OR_RETURN(auto handle, communicator.Start(CollectiveKind::kAllGather, {mine}, "sum"));
+    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> results, handle->Wait());
+    at::Tensor host = results.at(0).to(at::kCPU).contiguous();
+    return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+  }
+
+  void Progress(const std::string& text, bool line) const {
+    if (!options_.progress) return;
+    std::fprintf(stderr, "%s%s", text.c_str(), line ? "\n" : "");
+    std::fflush(stderr);
+  }
+
+  // Every rank's `mine`, in one order all ranks share (gathered over each communicator
+  // in turn). One process: just `mine`.
+  absl::StatusOr<std::vector<std::vector<double>>> Exchange(const std::vector<double>& mine) {
+    const int64_t n = static_cast<int64_t>(mine.size());
+    at::Tensor gathered =
+        at::tensor(at::ArrayRef<double>(mine), at::TensorOptions().dtype(at::kDouble)).to(options_.device);
+    for (const std::shared_ptr<Communicator>& communicator : exchange_) {
+      MAGI_ASSIGN_OR_RETURN(auto handle, communicator->Start(CollectiveKind::kAllGather, {gathered}, "sum"));
+      MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> results, handle->Wait());
+      gathered = results.at(0);
+    }
+    at::Tensor host = gathered.to(at::kCPU).contiguous();
+    const double* data = host.data_ptr<double>();
+    std::vector<std::vector<double>> ranks(n == 0 ? 1 : host.numel() / n);
+    for (size_t r = 0; r < ranks.size(); ++r) ranks[r].assign(data + r * n, data + (r + 1) * n);
+    return ranks;
+  }
+
+  void Synchronize(const at::Device& device) const {
+    if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+  }
+
+  // The plan of the node's graph (built once per graph) and the node's entry in it.
+  absl::StatusOr<const NodePlan*> PlanOf(const Node& node) {
+    const Graph* graph = node.graph();
+    auto it = plans_.find(graph);
+    if (it == plans_.end()) {
+      MAGI_ASSIGN_OR_RETURN(StepPlan plan, BuildStepPlan(*graph));
+      Plans entry;
+      entry.step = std::make_unique<StepPlan>(std::move(plan));
+      for (size_t i = 0; i < entry.step->nodes.size(); ++i) entry.index[entry.step->nodes[i].node] = i;
+      it = plans_.emplace(graph, std::move(entry)).first;
+    }
+    auto index = it->second.index.find(&node);
+    if (index == it->second.index.end()) return absl::InternalError(absl::StrCat(Where(node), ": not in its graph"));
+    return &it->second.step->nodes[index->second];
+  }
+
+  // Times one kernel; nullopt (with the reason kept for the warning) when it cannot run
+  // by itself. Fails only for a collective (its peers wait on it).
+  absl::StatusOr<std::optional<Timing>> Measure(const KernelRequest& request) {
+    const Node& node = *request.node;
+    absl::StatusOr<const NodePlan*> found = PlanOf(node);
+    if (!found.ok()) return Unmeasurable(node, found.status().message());
+    const NodePlan& plan = **found;
+    const StepPlan& step = *plans_.at(node.graph()).step;
+    const int64_t bound = IndexBound(node);
+    std::vector<at::Tensor> slots(step.num_slots);
+    at::Device device(at::kCPU);
+    for (const Value* operand : node.operands()) {
+      if (!operand->type().is_tensor()) continue;
+      // A failure here depends on the graph alone: every rank skips the same kernels.
+      absl::StatusOr<at::Tensor> tensor = Synthesize(operand->type().tensor(), bound);
+      if (!tensor.ok()) return Unmeasurable(node, tensor.status().message());
+      if (tensor->is_cuda()) device = tensor->device();
+      slots[step.slot_of.at(operand)] = *std::move(tensor);
+    }
+    switch (plan.kind) {
+      case NodePlan::Kind::kCollectiveStart:
+        return MeasureCollective(plan, slots, request.compute_before_seconds);
+      case NodePlan::Kind::kOp:
+      case NodePlan::Kind::kAdamW:
+        return MeasureCompute(plan, slots, device);
+      case NodePlan::Kind::kWait:
+      case NodePlan::Kind::kCall:
+        break;
+    }
+    return Unmeasurable(node, "not a kernel");
+  }
+
+  std::optional<Timing> Unmeasurable(const Node& node, absl::string_view why) {
+    failures_.push_back(absl::StrCat(node.op(), ": ", why));
+    return std::nullopt;
+  }
+
+  // One run of a compute node, checked against the IR as the interpreter checks it.
+  absl::Status RunOnce(const NodePlan& plan, const std::vector<at::Tensor>& slots) {
+    std::vector<at::Tensor> results;
+    if (plan.kind == NodePlan::Kind::kAdamW) {
+      std::vector<at::Tensor> o;
+      for (int s : plan.args[0].slots) o.push_back(slots[s]);
+      try {
+        results = AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
+                                 o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw, plan.adamw_in_place);
+      } catch (const c10::Error& error) {
+        return absl::InternalError(error.what_without_backtrace());
+      }
+    } else {
+      MAGI_ASSIGN_OR_RETURN(results, CallOperator(plan, slots, stack_));
+      stack_.clear();
+    }
+    return CheckResults(plan, results);
+  }
+
+  absl::StatusOr<std::optional<Timing>> MeasureCompute(const NodePlan& plan, const std::vector<at::Tensor>& slots,
+                                                       const at::Device& device) {
+    // A warm-up run (first-call allocations, lazy initialization) that also checks the op.
+    if (absl::Status warm = RunOnce(plan, slots); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
+    std::vector<double> samples;
+    auto budget_start = Clock::now();
+    while (static_cast<int>(samples.size()) < options_.max_runs &&
+           (static_cast<int>(samples.size()) < options_.min_runs ||
+            SecondsSince(budget_start) < options_.seconds_per_kernel)) {
+      Synchronize(device);
+      auto start = Clock::now();
+      if (absl::Status run = RunOnce(plan, slots); !run.ok()) return Unmeasurable(*plan.node, run.message());
+      Synchronize(device);
+      samples.push_back(SecondsSince(start));
+    }
+    return Timing{Mean(samples), static_cast<int>(samples.size())};
+  }
+
+  // Each run: as much compute as the step runs before the collective (`compute_before`,
+  // at most options_.max_compute_before_seconds; the same work on every rank, a loop of
+  // small matmuls), then the collective, timed from its start to the end of its wait.
+  // Run 0 warms the transport up and is not counted.
+  absl::StatusOr<std::optional<Timing>> MeasureCollective(const NodePlan& plan, const std::vector<at::Tensor>& slots,
+                                                          double compute_before) {
+    auto it = options_.communicators.find(plan.group);
+    // Same on every rank (the same communicators for the same graph): nobody measures it.
+    if (it == options_.communicators.end() || it->second == nullptr) {
+      return Unmeasurable(*plan.node, absl::StrCat("no communicator for group '", plan.group, "'"));
+    }
+    Communicator& communicator = *it->second;
+    std::vector<at::Tensor> inputs;
+    for (int s : plan.args[0].slots) inputs.push_back(slots[s]);
+    const double burst = std::min(std::max(0.0, compute_before), options_.max_compute_before_seconds);
+    int64_t iterations = 0;
+    // A step's kind of compute: matmuls that allocate a fresh 256 KB result each.
+    at::Tensor a = at::rand({256, 128}, at::TensorOptions().device(options_.device));
+    at::Tensor b = at::rand({128, 256}, at::TensorOptions().device(options_.device));
+    if (burst > 0) {
+      // The same work on every rank (their mean time per matmul), so the drift between
+      // ranks is the real one.
+      constexpr int kProbe = 8;
+      for (int k = 0; k < 2; ++k) (void)at::mm(a, b);
+      Synchronize(options_.device);
+      auto probe_start = Clock::now();
+      for (int k = 0; k < kProbe; ++k) (void)at::mm(a, b);
+      Synchronize(options_.device);
+      MAGI_ASSIGN_OR_RETURN(std::vector<double> probe, GatherOver(communicator, SecondsSince(probe_start) / kProbe));
+      double per_iteration = 0;
+      for (double p : probe) per_iteration += p / static_cast<double>(probe.size());
+      iterations = std::max<int64_t>(1, std::llround(burst / std::max(per_iteration, 1e-9)));
+    }
+    std::vector<double> samples;
+    for (int run = 0; run <= options_.collective_runs; ++run) {
+      for (int64_t k = 0; k < iterations; ++k) (void)at::mm(a, b);
+      Synchronize(options_.device);
+      auto start = Clock::now();
+      absl::StatusOr<std::unique_ptr<CollectiveHandle>> handle = communicator.Start(plan.collective, inputs, plan.reduce_op);
+      if (!handle.ok()) {
+        return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
+      }
+      absl::StatusOr<std::vector<at::Tensor>> results = (*handle)->Wait();
+      if (!results.ok()) {
+        return absl::Status(results.status().code(), absl::StrCat(Where(*plan.node), ": ", results.status().message()));
+      }
+      Synchronize(options_.device);
+      if (run > 0) samples.push_back(SecondsSince(start));
+    }
+    return Timing{Mean(samples), static_cast<int>(samples.size())};
+  }
+
+  struct Plans {
+    std::unique_ptr<StepPlan> step;
+    absl::flat_hash_map<const Node*, size_t> index;
+  };
+
+  TorchKernelCalibratorOptions options_;
+  std::vector<std::shared_ptr<Communicator>> exchange_;  // by group name (the map's order)
+  absl::flat_hash_map<const Graph*, Plans> plans_;
+  torch::jit::Stack stack_;
+  std::vector<std::string> failures_;
+};
+
+}  // namespace
+
+std::string TorchDeviceKey(const at::Device& device) {
+  if (device.is_cuda()) {
+#ifdef MAGI_WITH_CUDA
+    std::string name = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
+#else
+    std::string name = "device";
+#endif
+    return absl::StrCat("cuda ", name, ", libtorch ", TORCH_VERSION);
+  }
+  const int threads = at::get_num_threads();
+  return absl::StrCat("cpu ", CpuModel(), ", ", threads, threads == 1 ? " thread" : " threads", ", libtorch ",
+                      TORCH_VERSION);
+}
+
+std::shared_ptr<KernelCalibrator> MakeTorchKernelCalibrator(const TorchKernelCalibratorOptions& options) {
+  return std::make_shared<TorchKernelCalibrator>(options);
+}
+
+}  // namespace magi

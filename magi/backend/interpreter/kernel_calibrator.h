@@ -1,0 +1,79 @@
+// The KernelCalibrator of LibTorch backends: times each kernel with short micro-runs,
+// calling the op exactly as the interpreter does (BuildStepPlan + CallOperator, the
+// result check included) on inputs synthesized from the node's operand types.
+//
+//   TorchKernelCalibratorOptions options;
+//   options.communicators = {{"dp", communicator}};   // the step's process groups
+//   options.progress = rank == 0;
+//   compile.cost_model.calibrator = MakeTorchKernelCalibrator(options);
+//
+// Inputs: floating tensors uniform in [0.5, 1) (no denormals, valid for log/sqrt/div),
+// integer tensors uniform in [1, n) with n the smallest dimension of the node's floating
+// tensors (so they are valid indices, targets and divisors), booleans false; the IR's
+// strides are honoured. Each compute kernel runs once to warm up, then until
+// `seconds_per_kernel` is spent (between `min_runs` and `max_runs` runs); its time is the
+// mean run. (The mean, not the median: on a machine whose cores are shared, a step's
+// kernels are preempted in proportion to their time, and the mean counts that; the
+// median of short kernels would not.) On CUDA a run is timed from device
+// synchronization to device synchronization.
+//
+// Collectives are measured through the step's own communicators, start + wait (as in a
+// step where nothing overlaps them), with every rank in lockstep: every rank compiles the
+// same graph and measures the same list in the same order, after the ranks have agreed
+// (one all-gather) on which kernels any of them lacks (after a fixed-size exchange that
+// checks they ask for the same kernels at all). Each run follows as much compute
+// as the step runs before the collective (the same work on every rank): on this 2-core
+// machine, 9 Gloo all-gathers of a layer's parameters took 6.4 ms back to back but
+// 32-35 ms after 30-100 ms of compute (the ranks drift apart, and threads that ran long
+// wake up late on shared cores), and in the step they took what the latter predicts. The times are then exchanged (one
+// more all-gather) and every rank returns the mean over the ranks, in rank order, so the
+// tables, and hence the plans, are identical everywhere. With more than one
+// communicator (HSDP), the exchanges gather over each in turn, by group name.
+//
+// What it does NOT measure: kernels with dynamic shapes, data-dependent ops, ops that
+// fail on the synthesized inputs (returned without a time: the formula stays), and
+// overlap (a collective's time is its own; the simulator overlaps it).
+#ifndef MAGI_BACKEND_INTERPRETER_KERNEL_CALIBRATOR_H_
+#define MAGI_BACKEND_INTERPRETER_KERNEL_CALIBRATOR_H_
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "magi/backend/communicator.h"
+#include "magi/backend/kernel_calibrator.h"
+
+namespace magi {
+
+struct TorchKernelCalibratorOptions {
+  // The communicators of the step's process groups, by group name (the IR's `group`
+  // argument). Empty: one process; collectives are not measured.
+  std::map<std::string, std::shared_ptr<Communicator>> communicators;
+  // Where the step runs: names the device in the key and holds the exchanged times.
+  at::Device device = at::Device(at::kCPU);
+  double seconds_per_kernel = 0.004;
+  int min_runs = 3;
+  int max_runs = 30;
+  int collective_runs = 6;  // timed runs of each collective, after one warm-up
+  // A collective is measured after as much compute as the step runs before it
+  // (KernelRequest::compute_before_seconds), up to this much: the effect grows little
+  // beyond tens of milliseconds (below), and this bounds the calibration's time.
+  double max_compute_before_seconds = 0.03;
+  // Compute kernels still unmeasured after this long are left to the formula (a warning
+  // says how many); collectives are always measured (their count is small and every
+  // rank must take part in each).
+  double max_seconds = 120;
+  bool progress = false;  // progress and warnings on stderr (one rank's)
+};
+
+std::shared_ptr<KernelCalibrator> MakeTorchKernelCalibrator(const TorchKernelCalibratorOptions& options);
+
+// "cpu <model name>, <N> threads, libtorch <version>" (/proc/cpuinfo, at::get_num_threads)
+// or "cuda <device name>, libtorch <version>".
+std::string TorchDeviceKey(const at::Device& device);
+
+}  // namespace magi
+
+#endif  // MAGI_BACKEND_INTERPRETER_KERNEL_CALIBRATOR_H_

@@ -1,0 +1,213 @@
+#include "magi/backend/interpreter/kernel_calibrator.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <torch/version.h>
+
+#include "gtest/gtest.h"
+#include "magi/base/gtest_printers.h"
+#include "magi/ir/parser.h"
+
+namespace magi {
+namespace {
+
+// A step's worth of kernel kinds: integer indices (embedding, a loss target), a strided
+// operand (a transposed weight), a view, a multi-tensor collective, and an op that fails
+// on any input of its types (a shape the kernel refuses).
+constexpr char kStep[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %w: f32[250,64] {role = param}
+    input %tokens: i64[32]
+    input %targets: i64[32]
+    input %lin: f32[64,64] {role = param}
+    %e = aten::embedding(%w, %tokens, -1, false, false) : f32[32,64]
+    %t = aten::t(%lin) : f32[64,64]strides[1,64]
+    %h = aten::mm(%e, %t) : f32[32,64]
+    %w2t = aten::t(%w) : f32[64,250]strides[1,64]
+    %logits = aten::mm(%h, %w2t) : f32[32,250]
+    %ls = aten::_log_softmax(%logits, 1, false) : f32[32,250]
+    %loss, %total = aten::nll_loss_forward(%ls, %targets, none, 1, -100) : f32[], f32[]
+    %f0, %f1 = magi::all_gather_start([%h, %e], group = "dp") : future<f32[64,64]>, future<f32[64,64]>
+    %g0 = magi::wait(%f0) : f32[64,64]
+    %g1 = magi::wait(%f1) : f32[64,64]
+    %bad = aten::mm(%h, %h) : f32[32,32]
+    output loss = %loss
+    output g0 = %g0
+    output bad = %bad
+  }
+}
+)";
+
+// Two ranks as threads: an all-gather waits for both, as a real communicator does.
+class ThreadGroup {
+ public:
+  absl::StatusOr<std::vector<at::Tensor>> AllGather(int rank, const std::vector<at::Tensor>& inputs) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int generation = generation_;
+    deposited_[rank] = inputs;
+    if (++arrived_ == 2) {
+      result_.clear();
+      for (size_t i = 0; i < inputs.size(); ++i) result_.push_back(at::cat({deposited_[0][i], deposited_[1][i]}));
+      arrived_ = 0;
+      ++generation_;
+      ++collectives_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+    return result_;
+  }
+  int collectives() const { return collectives_; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<at::Tensor> deposited_[2];
+  std::vector<at::Tensor> result_;
+  int arrived_ = 0, generation_ = 0, collectives_ = 0;
+};
+
+class ThreadCommunicator : public Communicator {
+ public:
+  ThreadCommunicator(ThreadGroup* group, int rank) : group_(group), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return 2; }
+  absl::StatusOr<std::unique_ptr<CollectiveHandle>> Start(CollectiveKind kind, std::vector<at::Tensor> inputs,
+                                                          const std::string&) override {
+    if (kind != CollectiveKind::kAllGather) return absl::UnimplementedError("all-gather only");
+    struct Done : CollectiveHandle {
+      absl::StatusOr<std::vector<at::Tensor>> results;
+      absl::StatusOr<std::vector<at::Tensor>> Wait() override { return results; }
+    };
+    auto done = std::make_unique<Done>();
+    done->results = group_->AllGather(rank_, inputs);
+    return std::unique_ptr<CollectiveHandle>(std::move(done));
+  }
+
+ private:
+  ThreadGroup* group_;
+  int rank_;
+};
+
+std::vector<KernelRequest> Kernels(const Graph& graph) {
+  std::vector<KernelRequest> requests;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() != "magi::wait") requests.push_back({node, std::nullopt, 0.0});
+  }
+  return requests;
+}
+
+TEST(KernelCalibratorTest, TheDeviceKeyNamesTheCpuThreadsAndLibTorch) {
+  std::string key = TorchDeviceKey(at::Device(at::kCPU));
+  EXPECT_EQ(key.rfind("cpu ", 0), 0u) << key;
+  EXPECT_NE(key.find(" thread"), std::string::npos) << key;
+  EXPECT_NE(key.find(", libtorch " TORCH_VERSION), std::string::npos) << key;
+}
+
+TEST(KernelCalibratorTest, OneProcessMeasuresWhatIsNotKnownAndKeepsWhatIs) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& graph = *(*module)->FindGraph("g");
+  std::vector<KernelRequest> requests = Kernels(graph);
+  requests[0].known = 0.25;  // the embedding: known, not measured again
+  TorchKernelCalibratorOptions options;
+  options.seconds_per_kernel = 0.0;  // min_runs each
+  std::shared_ptr<KernelCalibrator> calibrator = MakeTorchKernelCalibrator(options);
+  absl::StatusOr<std::vector<KernelTime>> times = calibrator->Calibrate(requests);
+  ASSERT_TRUE(times.ok()) << times.status();
+  ASSERT_EQ(times->size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string& op = requests[i].node->op();
+    SCOPED_TRACE(requests[i].node->DebugName());
+    if (i == 0) {
+      EXPECT_EQ((*times)[i].seconds, 0.25);
+      EXPECT_FALSE((*times)[i].measured);
+    } else if (op == "magi::all_gather_start" || requests[i].node->result(0)->name() == "bad") {
+      // No communicator for "dp"; mm of [32,64] x [32,64] fails: both left to the formula.
+      EXPECT_FALSE((*times)[i].seconds.has_value());
+      EXPECT_TRUE((*times)[i].measured);
+    } else {
+      ASSERT_TRUE((*times)[i].seconds.has_value());
+      EXPECT_GT(*(*times)[i].seconds, 0);
+      EXPECT_LT(*(*times)[i].seconds, 1.0);
+      EXPECT_EQ((*times)[i].runs, options.min_runs);
+      EXPECT_TRUE((*times)[i].measured);
+    }
+  }
+}
+
+TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& graph = *(*module)->FindGraph("g");
+  const std::vector<KernelRequest> requests = Kernels(graph);
+  size_t gather = 0;
+  while (requests[gather].node->op() != "magi::all_gather_start") ++gather;
+  ThreadGroup group;
+  absl::StatusOr<std::vector<KernelTime>> times[2];
+  auto rank = [&](int r) {
+    TorchKernelCalibratorOptions options;
+    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
+    options.seconds_per_kernel = 0.0;
+    std::vector<KernelRequest> mine = requests;
+    // The embedding is cached on both ranks (with different times: other machines); the
+    // mm only on rank 0: both measure it.
+    mine[0].known = r == 0 ? 0.25 : 0.75;
+    if (r == 0) mine[2].known = 0.5;
+    // The gather follows 10 ms of compute in the step: each run does that much first.
+    mine[gather].compute_before_seconds = 0.01;
+    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
+  };
+  std::thread r0(rank, 0), r1(rank, 1);
+  r0.join();
+  r1.join();
+  ASSERT_TRUE(times[0].ok()) << times[0].status();
+  ASSERT_TRUE(times[1].ok()) << times[1].status();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(requests[i].node->DebugName());
+    EXPECT_EQ((*times[0])[i].seconds, (*times[1])[i].seconds);  // bit for bit
+    EXPECT_EQ((*times[0])[i].measured, (*times[1])[i].measured);
+  }
+  EXPECT_EQ((*times[0])[0].seconds, 0.5);  // the mean of the ranks' cached times
+  EXPECT_FALSE((*times[0])[0].measured);
+  EXPECT_TRUE((*times[0])[2].measured);  // missing on rank 1
+  EXPECT_NE((*times[0])[2].seconds, 0.5);
+  ASSERT_TRUE((*times[0])[gather].seconds.has_value());
+  EXPECT_GT(*(*times[0])[gather].seconds, 0);
+  EXPECT_EQ((*times[0])[gather].runs, 2 * 6);  // 6 timed runs on each rank
+  // The request check, agreement (missing kernels, then the times), the ranks' time per
+  // unit of compute work, one warm-up and 6 runs of the gather.
+  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 7);
+}
+
+TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNotHang) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const std::vector<KernelRequest> requests = Kernels(*(*module)->FindGraph("g"));
+  ThreadGroup group;
+  absl::StatusOr<std::vector<KernelTime>> times[2];
+  auto rank = [&](int r) {
+    TorchKernelCalibratorOptions options;
+    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
+    // Rank 1 lacks the last kernel (as if it compiled another graph).
+    std::vector<KernelRequest> mine(requests.begin(), requests.end() - (r == 1 ? 1 : 0));
+    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
+  };
+  std::thread r0(rank, 0), r1(rank, 1);
+  r0.join();
+  r1.join();
+  ASSERT_TRUE(times[0].ok()) << times[0].status();
+  ASSERT_TRUE(times[1].ok()) << times[1].status();
+  EXPECT_EQ(times[0]->size(), requests.size());
+  EXPECT_EQ(times[1]->size(), requests.size() - 1);
+  for (const auto& ranks : times) {
+    for (const KernelTime& time : *ranks) EXPECT_FALSE(time.seconds.has_value());
+  }
+  EXPECT_EQ(group.collectives(), 1);  // the check alone
+}
+
+}  // namespace
+}  // namespace magi

@@ -1,0 +1,72 @@
+// What the compile driver asks a backend for when the cost model has no measured time
+// for a kernel: short micro-runs of the kernels themselves (calibration by default).
+//
+// The compiler (magi/compiler, no LibTorch) hands over one representative node per
+// distinct CalibrationTable key of the step and what its cache already knows; the
+// calibrator (a backend-side implementation, e.g. magi/backend/interpreter/
+// kernel_calibrator.h, which calls each op as the interpreter does, on inputs of the
+// node's operand types) measures the rest and returns one time per node. It does NOT
+// cache or decide what to measure beyond `known`: magi/compiler/auto_calibration.h does.
+//
+// Distributed steps: every rank compiles the same (identically shaped) graph and calls
+// Calibrate with the same requests in the same order, so an implementation may measure
+// collectives in lockstep through its communicators; it must return the SAME times on
+// every rank (the ranks' plans are chosen with them and must be identical: deterministic
+// mode checks the plan hash across ranks), e.g. by exchanging the measurements.
+//
+//   class MyCalibrator : public KernelCalibrator {
+//     std::string DeviceKey() const override { return "cpu <model>, 1 thread, libtorch 1.13.1"; }
+//     absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override;
+//   };
+#ifndef MAGI_BACKEND_KERNEL_CALIBRATOR_H_
+#define MAGI_BACKEND_KERNEL_CALIBRATOR_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "magi/ir/graph.h"
+
+namespace magi {
+
+// One kernel to time: a compute node or a collective start of a graph of the module
+// being compiled (never a wait or a call).
+struct KernelRequest {
+  const Node* node = nullptr;
+  // A time measured earlier on this machine (the cache), if any.
+  std::optional<double> known;
+  // Collectives: the compute this rank runs in the step right before issuing it (since
+  // the previous collective). A collective issued after compute takes longer than one
+  // issued back to back: the ranks have drifted apart and, on shared cores, the threads
+  // that run it wake up later. It is measured after as much compute.
+  double compute_before_seconds = 0;
+};
+
+// The time of one kernel as every rank agrees on it.
+struct KernelTime {
+  std::optional<double> seconds;  // none: neither known nor measurable (the formula stays)
+  bool measured = false;          // measured by this call (so worth caching), not taken from `known`
+  int64_t runs = 0;               // micro-runs the time is the mean of (when measured)
+};
+
+class KernelCalibrator {
+ public:
+  virtual ~KernelCalibrator() = default;
+
+  // What the measured times hold for, exactly: the device model and the runtime version
+  // (and whatever else changes kernel times, such as the host thread count). Names the
+  // cache file: two processes with equal keys share measured times.
+  virtual std::string DeviceKey() const = 0;
+
+  // One KernelTime per request, the same on every rank: kernels unknown here (or on any
+  // other rank) are measured, each with a few micro-runs (the start + wait of a
+  // collective); the others keep a known time (agreed across ranks). A kernel that cannot
+  // be run by itself (dynamic shapes, an op that fails on synthesized inputs) is returned
+  // without seconds. Fails only when the ranks cannot agree (a dead peer).
+  virtual absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) = 0;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_BACKEND_KERNEL_CALIBRATOR_H_

@@ -1,0 +1,126 @@
+#include "magi/compiler/auto_calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "magi/base/check.h"
+#include "magi/base/status_macros.h"
+#include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
+
+namespace magi {
+
+AutoCalibration::AutoCalibration(std::shared_ptr<KernelCalibrator> calibrator, const std::string& cache_dir,
+                                 CalibrationTable* table)
+    : calibrator_(std::move(calibrator)),
+      table_(table),
+      cache_(CalibrationCache::Open(cache_dir.empty() ? CalibrationCache::DefaultDir() : cache_dir,
+                                    calibrator_->DeviceKey())) {
+  MAGI_CHECK(table_ != nullptr);
+  if (!cache_.warning().empty()) warnings_.push_back(absl::StrCat("warning: calibration cache ", cache_.warning()));
+}
+
+absl::Status AutoCalibration::Calibrate(const Graph& graph) {
+  // One representative per key the table lacks, in program order (the same on every
+  // rank): compute kernels, then collectives.
+  std::vector<KernelRequest> compute, collectives;
+  std::vector<std::string> compute_keys, collective_keys;
+  std::set<std::string> seen;
+  std::vector<std::pair<const Node*, std::string>> keyed;  // every kernel node, for the compute before collectives
+  for (const Node* node : graph.nodes()) {
+    if (node->op() == kWaitOp || node->op() == kCallOp) continue;
+    std::string key = CalibrationTable::KeyOf(*node);
+    keyed.emplace_back(node, key);
+    if (table_->Find(key) || unmeasurable_.count(key) || !seen.insert(key).second) continue;
+    KernelRequest request;
+    request.node = node;
+    request.known = cache_.table().Find(key);
+    const bool collective = IsCollectiveStart(node->op());
+    (collective ? collectives : compute).push_back(request);
+    (collective ? collective_keys : compute_keys).push_back(std::move(key));
+  }
+  // Both calls happen even with nothing to ask: every rank makes the same calls whatever
+  // its graph, so a rank that compiled another graph cannot leave the others waiting in
+  // an exchange (the calibrator then measures nothing, on every rank).
+  int measured_now = 0;
+  MAGI_RETURN_IF_ERROR(Measure(compute, compute_keys, &measured_now));
+  {
+    // The compute before each collective (since the previous one), by the table just
+    // filled (agreed across ranks, so every rank asks for the same); the median over a
+    // key's occurrences.
+    std::map<std::string, std::vector<double>> before;
+    double since = 0;
+    for (const auto& [node, key] : keyed) {
+      if (IsCollectiveStart(node->op())) {
+        before[key].push_back(since);
+        since = 0;
+      } else {
+        since += table_->Find(key).value_or(0.0);
+      }
+    }
+    for (size_t i = 0; i < collectives.size(); ++i) {
+      std::vector<double>& times = before[collective_keys[i]];
+      std::sort(times.begin(), times.end());
+      collectives[i].compute_before_seconds = times.empty() ? 0.0 : times[times.size() / 2];
+    }
+    MAGI_RETURN_IF_ERROR(Measure(collectives, collective_keys, &measured_now));
+  }
+  if (measured_now > 0) {
+    absl::Status saved = cache_.Save();
+    if (!saved.ok()) {
+      warnings_.push_back(absl::StrCat("warning: ", saved.message(), "; the ", measured_now,
+                                       " times measured now serve this compile only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests, const std::vector<std::string>& keys,
+                                      int* measured_now) {
+  auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<KernelTime>> times = calibrator_->Calibrate(requests);
+  stats_.measure_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!times.ok()) {
+    return absl::Status(times.status().code(), absl::StrCat("calibration: ", times.status().message()));
+  }
+  if (times->size() != requests.size()) {
+    return absl::InternalError(absl::StrCat("calibration: the calibrator returned ", times->size(), " times for ",
+                                            requests.size(), " kernels"));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const KernelTime& time = (*times)[i];
+    ++stats_.kernels;
+    if (!time.seconds) {
+      ++stats_.unmeasured;
+      unmeasurable_.insert(keys[i]);  // not tried again after the pipeline (the same on every rank)
+      continue;
+    }
+    // The agreed time, not this machine's cached one (they may differ across hosts).
+    table_->Set(keys[i], *time.seconds, std::max<int64_t>(1, time.runs));
+    if (time.measured) {
+      ++stats_.measured;
+      ++*measured_now;
+      cache_.Set(keys[i], *time.seconds, std::max<int64_t>(1, time.runs));
+    } else {
+      ++stats_.from_cache;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string AutoCalibration::Summary() const {
+  std::string text = absl::StrFormat("calibration (%s): %d kernels, %d cached in %s, %d measured in %.1f s",
+                                     cache_.device_key(), stats_.kernels, stats_.from_cache, cache_.path(),
+                                     stats_.measured, stats_.measure_seconds);
+  if (stats_.unmeasured > 0) {
+    absl::StrAppend(&text, ", ", stats_.unmeasured, " not measurable (timed by the formula)");
+  }
+  return text;
+}
+
+}  // namespace magi

@@ -1,0 +1,280 @@
+// Calibration by default through the compile driver, with a calibrator that "measures"
+// deterministic times and counts what it was asked: the cache is written on the first
+// compile and reused on the next, a missing key is measured and added, a corrupt cache is
+// measured again with a warning, and the table the compile used is the prediction's.
+#include "magi/compiler/auto_calibration.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "magi/base/file.h"
+#include "magi/base/gtest_printers.h"
+#include "magi/compiler/compiler.h"
+#include "magi/ir/printer.h"
+#include "magi/passes/pass_test_util.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+namespace {
+
+using testing::LoadTestdata;
+
+class NullExecutable : public Executable {
+ public:
+  absl::string_view backend_name() const override { return "null"; }
+};
+class NullBackend : public Backend {
+ public:
+  absl::string_view name() const override { return "null"; }
+  Capability GetCapability(const Module&, const Graph&) const override { return {}; }
+  using Backend::Compile;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module&, const Graph&,
+                                                      const CompileContext&) const override {
+    return std::unique_ptr<Executable>(new NullExecutable());
+  }
+};
+MAGI_REGISTER(Backend, "null", [](const ComponentOptions&) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  return std::make_unique<NullBackend>();
+});
+
+// "Measures" 3x the cpu profile's formula plus 1 us, and records every key it measured.
+class CountingCalibrator : public KernelCalibrator {
+ public:
+  std::string DeviceKey() const override { return "test device, libtorch 0.0"; }
+  absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
+    ++calls;
+    CostModel formula(*LoadDeviceProfile("cpu"));
+    std::vector<KernelTime> times;
+    for (const KernelRequest& request : requests) {
+      if (request.known) {
+        times.push_back({request.known, false, 0});
+        continue;
+      }
+      measured.push_back(CalibrationTable::KeyOf(*request.node));
+      if (request.node->op().find("_start") != std::string::npos) {
+        compute_before[measured.back()] = request.compute_before_seconds;
+      }
+      times.push_back({3 * formula.Cost(*request.node).seconds + 1e-6, true, 3});
+    }
+    return times;
+  }
+  int calls = 0;
+  std::vector<std::string> measured;
+  std::map<std::string, double> compute_before;  // of each collective measured
+};
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+CompileOptions CalibratedOptions(const std::string& cache_dir, std::shared_ptr<KernelCalibrator> calibrator) {
+  CompileOptions options;
+  options.backend = "null";
+  options.partitioning.log = false;
+  options.cost_model.calibrator = std::move(calibrator);
+  options.cost_model.calibration_cache_dir = cache_dir;
+  // Bucketing makes collectives of new sizes: the second calibration round's work.
+  options.optimization.passes = "bucket-collectives{max_mb=1},schedule-overlap{prefetch=2}";
+  return options;
+}
+
+// The distinct keys of every kernel of `graph` (what the table must time).
+std::set<std::string> KernelKeys(const Graph& graph) {
+  std::set<std::string> keys;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() != "magi::wait" && node->op() != "magi::call") keys.insert(CalibrationTable::KeyOf(*node));
+  }
+  return keys;
+}
+
+TEST(AutoCalibrationTest, TheFirstCompileMeasuresAndCachesTheSecondReusesIt) {
+  const std::string dir = FreshDir("first_second");
+  auto first = std::make_shared<CountingCalibrator>();
+  absl::StatusOr<CompiledStep> a = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step",
+                                           CalibratedOptions(dir, first));
+  ASSERT_TRUE(a.ok()) << a.status();
+  // Two rounds (the sharded step, then what bucketing added), each asking for compute kernels
+  // then collectives (also when there are none: every rank makes the same calls).
+  EXPECT_EQ(first->calls, 4);
+  const std::set<std::string> keys = KernelKeys(a->graph());
+  std::set<std::string> measured(first->measured.begin(), first->measured.end());
+  EXPECT_EQ(measured.size(), first->measured.size()) << "a key was measured twice";
+  for (const std::string& key : keys) EXPECT_TRUE(measured.count(key)) << key;
+
+  // Each collective was measured after the compute the step runs before it: the table's
+  // times of the kernels since the previous collective, the median over the key's
+  // occurrences (here the first collective key of the step).
+  const std::unique_ptr<Module> sharded = LoadTestdata("llama4_fsdp_step.mir");
+  std::map<std::string, std::vector<double>> since_by_key;
+  std::string first_key;
+  double since = 0;
+  for (const Node* node : sharded->FindGraph("train_step")->nodes()) {
+    if (node->op() == "magi::wait") continue;
+    const std::string key = CalibrationTable::KeyOf(*node);
+    if (node->op().find("_start") != std::string::npos) {
+      if (first_key.empty()) first_key = key;
+      since_by_key[key].push_back(since);
+      since = 0;
+    } else {
+      since += *a->calibration->Find(key);
+    }
+  }
+  std::vector<double> occurrences = since_by_key.at(first_key);
+  std::sort(occurrences.begin(), occurrences.end());
+  EXPECT_EQ(first->compute_before.at(first_key), occurrences[occurrences.size() / 2]);
+  EXPECT_GT(first->compute_before.at(first_key), 0);
+
+  // The table the prediction used: every kernel of the compiled graph, the cached values.
+  ASSERT_NE(a->calibration, nullptr);
+  CalibrationCache cache = CalibrationCache::Open(dir, "test device, libtorch 0.0");
+  EXPECT_TRUE(cache.loaded());
+  EXPECT_EQ(cache.warning(), "");
+  for (const std::string& key : keys) {
+    ASSERT_TRUE(a->calibration->Find(key).has_value()) << key;
+    EXPECT_EQ(a->calibration->Find(key), cache.table().Find(key)) << key;
+  }
+  CostModel replay(*LoadDeviceProfile("cpu"), a->calibration.get());
+  absl::StatusOr<SimulationResult> replayed = Simulate(a->graph(), replay);
+  ASSERT_TRUE(replayed.ok());
+  EXPECT_EQ(replayed->step_seconds, a->optimized.prediction.step_seconds);
+  EXPECT_EQ(replayed->peak_bytes, a->optimized.prediction.peak_bytes);
+  CostModel formula(*LoadDeviceProfile("cpu"));
+  EXPECT_NE(Simulate(a->graph(), formula)->step_seconds, a->optimized.prediction.step_seconds);
+  // (More than the compiled graph's: the collectives bucketing fused were measured first.)
+  EXPECT_GT(measured.size(), keys.size());
+  EXPECT_NE(a->optimized.calibration_summary.find(absl::StrCat(measured.size(), " kernels, 0 cached in ", cache.path(),
+                                                               ", ", measured.size(), " measured")),
+            std::string::npos)
+      << a->optimized.calibration_summary;
+
+  // The second compile measures nothing and predicts the same, bit for bit.
+  auto second = std::make_shared<CountingCalibrator>();
+  absl::StatusOr<CompiledStep> b = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step",
+                                           CalibratedOptions(dir, second));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(second->measured.empty());
+  EXPECT_EQ(b->optimized.prediction.step_seconds, a->optimized.prediction.step_seconds);
+  EXPECT_EQ(b->plan_hash, a->plan_hash);
+  EXPECT_NE(b->optimized.calibration_summary.find(
+                absl::StrCat(measured.size(), " kernels, ", measured.size(), " cached in")),
+            std::string::npos)
+      << b->optimized.calibration_summary;
+}
+
+TEST(AutoCalibrationTest, AMissingKeyIsMeasuredAndAdded) {
+  const std::string dir = FreshDir("missing");
+  ASSERT_TRUE(Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step",
+                      CalibratedOptions(dir, std::make_shared<CountingCalibrator>()))
+                  .ok());
+  CalibrationCache cache = CalibrationCache::Open(dir, "test device, libtorch 0.0");
+  ASSERT_GT(cache.table().size(), 2u);
+  // Drop one entry from the file (as an older cache of a smaller model would lack it).
+  const std::string dropped = std::next(cache.table().entries().begin(), 2)->first;
+  CalibrationTable fewer;
+  for (const auto& [key, entry] : cache.table().entries()) {
+    if (key != dropped) fewer.Set(key, entry.mean_seconds, entry.count);
+  }
+  absl::StatusOr<std::string> text = ReadFile(cache.path());
+  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(fewer.Save(cache.path(), "magi calibration cache v1\ndevice: test device, libtorch 0.0").ok());
+
+  auto calibrator = std::make_shared<CountingCalibrator>();
+  absl::StatusOr<CompiledStep> step =
+      Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", CalibratedOptions(dir, calibrator));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(calibrator->measured, std::vector<std::string>{dropped});
+  EXPECT_TRUE(CalibrationCache::Open(dir, "test device, libtorch 0.0").table().Find(dropped).has_value());
+  EXPECT_EQ(ReadFile(cache.path()).value(), *text);  // back as it was
+}
+
+TEST(AutoCalibrationTest, ACorruptCacheIsMeasuredAgainWithAWarning) {
+  const std::string dir = FreshDir("corrupt");
+  const std::string path = dir + "/" + CalibrationCache::FileNameFor("test device, libtorch 0.0");
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v1\n# device: test device, libtorch 0.0\n"
+                                        "garbage\n")
+                  .ok());
+  auto calibrator = std::make_shared<CountingCalibrator>();
+  CompileOptions options = CalibratedOptions(dir, calibrator);
+  absl::StatusOr<CompiledStep> step = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", options);
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_FALSE(step->notes.empty());
+  EXPECT_EQ(step->notes[0], "warning: calibration cache " + path +
+                                ":3: expected 'mean_seconds,count,key', got 'garbage'; the cached times are ignored, "
+                                "measured again and the file replaced");
+  EXPECT_NE(step->optimized.calibration_summary.find(absl::StrCat(" kernels, 0 cached in ")), std::string::npos)
+      << step->optimized.calibration_summary;
+  for (const std::string& key : KernelKeys(step->graph())) {
+    EXPECT_NE(std::find(calibrator->measured.begin(), calibrator->measured.end(), key), calibrator->measured.end());
+  }
+  CalibrationCache repaired = CalibrationCache::Open(dir, "test device, libtorch 0.0");
+  EXPECT_TRUE(repaired.loaded());
+  EXPECT_EQ(repaired.table().size(), calibrator->measured.size());
+}
+
+TEST(AutoCalibrationTest, TheSearchDecidesWithTheMeasuredTable) {
+  const std::string dir = FreshDir("search");
+  auto calibrator = std::make_shared<CountingCalibrator>();
+  CompileOptions options = CalibratedOptions(dir, calibrator);
+  options.optimization.passes = "";
+  options.optimization.canonicalize = "";
+  options.optimization.memory_budget_bytes = 1750000;  // below every plan without recompute
+  options.optimization.search.bucket_mb = {0, 1};
+  options.optimization.search.prefetch = {-1, 0, 2};
+  absl::StatusOr<CostModelBundle> cost = MakeCostModel(options.cost_model);
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  absl::StatusOr<OptimizedStep> step = OptimizeStep(LoadTestdata("llama4_fsdp_step.mir"), "train_step", options, *cost);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_NE(step->applied_pipeline.find("auto-recompute"), std::string::npos) << step->applied_pipeline;
+
+  // The same search with the first round's times given as a table finds the same plan.
+  std::unique_ptr<Module> sharded = LoadTestdata("llama4_fsdp_step.mir");
+  CalibrationTable first_round;
+  for (const std::string& key : KernelKeys(*sharded->FindGraph("train_step"))) {
+    first_round.Set(key, *cost->calibration->Find(key));
+  }
+  CostModel given(*LoadDeviceProfile("cpu"), &first_round);
+  SearchOptions search = options.optimization.search;
+  search.memory_budget_bytes = options.optimization.memory_budget_bytes;
+  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*sharded, "train_step", given, search);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->pipeline, step->applied_pipeline);
+  EXPECT_EQ(PrintModule(*plan->optimized), PrintModule(*step->module));
+  // And the prediction is the simulation with the final table (the fused kernels measured too).
+  CostModel final_table(*LoadDeviceProfile("cpu"), cost->calibration.get());
+  EXPECT_EQ(Simulate(step->graph(), final_table)->step_seconds, step->prediction.step_seconds);
+}
+
+TEST(AutoCalibrationTest, ATableAndACalibratorAreNotBoth) {
+  CostModelOptions options;
+  options.calibration_csv = "/some/table.csv";
+  options.calibrator = std::make_shared<CountingCalibrator>();
+  absl::StatusOr<CostModelBundle> cost = MakeCostModel(options);
+  EXPECT_EQ(cost.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cost.status().message(),
+            "give a calibration table (/some/table.csv) or a calibrator that measures one, not both");
+}
+
+TEST(AutoCalibrationTest, AnUnwritableCacheIsAWarningAndTheTimesStillServe) {
+  const std::string blocker = FreshDir("unwritable");
+  ASSERT_TRUE(WriteFileAtomically(blocker, "a file where the cache folder should be").ok());
+  auto calibrator = std::make_shared<CountingCalibrator>();
+  absl::StatusOr<CompiledStep> step = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step",
+                                              CalibratedOptions(blocker + "/calibration", calibrator));
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_EQ(step->notes.size(), 2u);  // one per round that measured
+  EXPECT_NE(step->notes[0].find("warning: cannot create the calibration cache folder " + blocker + "/calibration"),
+            std::string::npos)
+      << step->notes[0];
+  EXPECT_NE(step->notes[0].find("times measured now serve this compile only"), std::string::npos) << step->notes[0];
+  for (const std::string& key : KernelKeys(step->graph())) EXPECT_TRUE(step->calibration->Find(key)) << key;
+}
+
+}  // namespace
+}  // namespace magi

@@ -1,0 +1,124 @@
+#include "magi/cost/calibration_cache.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "magi/base/file.h"
+
+namespace magi {
+namespace {
+
+constexpr absl::string_view kFormatLine = "magi calibration cache v1";
+constexpr absl::string_view kDeviceLinePrefix = "# device: ";
+
+}  // namespace
+
+std::string CalibrationCache::DefaultDir() {
+  const char* cache = std::getenv("MAGI_CACHE_DIR");
+  if (cache != nullptr && *cache != '\0') return absl::StrCat(cache, "/calibration");
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != '\0') return absl::StrCat(home, "/.cache/magi/calibration");
+  return "/tmp/magi-cache/calibration";
+}
+
+std::string CalibrationCache::FileNameFor(const std::string& device_key) {
+  std::string name;
+  for (char c : device_key) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!name.empty() && name.back() != '-') {
+      name += '-';
+    }
+  }
+  while (!name.empty() && name.back() == '-') name.pop_back();
+  if (name.empty()) name = "device";
+  if (name.size() > 200) name.resize(200);  // file names have limits; the header keeps the key
+  return name + ".csv";
+}
+
+std::string CalibrationCache::Comment() const {
+  // The second line is what Read checks; ToCsv prefixes each line with "# ".
+  return absl::StrCat(kFormatLine, "\ndevice: ", device_key_,
+                      "\nkernel times Magi measured (micro-runs); delete the file to measure again");
+}
+
+std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, const std::string& device_key,
+                                                       bool* exists, std::string* why) {
+  *exists = false;
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return std::nullopt;
+  *exists = true;
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    *why = std::string(text.status().message());
+    return std::nullopt;
+  }
+  // The device line: the file's second line (the first says what the file is).
+  std::vector<absl::string_view> lines = absl::StrSplit(*text, absl::MaxSplits('\n', 2));
+  if (lines.size() < 2 || lines[0] != absl::StrCat("# ", kFormatLine) ||
+      !absl::StartsWith(lines[1], kDeviceLinePrefix)) {
+    *why = absl::StrCat(path, ":1: not a Magi calibration cache (expected '# ", kFormatLine, "' then '",
+                        kDeviceLinePrefix, "...')");
+    return std::nullopt;
+  }
+  absl::string_view key = lines[1].substr(kDeviceLinePrefix.size());
+  if (key != device_key) {
+    *why = absl::StrCat(path, ":2: holds the times of device '", key, "', not of '", device_key, "'");
+    return std::nullopt;
+  }
+  absl::StatusOr<CalibrationTable> table = CalibrationTable::FromCsv(*text, path);
+  if (!table.ok()) {
+    *why = std::string(table.status().message());
+    return std::nullopt;
+  }
+  return *std::move(table);
+}
+
+CalibrationCache CalibrationCache::Open(const std::string& dir, const std::string& device_key) {
+  CalibrationCache cache;
+  cache.device_key_ = device_key;
+  cache.path_ = absl::StrCat(dir, "/", FileNameFor(device_key));
+  bool exists = false;
+  std::string why;
+  std::optional<CalibrationTable> table = Read(cache.path_, device_key, &exists, &why);
+  if (table) {
+    cache.table_ = *std::move(table);
+    cache.loaded_ = true;
+  } else if (exists) {
+    cache.warning_ = absl::StrCat(why, "; the cached times are ignored, measured again and the file replaced");
+  }
+  return cache;
+}
+
+void CalibrationCache::Set(const std::string& key, double seconds, int64_t count) {
+  table_.Set(key, seconds, count);
+  added_.Set(key, seconds, count);
+}
+
+absl::Status CalibrationCache::Save() {
+  if (added_.size() == 0) return absl::OkStatus();
+  std::error_code error;
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create the calibration cache folder ", dir.string(), ": ", error.message()));
+  }
+  // What another rank or job wrote since Open stays, unless this one measured it anew.
+  bool exists = false;
+  std::string why;
+  CalibrationTable merged = Read(path_, device_key_, &exists, &why).value_or(CalibrationTable());
+  for (const auto& [key, entry] : added_.entries()) merged.Set(key, entry.mean_seconds, entry.count);
+  absl::Status saved = merged.Save(path_, Comment());
+  if (!saved.ok()) return saved;
+  table_ = std::move(merged);
+  added_ = CalibrationTable();  // written
+  return absl::OkStatus();
+}
+
+}  // namespace magi

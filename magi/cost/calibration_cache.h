@@ -1,0 +1,78 @@
+// The calibration tables Magi measures by itself (calibration by default), one per device
+// kind, kept on disk so that later runs reuse them.
+//
+// One CSV file per device key (what measured times hold for: the device model and the
+// runtime, e.g. "cpu Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz, 1 thread, libtorch
+// 1.13.1"), in a folder that defaults to ${MAGI_CACHE_DIR:-$HOME/.cache/magi}/calibration,
+// named after the key (FileNameFor). The file is a CalibrationTable CSV whose first
+// comment line names the key exactly, so a file copied from elsewhere or whose name
+// collides with another key's is recognized as another device's.
+//
+//   CalibrationCache cache = CalibrationCache::Open(CalibrationCache::DefaultDir(), key);
+//   if (!cache.warning().empty()) ...      // a corrupt or foreign file: ignored, replaced on Save
+//   cache.table().Find(k);  cache.Add(k, seconds, runs);  MAGI_RETURN_IF_ERROR(cache.Save());
+//
+// A file that cannot be read or parsed is NOT an error: the cache is a shortcut, not an
+// input, so it opens empty with a warning naming the file and the cause, the kernels are
+// measured again, and Save replaces the file. (A table the user names, --calibration=PATH,
+// is an input: CalibrationTable::Load fails on it, naming the line.) Save writes
+// atomically (temp file + rename) after merging what the file holds by then, so ranks and
+// jobs that save at the same time lose nothing but what they wrote in the same instant,
+// which is measured again later.
+#ifndef MAGI_COST_CALIBRATION_CACHE_H_
+#define MAGI_COST_CALIBRATION_CACHE_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "magi/cost/calibration.h"
+
+namespace magi {
+
+class CalibrationCache {
+ public:
+  // ${MAGI_CACHE_DIR}/calibration, else $HOME/.cache/magi/calibration, else
+  // /tmp/magi-cache/calibration (no HOME: a service account).
+  static std::string DefaultDir();
+  // The file name of `device_key`: its letters and digits in lower case, other runs of
+  // characters as one '-', and ".csv" ("cpu-intel-r-xeon-r-...-libtorch-1-13-1.csv").
+  static std::string FileNameFor(const std::string& device_key);
+
+  // The cache of `device_key` in folder `dir` (which need not exist yet). Never fails:
+  // see warning().
+  static CalibrationCache Open(const std::string& dir, const std::string& device_key);
+
+  const std::string& device_key() const { return device_key_; }
+  const std::string& path() const { return path_; }
+  // The entries read from the file, plus those added since.
+  const CalibrationTable& table() const { return table_; }
+  // Whether the file existed and was read; and why it was not used ("" when it was, or
+  // when there was none): "PATH:3: expected ..." or "PATH holds the table of device ...".
+  bool loaded() const { return loaded_; }
+  const std::string& warning() const { return warning_; }
+
+  // Records a measured time (replacing an older one of the same key).
+  void Set(const std::string& key, double seconds, int64_t count);
+  // Writes the entries Set since the last Save to path() (creating the folder), merged
+  // with what the file holds by then. Nothing new: OK without touching the file.
+  absl::Status Save();
+
+ private:
+  CalibrationCache() = default;
+  // The file's table if it is a valid table of this device key; else the reason in *why.
+  static std::optional<CalibrationTable> Read(const std::string& path, const std::string& device_key,
+                                              bool* exists, std::string* why);
+  std::string Comment() const;
+
+  std::string device_key_;
+  std::string path_;
+  CalibrationTable table_;
+  CalibrationTable added_;  // what Set recorded since Open (merged on Save)
+  bool loaded_ = false;
+  std::string warning_;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_COST_CALIBRATION_CACHE_H_
