@@ -7,7 +7,10 @@
 //   m' = m * beta1 + (1 - beta1) * g
 //   v' = v * beta2 + (1 - beta2) * g * g
 //   p' = p * decay - (m' / (sqrt(v') / bc2_sqrt + eps)) * step_size
-// Outputs may alias inputs (in-place update).
+// Outputs may alias inputs (in-place update). The gradient may instead be bf16
+// (`grad_bf16`, raw bits): it is widened to fp32 as it is read, which is exact, so the
+// update equals the one from the fp32 cast of that gradient bit for bit. The runtime uses
+// it to fold a mixed-precision step's bf16 -> fp32 gradient cast into this kernel.
 #ifndef MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
 #define MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
 
@@ -19,13 +22,14 @@ namespace magi::cuda {
 
 struct AdamWTensor {
   const float* param;
-  const float* grad;
+  const float* grad;          // fp32 gradient, or null when grad_bf16 is set
   const float* exp_avg;
   const float* exp_avg_sq;
   float* param_out;
   float* exp_avg_out;
   float* exp_avg_sq_out;
   int64_t numel;
+  const uint16_t* grad_bf16 = nullptr;  // bf16 gradient (bits), read instead of `grad`
 };
 
 struct AdamWScalars {
