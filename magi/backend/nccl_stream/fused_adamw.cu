@@ -17,14 +17,15 @@ struct LaunchArgs {
 __device__ __forceinline__ void Update(float p, float g, float m, float v, float decay, float step_size,
                                        float bc2_sqrt, const AdamWScalars& s, float& p_out, float& m_out,
                                        float& v_out) {
-  // The association of LibTorch's op-by-op AdamW; the compiler may contract a multiply
-  // and an add into one FMA (as ATen's own CUDA kernels do), so results can differ from
-  // the op-by-op form in the last bit.
-  float m2 = m * s.beta1 + s.one_minus_beta1 * g;
-  float v2 = v * s.beta2 + s.one_minus_beta2 * g * g;
-  float denom = sqrtf(v2) / bc2_sqrt + s.eps;
-  float update = (m2 / denom) * step_size;
-  p_out = p * decay - update;
+  // The association of LibTorch's op-by-op AdamW, every operation rounded on its own
+  // (no multiply-add contraction): the compiler would otherwise contract differently in
+  // the fp32- and bf16-gradient loops, and a deferred gradient cast (fused_adamw.h) would
+  // not be bit for bit the update from the cast.
+  float m2 = __fadd_rn(__fmul_rn(m, s.beta1), __fmul_rn(s.one_minus_beta1, g));
+  float v2 = __fadd_rn(__fmul_rn(v, s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+  float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v2), bc2_sqrt), s.eps);
+  float update = __fmul_rn(__fdiv_rn(m2, denom), step_size);
+  p_out = __fsub_rn(__fmul_rn(p, decay), update);
   m_out = m2;
   v_out = v2;
 }

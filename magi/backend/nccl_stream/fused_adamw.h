@@ -2,8 +2,8 @@
 // shards (more are split over several launches), reading the per-step scalars from
 // device memory so the launches can live inside a CUDA graph. Plain CUDA: no LibTorch.
 //
-// Per element (float32), in the order of LibTorch's op-by-op AdamW (magi::adamw; the
-// last bit may differ where the compiler fuses a multiply-add):
+// Per element (float32), in the order of LibTorch's op-by-op AdamW (magi::adamw), each
+// operation rounded on its own (no fused multiply-add):
 //   m' = m * beta1 + (1 - beta1) * g
 //   v' = v * beta2 + (1 - beta2) * g * g
 //   p' = p * decay - (m' / (sqrt(v') / bc2_sqrt + eps)) * step_size
