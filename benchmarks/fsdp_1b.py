@@ -33,6 +33,12 @@ MAGI_RUNS = [
     ("Magi nccl_stream + CUDA graph", "nccl_stream{cuda_graph=true}", ""),
     # The compute between collectives compiled by AOTInductor (issue #13); --magi_runs=5.
     ("Magi nccl_stream + CUDA graph + inductor", "nccl_stream{cuda_graph=true}", "", "inductor"),
+    # The CUDA-graph step without the deferred gradient casts (the bf16 -> fp32 casts run as
+    # kernels; stream_plan.h): what folding them into the multi-tensor AdamW saves.
+    ("Magi nccl_stream + CUDA graph, gradient casts not fused", "nccl_stream{cuda_graph=true,fuse_grad_cast=false}",
+     ""),
+    # The RoPE backward's zero-padded halves as one cat (magi/passes/slice_grads_to_cat.h).
+    ("Magi nccl_stream + CUDA graph + slice-grads-to-cat", "nccl_stream{cuda_graph=true}", "slice-grads-to-cat"),
 ]
 
 

@@ -203,6 +203,21 @@ std::string WhyInductorDeclines(const Node& node) {
   }
   if (traits.in_place || traits.side_effects) return "writes memory in place (partitions return new tensors)";
   if (traits.data_dependent) return "data-dependent: reads tensor values on the host";
+  if (node.op() == "aten::_to_copy" && !node.results().empty() && node.result(0)->has_uses()) {
+    // A gradient's cast to the reduction dtype, read only by reduce-scatters or
+    // all-reduces: left at the partition's edge, where the runtime can fold it into what
+    // reads it (nccl_stream over one rank: into the multi-tensor AdamW), and the
+    // partition returns the gradient in its compute dtype.
+    bool only_into_reductions = true;
+    for (const Use& use : node.result(0)->uses()) {
+      std::optional<CollectiveKind> kind = GetCollectiveKind(use.user->op());
+      only_into_reductions = only_into_reductions && kind.has_value() &&
+                             (*kind == CollectiveKind::kReduceScatter || *kind == CollectiveKind::kAllReduce);
+    }
+    if (only_into_reductions) {
+      return "a cast read only by gradient reductions: the primary backend may fold it into them or their reader";
+    }
+  }
   std::optional<Device> device;
   auto check = [&](const Value* value) -> std::string {
     if (!value->type().is_tensor()) return absl::StrCat("%", value->name(), " is not a tensor");

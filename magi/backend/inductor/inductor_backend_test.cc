@@ -42,6 +42,10 @@ constexpr char kStep[] = R"(module @m {
     %dd = aten::relu(%d) : f32[?,8]
     %mixed = aten::add.Tensor(%h, %g, alpha = 1) : f32[4,8]@cuda:0
     %gone = aten::no_such_op(%h) : f32[4,8]
+    %hb = aten::_to_copy(%h, dtype = dtype(bf16)) : bf16[4,8]
+    %hf = aten::_to_copy(%hb, dtype = dtype(f32)) : f32[4,8]
+    %rs = magi::reduce_scatter_start([%hf], group = "dp", reduce_op = "avg") : future<f32[2,8]>
+    %hs = magi::wait(%rs) : f32[2,8]
     %ok = aten::gelu(%h, approximate = "tanh") : f32[4,8]
     output y = %ok
   }
@@ -64,6 +68,9 @@ TEST(InductorBackendTest, DeclinesWithReasons) {
   EXPECT_EQ(why["mixed"], "mixes devices cpu and cuda:0");
   EXPECT_NE(why["gone"].find("has no operator aten::no_such_op"), std::string::npos) << why["gone"];
   EXPECT_EQ(why["ok"], "");
+  EXPECT_EQ(why["hb"], "");  // read by a cast, not a reduction
+  EXPECT_EQ(why["hf"],
+            "a cast read only by gradient reductions: the primary backend may fold it into them or their reader");
 }
 
 TEST(InductorBackendTest, Options) {

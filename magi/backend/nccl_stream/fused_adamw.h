@@ -2,12 +2,15 @@
 // shards (more are split over several launches), reading the per-step scalars from
 // device memory so the launches can live inside a CUDA graph. Plain CUDA: no LibTorch.
 //
-// Per element (float32), in the order of LibTorch's op-by-op AdamW (magi::adamw; the
-// last bit may differ where the compiler fuses a multiply-add):
+// Per element (float32), in the order of LibTorch's op-by-op AdamW (magi::adamw), each
+// operation rounded on its own (no fused multiply-add):
 //   m' = m * beta1 + (1 - beta1) * g
 //   v' = v * beta2 + (1 - beta2) * g * g
 //   p' = p * decay - (m' / (sqrt(v') / bc2_sqrt + eps)) * step_size
-// Outputs may alias inputs (in-place update).
+// Outputs may alias inputs (in-place update). The gradient may instead be bf16
+// (`grad_bf16`, raw bits): it is widened to fp32 as it is read, which is exact, so the
+// update equals the one from the fp32 cast of that gradient bit for bit. The runtime uses
+// it to fold a mixed-precision step's bf16 -> fp32 gradient cast into this kernel.
 #ifndef MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
 #define MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
 
@@ -19,13 +22,14 @@ namespace magi::cuda {
 
 struct AdamWTensor {
   const float* param;
-  const float* grad;
+  const float* grad;          // fp32 gradient, or null when grad_bf16 is set
   const float* exp_avg;
   const float* exp_avg_sq;
   float* param_out;
   float* exp_avg_out;
   float* exp_avg_sq_out;
   int64_t numel;
+  const uint16_t* grad_bf16 = nullptr;  // bf16 gradient (bits), read instead of `grad`
 };
 
 struct AdamWScalars {

@@ -1,5 +1,6 @@
 // The multi-tensor AdamW kernel against LibTorch's op-by-op AdamW (AdamWReference) on the
-// GPU: many tensors (several launches), odd sizes, unaligned views, in and out of place.
+// GPU: many tensors (several launches), odd sizes, unaligned views, in and out of place,
+// fp32 and bf16 gradients.
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/torch.h>
 
@@ -21,7 +22,11 @@ TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
   at::Tensor step_size = torch::full({}, 1e-3 / (1 - 0.9 * 0.9), options);
   at::Tensor bc2 = torch::full({}, std::sqrt(1 - 0.999 * 0.999), options);
   AdamWConstants constants;
-  for (bool in_place : {false, true}) {
+  // bf16 gradients (a deferred gradient cast): compared with the update from their exact
+  // fp32 widening; every third one unaligned as well.
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool in_place = variant == 1;
+    const bool bf16_grad = variant == 2;
     std::vector<cuda::AdamWTensor> tensors;
     std::vector<std::vector<at::Tensor>> expected, outputs;
     std::vector<at::Tensor> keep;
@@ -36,12 +41,21 @@ TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
       at::Tensor p = make(1), g = make(1e-2), m = make(1e-3);
       at::Tensor v = make(1e-4);
       v.abs_();
+      at::Tensor g_bf16;
+      if (bf16_grad) {
+        at::Tensor base = (torch::randn({sizes[k] + offset}, options) * 1e-2).to(torch::kBFloat16);
+        keep.push_back(base);
+        g_bf16 = base.narrow(0, offset, sizes[k]);
+        g = g_bf16.to(torch::kFloat);
+      }
       expected.push_back(AdamWReference(p, g, m, v, decay, step_size, bc2, constants));
       std::vector<at::Tensor> out = in_place ? std::vector<at::Tensor>{p, m, v}
                                              : std::vector<at::Tensor>{torch::empty_like(p), torch::empty_like(m),
                                                                        torch::empty_like(v)};
-      tensors.push_back({p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-                         out[0].data_ptr<float>(), out[1].data_ptr<float>(), out[2].data_ptr<float>(), sizes[k]});
+      tensors.push_back({p.data_ptr<float>(), bf16_grad ? nullptr : g.data_ptr<float>(), m.data_ptr<float>(),
+                         v.data_ptr<float>(), out[0].data_ptr<float>(), out[1].data_ptr<float>(),
+                         out[2].data_ptr<float>(), sizes[k]});
+      if (bf16_grad) tensors.back().grad_bf16 = static_cast<const uint16_t*>(g_bf16.data_ptr());
       outputs.push_back(out);
     }
     cuda::AdamWScalars scalars{decay.data_ptr<float>(), step_size.data_ptr<float>(), bc2.data_ptr<float>(), 0.9f,
@@ -55,7 +69,7 @@ TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
         double diff = (outputs[k][j] - expected[k][j]).abs().max().item<double>();
         double scale = expected[k][j].abs().max().item<double>() + 1e-30;
         EXPECT_LE(diff / scale, 1e-6) << "tensor " << k << " (" << sizes[k] << " elements) output " << j
-                                      << (in_place ? " in place" : "");
+                                      << (in_place ? " in place" : "") << (bf16_grad ? " bf16 gradient" : "");
       }
     }
   }

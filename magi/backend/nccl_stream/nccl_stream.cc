@@ -95,7 +95,14 @@ class NcclStreamExecutable : public TorchExecutable {
     StreamPlanOptions plan_options;
     plan_options.skip_single_rank_collectives = options.skip_single_rank;
     plan_options.donate_optimizer_state = options.donate;
+    plan_options.defer_grad_casts = options.fuse_grad_cast;
     MAGI_ASSIGN_OR_RETURN(exe->streams_, BuildStreamPlan(module, graph, plan_options));
+    exe->deferred_cast_.assign(exe->step_.nodes.size(), 0);
+    for (int index : exe->streams_.deferred_casts) exe->deferred_cast_[index] = 1;
+    exe->bf16_slot_.assign(exe->step_.num_slots, 0);
+    for (const Value* value : exe->streams_.bf16_for_f32) exe->bf16_slot_[exe->step_.slot_of.at(value)] = 1;
+    // One line per compiled step: what the schedule does (benchmark logs and tests read it).
+    std::fprintf(stderr, "magi: nccl_stream: @%s: %s\n", graph.name().c_str(), exe->streams_.Summary().c_str());
     for (const std::string& callee : exe->step_.callees) {
       auto it = context.callees.find(callee);
       if (it == context.callees.end()) {
@@ -224,6 +231,12 @@ class NcclStreamExecutable : public TorchExecutable {
       current_node_ = static_cast<int>(index);
       switch (plan.kind) {
         case NodePlan::Kind::kOp: {
+          if (deferred_cast_[index]) {
+            // A bf16 -> fp32 gradient cast the multi-tensor AdamW does as it reads
+            // (stream_plan.h): the bf16 tensor stands for the fp32 value.
+            MAGI_RETURN_IF_ERROR(Hold(plan, Operands(plan)));
+            break;
+          }
           // donate=true: an op planned over a donated input (a KV cache's scatter) runs in place.
           absl::StatusOr<std::vector<at::Tensor>> results =
               CallOperator(plan, slots_, stack, {}, /*in_place=*/options_.donate);
@@ -288,7 +301,29 @@ class NcclStreamExecutable : public TorchExecutable {
   }
 
   absl::Status Hold(const NodePlan& plan, const std::vector<at::Tensor>& tensors) {
-    MAGI_RETURN_IF_ERROR(CheckResults(plan, tensors));
+    bool carries_bf16 = false;
+    for (int slot : plan.result_slots) carries_bf16 = carries_bf16 || bf16_slot_[slot];
+    if (!carries_bf16) {
+      MAGI_RETURN_IF_ERROR(CheckResults(plan, tensors));
+    } else {
+      // Values that hold a deferred cast's bf16 tensor: bf16 in place of the IR's fp32.
+      if (tensors.size() != plan.result_slots.size()) {
+        return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", tensors.size(), " results, expected ",
+                                                plan.result_slots.size()));
+      }
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        bool bf16 = bf16_slot_[plan.result_slots[i]];
+        absl::StatusOr<at::ScalarType> expected =
+            bf16 ? absl::StatusOr<at::ScalarType>(at::kBFloat16) : compat::ToScalarType(plan.result_types[i].dtype);
+        if (!expected.ok()) return expected.status();
+        if (!tensors[i].defined() || tensors[i].scalar_type() != *expected ||
+            tensors[i].sizes() != at::IntArrayRef(plan.result_types[i].sizes)) {
+          return absl::InternalError(absl::StrCat(Where(*plan.node), ": result ", i, " is not a ",
+                                                  c10::toString(*expected), " tensor of the IR's shape",
+                                                  bf16 ? " (a deferred gradient cast)" : ""));
+        }
+      }
+    }
     for (size_t i = 0; i < tensors.size(); ++i) slots_[plan.result_slots[i]] = tensors[i];
     return absl::OkStatus();
   }
@@ -316,6 +351,7 @@ class NcclStreamExecutable : public TorchExecutable {
         const NodePlan& plan = step_.nodes[member];
         std::vector<at::Tensor> o = Operands(plan);
         try {
+          if (o[kAdamWGrad].scalar_type() == at::kBFloat16) o[kAdamWGrad] = o[kAdamWGrad].to(at::kFloat);
           MAGI_RETURN_IF_ERROR(Hold(plan, AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg],
                                                          o[kAdamWExpAvgSq], o[kAdamWDecay], o[kAdamWStepSize],
                                                          o[kAdamWBc2Sqrt], plan.adamw)));
@@ -331,8 +367,11 @@ class NcclStreamExecutable : public TorchExecutable {
     for (int member : members) {
       const NodePlan& plan = step_.nodes[member];
       std::vector<at::Tensor> o = Operands(plan);
+      // A deferred gradient cast leaves the gradient in bf16 (stream_plan.h).
+      const bool bf16_grad = o[kAdamWGrad].scalar_type() == at::kBFloat16;
       for (int k : {kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq}) {
-        if (!o[k].is_cuda() || o[k].scalar_type() != at::kFloat || o[k].get_device() != device_) {
+        at::ScalarType expected = k == kAdamWGrad && bf16_grad ? at::kBFloat16 : at::kFloat;
+        if (!o[k].is_cuda() || o[k].scalar_type() != expected || o[k].get_device() != device_) {
           return absl::InvalidArgumentError(absl::StrCat(Where(*plan.node), ": operand ", k,
                                                          " is not a float32 tensor on cuda:", device_));
         }
@@ -351,10 +390,16 @@ class NcclStreamExecutable : public TorchExecutable {
       } else {
         out = {at::empty_like(o[kAdamWParam]), at::empty_like(o[kAdamWExpAvg]), at::empty_like(o[kAdamWExpAvgSq])};
       }
-      tensors.push_back({o[kAdamWParam].data_ptr<float>(), o[kAdamWGrad].data_ptr<float>(),
-                         o[kAdamWExpAvg].data_ptr<float>(), o[kAdamWExpAvgSq].data_ptr<float>(),
-                         out[0].data_ptr<float>(), out[1].data_ptr<float>(), out[2].data_ptr<float>(),
-                         o[kAdamWParam].numel()});
+      cuda::AdamWTensor tensor{o[kAdamWParam].data_ptr<float>(),
+                               bf16_grad ? nullptr : o[kAdamWGrad].data_ptr<float>(),
+                               o[kAdamWExpAvg].data_ptr<float>(),
+                               o[kAdamWExpAvgSq].data_ptr<float>(),
+                               out[0].data_ptr<float>(),
+                               out[1].data_ptr<float>(),
+                               out[2].data_ptr<float>(),
+                               o[kAdamWParam].numel()};
+      if (bf16_grad) tensor.grad_bf16 = static_cast<const uint16_t*>(o[kAdamWGrad].data_ptr());
+      tensors.push_back(tensor);
       results.push_back(std::move(out));
     }
     const AdamWConstants& constants = first.adamw;
@@ -695,6 +740,8 @@ class NcclStreamExecutable : public TorchExecutable {
   StepPlan step_;
   StreamPlan streams_;
   std::vector<std::vector<int>> release_slots_;
+  std::vector<char> deferred_cast_;  // per node: a gradient cast AdamW does (stream_plan.h)
+  std::vector<char> bf16_slot_;      // per slot: holds the bf16 tensor of a deferred cast
   absl::flat_hash_map<std::string, std::shared_ptr<TorchExecutable>> callees_;
   absl::flat_hash_map<std::string, std::shared_ptr<Communicator>> communicators_;
   std::vector<CommLane> lanes_;
@@ -725,6 +772,8 @@ absl::StatusOr<NcclStreamOptions> NcclStreamOptions::FromComponentOptions(const 
       MAGI_ASSIGN_OR_RETURN(parsed.skip_single_rank, ParseBool(key, value));
     } else if (key == "donate") {
       MAGI_ASSIGN_OR_RETURN(parsed.donate, ParseBool(key, value));
+    } else if (key == "fuse_grad_cast") {
+      MAGI_ASSIGN_OR_RETURN(parsed.fuse_grad_cast, ParseBool(key, value));
     } else if (key == "sync_each_step") {
       MAGI_ASSIGN_OR_RETURN(parsed.sync_each_step, ParseBool(key, value));
     } else if (key == "graph_warmup") {
@@ -734,7 +783,8 @@ absl::StatusOr<NcclStreamOptions> NcclStreamOptions::FromComponentOptions(const 
       }
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "nccl_stream takes cuda_graph, graph_warmup, skip_single_rank, donate and sync_each_step, not '", key, "'"));
+          "nccl_stream takes cuda_graph, graph_warmup, skip_single_rank, donate, fuse_grad_cast and sync_each_step, not '",
+          key, "'"));
     }
   }
   return parsed;

@@ -19,7 +19,9 @@
 // Options (registry spec "nccl_stream{...}"):
 //   cuda_graph=true|false (default false), graph_warmup=N (2), skip_single_rank=true|false
 //   (true), donate=true|false (true: magi::adamw updates its state inputs in place),
-//   sync_each_step=true|false (true).
+//   sync_each_step=true|false (true), fuse_grad_cast=true|false (true: a one-rank
+//   mixed-precision step's bf16 -> fp32 gradient casts are read by the multi-tensor AdamW
+//   instead of run; stream_plan.h, "Deferred gradient casts").
 // Donation: with donate=true, Run overwrites the parameter-shard and moment inputs of
 // magi::adamw with their new values and returns those same tensors, and runs an op that
 // the memory plan writes over a donated input (InPlaceOperandOfResult: a KV cache's
@@ -44,6 +46,7 @@ struct NcclStreamOptions {
   bool skip_single_rank = true;
   bool donate = true;
   bool sync_each_step = true;
+  bool fuse_grad_cast = true;
 
   static absl::StatusOr<NcclStreamOptions> FromComponentOptions(const ComponentOptions& options);
 };

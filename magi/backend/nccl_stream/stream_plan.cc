@@ -16,6 +16,35 @@ bool HasDynamicDim(const TensorType& type) {
   return std::find(type.sizes.begin(), type.sizes.end(), kDynamicDim) != type.sizes.end();
 }
 
+bool IsCudaTensorOf(const Value* value, DType dtype) {
+  if (!value->type().is_tensor()) return false;
+  const TensorType& type = value->type().tensor();
+  return type.dtype == dtype && type.device.type == DeviceType::kCuda;
+}
+
+// A plain bf16 -> fp32 aten::_to_copy (no layout, device or memory-format change).
+bool IsWideningCast(const Node& node) {
+  if (node.op() != "aten::_to_copy" || node.num_operands() != 1 || node.results().size() != 1) return false;
+  if (!IsCudaTensorOf(node.operand(0), DType::kBFloat16) || !IsCudaTensorOf(node.result(0), DType::kFloat32)) {
+    return false;
+  }
+  if (node.operand(0)->type().tensor().sizes != node.result(0)->type().tensor().sizes) return false;
+  // Only a dtype change: no memory format, pinning, or move to another device.
+  const Attribute* memory_format = node.FindArg("memory_format");
+  if (memory_format != nullptr && !memory_format->is_none()) return false;
+  const Attribute* pin_memory = node.FindArg("pin_memory");
+  if (pin_memory != nullptr && !pin_memory->is_none() &&
+      !(pin_memory->kind() == AttrKind::kBool && !pin_memory->as_bool())) {
+    return false;
+  }
+  const Attribute* device = node.FindArg("device");
+  if (device != nullptr && !device->is_none() &&
+      !(device->kind() == AttrKind::kDevice && device->as_device() == node.result(0)->type().tensor().device)) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& graph,
@@ -124,6 +153,42 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     batch.in_place = in_place;
   }
 
+  // Deferred gradient casts (stream_plan.h).
+  if (options.defer_grad_casts) {
+    for (int i = 0; i < n; ++i) {
+      const Node& cast = *nodes[i];
+      if (!IsWideningCast(cast) || outputs.contains(cast.result(0)) || !cast.result(0)->has_uses()) continue;
+      std::vector<const Value*> carried = {cast.result(0)};
+      bool deferrable = true;
+      for (const Use& use : cast.result(0)->uses()) {
+        auto collective = plan.collective_of_node.find(index_of.at(use.user));
+        std::optional<CollectiveKind> kind = GetCollectiveKind(use.user->op());
+        if (collective == plan.collective_of_node.end() || !kind || !plan.collectives[collective->second].skipped ||
+            (*kind != CollectiveKind::kReduceScatter && *kind != CollectiveKind::kAllReduce)) {
+          deferrable = false;
+          break;
+        }
+        const Node& wait = *nodes[plan.collectives[collective->second].wait];
+        const Value* result = wait.result(use.operand_index);
+        if (outputs.contains(result) || !result->has_uses()) {
+          deferrable = false;
+          break;
+        }
+        for (const Use& grad_use : result->uses()) {
+          const Node& adamw = *grad_use.user;
+          int member = index_of.at(&adamw);
+          deferrable = deferrable && adamw.op() == kAdamWOp && grad_use.operand_index == kAdamWGrad &&
+                       plan.adamw_batch_of_node[member] >= 0 && IsCudaTensorOf(adamw.operand(kAdamWParam), DType::kFloat32);
+        }
+        if (!deferrable) break;
+        carried.push_back(result);
+      }
+      if (!deferrable) continue;
+      plan.deferred_casts.push_back(i);
+      plan.bf16_for_f32.insert(plan.bf16_for_f32.end(), carried.begin(), carried.end());
+    }
+  }
+
   // Releases.
   auto release = [&](const Value* value, int produced_at) {
     if (value->type().is_future() || outputs.contains(value)) return;
@@ -186,7 +251,7 @@ std::string StreamPlan::Summary() const {
                       " communication streams, ", 2 * (collectives.size() - skipped), " cross-stream edges; ",
                       batched, " magi::adamw in ", adamw_batches.size(), " multi-tensor batches",
                       adamw_batches.empty() ? "" : (adamw_batches[0].in_place ? " (in place)" : " (out of place)"),
-                      "; ", capture_blockers.empty() ? "capturable as one CUDA graph"
+                      "; ", deferred_casts.empty() ? "" : absl::StrCat(deferred_casts.size(), " gradient casts deferred into AdamW; "), capture_blockers.empty() ? "capturable as one CUDA graph"
                                                      : absl::StrCat(capture_blockers.size(), " capture blockers"));
 }
 

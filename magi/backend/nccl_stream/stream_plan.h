@@ -29,6 +29,14 @@
 // its parameter and moments in place when they are graph inputs the caller donated and
 // nothing else reads them after the update.
 //
+// Deferred gradient casts (mixed precision, groups of one rank): a bf16 -> fp32
+// aten::_to_copy whose result only feeds skipped reduce-scatters (or all-reduces), whose
+// results in turn are only the gradient operand of batched magi::adamw nodes on CUDA, is
+// not run: its bf16 operand flows through in place of the fp32 value, and the
+// multi-tensor AdamW widens it as it reads it. Widening bf16 is exact, so the update is
+// bit for bit the one from the cast, without the cast's kernel, its fp32 buffer (4 bytes
+// per parameter, alive until the optimizer) and half of AdamW's gradient reads.
+//
 // Capture: what keeps the whole step out of one CUDA graph, each with its node and why
 // (random ops, CPU tensors, dynamic shapes, ops that synchronize with the host). The
 // runtime falls back to stream execution and logs these.
@@ -49,6 +57,7 @@ namespace magi {
 struct StreamPlanOptions {
   bool skip_single_rank_collectives = true;
   bool donate_optimizer_state = true;  // the caller lets magi::adamw overwrite p, m, v
+  bool defer_grad_casts = true;        // see "Deferred gradient casts" above
 };
 
 struct CommStream {
@@ -85,6 +94,11 @@ struct StreamPlan {
   // graph outputs are never released, inputs are (the caller owns them).
   std::vector<std::vector<const Value*>> release_after;
   std::vector<CaptureBlocker> capture_blockers;
+  // Deferred gradient casts: the aten::_to_copy nodes not run, and every value that holds
+  // the bf16 tensor in place of its fp32 type (those casts' results and the skipped
+  // collectives' results they flow to).
+  std::vector<int> deferred_casts;
+  std::vector<const Value*> bf16_for_f32;
 
   bool capturable() const { return capture_blockers.empty(); }
   // "graph @g: 3 cross-stream edges, ..." for logs and tests.

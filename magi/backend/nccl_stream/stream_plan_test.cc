@@ -120,6 +120,126 @@ TEST(StreamPlanTest, OneRankGroupsSkipCollectivesUnlessAsked) {
   EXPECT_FALSE(kept->adamw_batches[0].in_place);
 }
 
+// A one-rank mixed-precision step: two bf16 gradients cast to fp32 for a skipped
+// reduce-scatter; the first only feeds AdamW (deferred), the second is also a step output
+// (kept), and a cast before a kept (two-rank) reduce-scatter is never deferred.
+constexpr char kGradCasts[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 1}
+  process_group @tp {axis = "tp", size = 2}
+  graph @train_step {
+    input %a.grad: bf16[8,16]@cuda:0
+    input %b.grad: bf16[8]@cuda:0
+    input %c.grad: bf16[16]@cuda:0
+    input %a: f32[8,16]@cuda:0 {role = param}
+    input %a.m: f32[8,16]@cuda:0 {role = opt_state}
+    input %a.v: f32[8,16]@cuda:0 {role = opt_state}
+    input %b: f32[8]@cuda:0 {role = param}
+    input %b.m: f32[8]@cuda:0 {role = opt_state}
+    input %b.v: f32[8]@cuda:0 {role = opt_state}
+    input %c: f32[8]@cuda:0 {role = param}
+    input %c.m: f32[8]@cuda:0 {role = opt_state}
+    input %c.v: f32[8]@cuda:0 {role = opt_state}
+    input %decay: f32[]@cuda:0 {role = opt_state}
+    input %step_size: f32[]@cuda:0 {role = opt_state}
+    input %bc2: f32[]@cuda:0 {role = opt_state}
+    %ga = aten::_to_copy(%a.grad, dtype = dtype(f32), layout = none, device = none, pin_memory = none, non_blocking = false, memory_format = none) : f32[8,16]@cuda:0
+    %gb = aten::_to_copy(%b.grad, dtype = dtype(f32)) : f32[8]@cuda:0
+    %r0, %r1 = magi::reduce_scatter_start([%ga, %gb], group = "dp", reduce_op = "avg") : future<f32[8,16]@cuda:0>, future<f32[8]@cuda:0>
+    %sa, %sb = magi::wait(%r0, %r1) : f32[8,16]@cuda:0, f32[8]@cuda:0
+    %gc = aten::_to_copy(%c.grad, dtype = dtype(f32)) : f32[16]@cuda:0
+    %r2 = magi::reduce_scatter_start([%gc], group = "tp", reduce_op = "avg") : future<f32[8]@cuda:0>
+    %sc = magi::wait(%r2) : f32[8]@cuda:0
+    %a2, %am, %av = magi::adamw(%a, %sa, %a.m, %a.v, %decay, %step_size, %bc2) : f32[8,16]@cuda:0, f32[8,16]@cuda:0, f32[8,16]@cuda:0
+    %b2, %bm, %bv = magi::adamw(%b, %sb, %b.m, %b.v, %decay, %step_size, %bc2) : f32[8]@cuda:0, f32[8]@cuda:0, f32[8]@cuda:0
+    %c2, %cm, %cv = magi::adamw(%c, %sc, %c.m, %c.v, %decay, %step_size, %bc2) : f32[8]@cuda:0, f32[8]@cuda:0, f32[8]@cuda:0
+    output a = %a2
+    output a.m = %am
+    output a.v = %av
+    output b = %b2
+    output b.m = %bm
+    output b.v = %bv
+    output b.grad = %sb
+    output c = %c2
+    output c.m = %cm
+    output c.v = %cv
+  }
+}
+)";
+
+TEST(StreamPlanTest, GradientCastsIntoSkippedReduceScattersAreDeferredIntoAdamW) {
+  std::unique_ptr<Module> module = Parse(kGradCasts);
+  ASSERT_NE(module, nullptr);
+  const Graph& graph = *module->FindGraph("train_step");
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, graph);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Node 0 (%ga) is deferred; node 1 (%gb: %sb is an output) and node 4 (%gc: two ranks) are not.
+  EXPECT_EQ(plan->deferred_casts, std::vector<int>({0}));
+  std::vector<std::string> carried;
+  for (const Value* value : plan->bf16_for_f32) carried.push_back(value->name());
+  EXPECT_EQ(carried, std::vector<std::string>({"ga", "sa"}));
+  EXPECT_NE(plan->Summary().find("1 gradient casts deferred into AdamW"), std::string::npos) << plan->Summary();
+
+  StreamPlanOptions off;
+  off.defer_grad_casts = false;
+  absl::StatusOr<StreamPlan> not_deferred = BuildStreamPlan(*module, graph, off);
+  ASSERT_TRUE(not_deferred.ok()) << not_deferred.status();
+  EXPECT_TRUE(not_deferred->deferred_casts.empty());
+  // With the collectives kept, nothing is deferred: NCCL reduces the fp32 values.
+  StreamPlanOptions kept;
+  kept.skip_single_rank_collectives = false;
+  absl::StatusOr<StreamPlan> with_collectives = BuildStreamPlan(*module, graph, kept);
+  ASSERT_TRUE(with_collectives.ok()) << with_collectives.status();
+  EXPECT_TRUE(with_collectives->deferred_casts.empty());
+}
+
+TEST(StreamPlanTest, GradientCastsWithOtherReadersOrOffTheGpuStay) {
+  // The cast's fp32 result is also read by an op, or a gradient reaches an unbatched
+  // AdamW (its results are read again), or the tensors are on the CPU.
+  for (const char* variant : {"other_reader", "unbatched", "cpu"}) {
+    std::string text = R"(module @m {
+  process_group @dp {axis = "dp", size = 1}
+  graph @train_step {
+    input %g: bf16[8]@cuda:0
+    input %p: f32[8]@cuda:0 {role = param}
+    input %m: f32[8]@cuda:0 {role = opt_state}
+    input %v: f32[8]@cuda:0 {role = opt_state}
+    input %decay: f32[]@cuda:0 {role = opt_state}
+    input %step_size: f32[]@cuda:0 {role = opt_state}
+    input %bc2: f32[]@cuda:0 {role = opt_state}
+    %g32 = aten::_to_copy(%g, dtype = dtype(f32)) : f32[8]@cuda:0
+    %r = magi::reduce_scatter_start([%g32], group = "dp", reduce_op = "avg") : future<f32[8]@cuda:0>
+    %s = magi::wait(%r) : f32[8]@cuda:0
+    %p2, %m2, %v2 = magi::adamw(%p, %s, %m, %v, %decay, %step_size, %bc2) : f32[8]@cuda:0, f32[8]@cuda:0, f32[8]@cuda:0
+    EXTRA
+    output p = %p2
+    output m = %m2
+    output v = OUT_V
+  }
+}
+)";
+    std::string extra, out_v = "%v2";
+    if (std::string(variant) == "other_reader") {
+      extra = "%n = aten::neg(%g32) : f32[8]@cuda:0";
+      out_v = "%n";
+    } else if (std::string(variant) == "unbatched") {
+      extra = "%w = aten::neg(%v2) : f32[8]@cuda:0";
+      out_v = "%w";
+    } else {
+      for (size_t at = text.find("@cuda:0"); at != std::string::npos; at = text.find("@cuda:0")) {
+        text.replace(at, 7, "");
+      }
+    }
+    text.replace(text.find("EXTRA"), 5, extra);
+    text.replace(text.find("OUT_V"), 5, out_v);
+    std::unique_ptr<Module> module = Parse(text);
+    ASSERT_NE(module, nullptr) << variant;
+    absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("train_step"));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->deferred_casts.empty()) << variant;
+    EXPECT_TRUE(plan->bf16_for_f32.empty()) << variant;
+  }
+}
+
 TEST(StreamPlanTest, AdamWBatchesRunAtTheirLastMemberAndKeepOperandsAlive) {
   std::unique_ptr<Module> module = Parse(R"(module @m {
   graph @opt {
