@@ -1,6 +1,5 @@
 #include "magi/frontend/fsdp/trainer.h"
 
-
 #include <cmath>
 
 #include "absl/strings/match.h"
