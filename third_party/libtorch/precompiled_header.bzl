@@ -74,7 +74,8 @@ def _cc_precompiled_header_impl(ctx):
     ))
     return [
         DefaultInfo(files = depset(headers)),
-        cc_common.merge_cc_infos(direct_cc_infos = [own], cc_infos = [deps_cc_info]),
+        # cc_infos, not direct_cc_infos: Bazel 2.1 (the GPU machine's) has only the former.
+        cc_common.merge_cc_infos(cc_infos = [own, deps_cc_info]),
     ]
 
 cc_precompiled_header = rule(
