@@ -118,12 +118,16 @@ Tolerance ToleranceFor(const std::string& model) {
   return {1e-5, 5e-3, 0, 0.2, 1e-2};
 }
 
+// This worker's Gloo communicator over all ranks (the launcher's RANK, WORLD_SIZE, MASTER_*).
+absl::StatusOr<std::shared_ptr<Communicator>> ConnectGloo(const DistributedEnv& env) {
+  MAGI_ASSIGN_OR_RETURN(auto store, ConnectStore(env, std::chrono::seconds(60)));
+  return CreateGlooCommunicator(store, env.rank, env.world_size, "dp", std::chrono::seconds(120));
+}
+
 int RunWorker(const std::string& model) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));
-  auto store = ConnectStore(*env, std::chrono::seconds(60));
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(120));
+  absl::StatusOr<std::shared_ptr<Communicator>> communicator = ConnectGloo(*env);
   if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
   const ModelCase c = CaseFor(model);
   const Tolerance tolerance = ToleranceFor(model);
@@ -239,9 +243,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceBatch(const std::map<std::strin
 int RunResumeWorker(const std::string& model, const std::string& root) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));
-  auto store = ConnectStore(*env, std::chrono::seconds(60));
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(120));
+  absl::StatusOr<std::shared_ptr<Communicator>> communicator = ConnectGloo(*env);
   if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
   const ModelCase c = CaseFor(model);
   absl::StatusOr<std::map<std::string, at::Tensor>> ref = ReadReference(c.reference);
