@@ -49,11 +49,11 @@
 #include <torch/cuda.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "examples/flags_usage.h"
 #include "examples/generation.h"
 #include "examples/tensor_file.h"
 #include "magi/backend/communicator.h"
@@ -336,7 +336,11 @@ int Generate(const magi::DistributedEnv& env) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  magi::ParseExampleFlags(argc, argv,
+                          "Continues a prompt with the model examples:train checkpointed (greedy or sampled, with a KV "
+                          "cache).\n  tools/bazel run //examples:generate -- --checkpoint_dir=DIR [--prompt=TEXT] "
+                          "[--length=N] ...",
+                          "examples/generate.cc");
   if (absl::Status valid = ValidateFlags(); !valid.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(valid.message()).c_str());
     return 1;

@@ -7,6 +7,9 @@
 set -euo pipefail
 out="${TEST_TMPDIR:-$(mktemp -d)}/generate"
 mkdir -p "$out"
+# --help prints what the program does and its own flags, and exits 0.
+examples/generate --help > "$out/help.txt"
+grep -q "^Continues a prompt" "$out/help.txt" && grep -q "^  --top_k  " "$out/help.txt" || { cat "$out/help.txt"; exit 1; }
 gen() { examples/generate --checkpoint_dir= --world_size=1 --seq_len=32 --length=48 --prompt="Sonnet" "$@"; }
 
 expect_error() {  # expect_error MESSAGE FLAGS...: the run fails and stderr has MESSAGE

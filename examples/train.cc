@@ -37,11 +37,11 @@
 #endif
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "examples/flags_usage.h"
 #include "examples/tensor_file.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
@@ -733,7 +733,11 @@ absl::Status ValidateNumericFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = magi::ParseExampleFlags(
+      argc, argv,
+      "Trains the Llama-style model with FSDP on the Shakespeare sonnets, on local processes (or as a worker of "
+      "torchrun / srun).\n  tools/bazel run //examples:train -- [--world_size=2] [--steps=N] [--model=tiny|small|1b] ...",
+      "examples/train.cc");
   if (absl::Status flags = ValidateNumericFlags(); !flags.ok()) return Fail(0, flags.message());
   absl::StatusOr<magi::DistributedEnv> env = magi::DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(0, env.status().message());

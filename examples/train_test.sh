@@ -7,6 +7,10 @@ set -euo pipefail
 out="${TEST_TMPDIR:-$(mktemp -d)}/train"
 # Calibration by default measures into this cache (not the user's ~/.cache/magi).
 export MAGI_CACHE_DIR="$out/cache"
+# --help prints what the program does and its own flags, and exits 0.
+examples/train --help > "$out/help.txt"
+grep -q "^Trains the Llama-style model" "$out/help.txt" && grep -q "^  --steps  " "$out/help.txt" \
+  && ! grep -q "absl" "$out/help.txt" || { cat "$out/help.txt"; exit 1; }
 examples/train --steps=12 --world_size=2 --out_dir="$out" --summary_json="$out/summary_copy.json"
 for f in loss.csv loss.svg summary.json summary_copy.json checkpoint/step-00000012/manifest.json \
          checkpoint/step-00000012/rank0.pt checkpoint/step-00000012/rank1.pt; do

@@ -42,13 +42,12 @@
 #include <torch/torch.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "examples/flags_usage.h"
 #include "examples/shapes_dataset.h"
 #include "examples/tensor_file.h"
 #include "magi/backend/communicator.h"
@@ -595,10 +594,11 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  magi::ParseExampleFlags(
+      argc, argv,
       "Trains an FX-imported torchvision classifier with FSDP on local processes, on a generated 10-class image "
-      "dataset.\n  tools/bazel run //examples:train_vision -- [--world_size=2] [--steps=150] ...");
-  absl::ParseCommandLine(argc, argv);
+      "dataset.\n  tools/bazel run //examples:train_vision -- [--world_size=2] [--steps=150] ...",
+      "examples/train_vision.cc");
   absl::Status valid = ValidateFlags();
   if (!valid.ok()) {
     std::fprintf(stderr, "train_vision: %s\n", std::string(valid.message()).c_str());

@@ -19,6 +19,10 @@ fi
 bin=examples/train_vision
 tmp="${TEST_TMPDIR:-$(mktemp -d)}/train_vision"
 mkdir -p "$tmp"
+# --help prints what the program does and its own flags, and exits 0.
+"$bin" --help > "$tmp/help.txt"
+grep -q "^Trains an FX-imported torchvision classifier" "$tmp/help.txt" && grep -q "^  --steps  " "$tmp/help.txt" \
+  || { cat "$tmp/help.txt"; exit 1; }
 
 # Bad flags: exit status 2 and a message naming the flag, before any worker starts.
 expect_usage_error() {

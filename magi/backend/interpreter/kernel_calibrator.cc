@@ -1,5 +1,6 @@
 #include "magi/backend/interpreter/kernel_calibrator.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
@@ -99,6 +101,35 @@ absl::StatusOr<at::Tensor> Synthesize(const TensorType& type, int64_t index_boun
   }
 }
 
+// Puts the default random generators of the CPU and of `device` back as they were when it
+// was made. Measuring runs kernels on synthesized inputs (uniform_, random_, rand, and the
+// step's own random ops): without this a run that measured would draw other random numbers
+// afterwards than one that found every kernel cached, and save another generator state in
+// its checkpoint.
+class RestoreGenerators {
+ public:
+  explicit RestoreGenerators(const at::Device& device) {
+    generators_.push_back(at::detail::getDefaultCPUGenerator());
+    if (!device.is_cpu()) generators_.push_back(at::globalContext().defaultGenerator(device));
+    for (at::Generator& generator : generators_) {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      states_.push_back(generator.get_state());
+    }
+  }
+  ~RestoreGenerators() {
+    for (size_t i = 0; i < generators_.size(); ++i) {
+      std::lock_guard<std::mutex> lock(generators_[i].mutex());
+      generators_[i].set_state(states_[i]);
+    }
+  }
+  RestoreGenerators(const RestoreGenerators&) = delete;
+  RestoreGenerators& operator=(const RestoreGenerators&) = delete;
+
+ private:
+  std::vector<at::Generator> generators_;
+  std::vector<at::Tensor> states_;
+};
+
 class TorchKernelCalibrator : public KernelCalibrator {
  public:
   explicit TorchKernelCalibrator(TorchKernelCalibratorOptions options) : options_(std::move(options)) {
@@ -110,6 +141,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
   std::string DeviceKey() const override { return TorchDeviceKey(options_.device); }
 
   absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
+    RestoreGenerators restore(options_.device);
+    return Measure(requests);
+  }
+
+ private:
+  absl::StatusOr<std::vector<KernelTime>> Measure(const std::vector<KernelRequest>& requests) {
     plans_.clear();
     const size_t n = requests.size();
     // 0. The ranks must ask for the same kernels, else every later exchange would pair

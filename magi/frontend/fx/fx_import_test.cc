@@ -22,7 +22,8 @@ namespace magi {
 namespace {
 
 // The models' tolerance is what was measured (docs/fx.md): bitwise, except the Llama twin's
-// joint graph (5.6e-9 relative on 1.13); issue 15 asks 1e-5 at most.
+// joint graph (5.6e-9 relative on 1.13) and the LSTM and GRU forward graphs, bitwise on 1.13
+// but 7.5e-9 and 1.5e-8 relative on 2.12 (CI, 2026-12-02); issue 15 asks 1e-5 at most.
 constexpr double kBitwise = 0;
 
 struct Case {
@@ -119,8 +120,8 @@ INSTANTIATE_TEST_SUITE_P(Models, FxImportTest,
                                            Case{"view_write", "joint"}, Case{"buffer_slice_write", "forward"},
                                            Case{"buffer_slice_write", "joint"}, Case{"instance_norm_stats", "forward"},
                                            Case{"instance_norm_stats", "joint"}, Case{"constant", "forward"},
-                                           Case{"constant", "joint"}, Case{"lstm", "forward"}, Case{"lstm", "joint"},
-                                           Case{"gru", "forward"}, Case{"gru", "joint"},
+                                           Case{"constant", "joint"}, Case{"lstm", "forward", 1e-7}, Case{"lstm", "joint"},
+                                           Case{"gru", "forward", 1e-7}, Case{"gru", "joint"},
                                            Case{"embedding_bag", "forward"}, Case{"embedding_bag", "joint"},
                                            Case{"convnext", "forward"}, Case{"convnext", "joint"},
                                            Case{"swin", "forward"}, Case{"swin", "joint"}),

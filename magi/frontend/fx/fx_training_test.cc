@@ -118,17 +118,27 @@ Tolerance ToleranceFor(const std::string& model) {
   return {1e-5, 5e-3, 0, 0.2, 1e-2};
 }
 
-// This worker's Gloo communicator over all ranks (the launcher's RANK, WORLD_SIZE, MASTER_*).
-absl::StatusOr<std::shared_ptr<Communicator>> ConnectGloo(const DistributedEnv& env) {
-  MAGI_ASSIGN_OR_RETURN(auto store, ConnectStore(env, std::chrono::seconds(60)));
-  return CreateGlooCommunicator(store, env.rank, env.world_size, "dp", std::chrono::seconds(120));
+// This worker's Gloo communicator over all ranks (the launcher's RANK, WORLD_SIZE, MASTER_*),
+// with the rendezvous store it came from: the store must outlive the worker's use of the
+// group (rank 0's store object is the TCPStore server the slower ranks still read from).
+struct GlooWorld {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<Communicator> communicator;
+};
+
+absl::StatusOr<GlooWorld> ConnectGloo(const DistributedEnv& env) {
+  GlooWorld world;
+  MAGI_ASSIGN_OR_RETURN(world.store, ConnectStore(env, std::chrono::seconds(60)));
+  MAGI_ASSIGN_OR_RETURN(world.communicator, CreateGlooCommunicator(world.store, env.rank, env.world_size, "dp",
+                                                                  std::chrono::seconds(120)));
+  return world;
 }
 
 int RunWorker(const std::string& model) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));
-  absl::StatusOr<std::shared_ptr<Communicator>> communicator = ConnectGloo(*env);
-  if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
+  absl::StatusOr<GlooWorld> world = ConnectGloo(*env);
+  if (!world.ok()) return Fail(std::string(world.status().message()));
   const ModelCase c = CaseFor(model);
   const Tolerance tolerance = ToleranceFor(model);
   absl::StatusOr<std::map<std::string, at::Tensor>> ref = ReadReference(c.reference);
@@ -143,7 +153,8 @@ int RunWorker(const std::string& model) {
   options.shard_groups = c.groups;
   // A pass pipeline after sharding (MAGI_FX_PASSES): the same compile path as FsdpTrainer's.
   if (const char* passes = std::getenv("MAGI_FX_PASSES")) options.optimization.passes = passes;
-  absl::StatusOr<std::unique_ptr<FxTrainer>> trainer = FxTrainer::Create(std::move(*imported), *communicator, options);
+  absl::StatusOr<std::unique_ptr<FxTrainer>> trainer =
+      FxTrainer::Create(std::move(*imported), world->communicator, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
   if (!options.optimization.passes.empty() && (*trainer)->applied_pipeline().empty()) {
     return Fail("the pass pipeline " + options.optimization.passes + " was not applied");
@@ -243,8 +254,8 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceBatch(const std::map<std::strin
 int RunResumeWorker(const std::string& model, const std::string& root) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));
-  absl::StatusOr<std::shared_ptr<Communicator>> communicator = ConnectGloo(*env);
-  if (!communicator.ok()) return Fail(std::string(communicator.status().message()));
+  absl::StatusOr<GlooWorld> world = ConnectGloo(*env);
+  if (!world.ok()) return Fail(std::string(world.status().message()));
   const ModelCase c = CaseFor(model);
   absl::StatusOr<std::map<std::string, at::Tensor>> ref = ReadReference(c.reference);
   if (!ref.ok()) return Fail(std::string(ref.status().message()));
@@ -252,7 +263,7 @@ int RunResumeWorker(const std::string& model, const std::string& root) {
     MAGI_ASSIGN_OR_RETURN(FxImport imported, ImportFxFile(c.joint));
     FxTrainOptions options;
     options.shard_groups = c.groups;
-    return FxTrainer::Create(std::move(imported), *communicator, options);
+    return FxTrainer::Create(std::move(imported), world->communicator, options);
   };
   const std::string w = absl::StrCat("w", env->world_size, "/");
   auto run = [&](FxTrainer& trainer, int from, int to, std::vector<double>& losses) -> absl::Status {
