@@ -8,6 +8,7 @@ out="${TEST_TMPDIR:-$(mktemp -d)}/train"
 # Calibration by default measures into this cache (not the user's ~/.cache/magi).
 export MAGI_CACHE_DIR="$out/cache"
 # --help prints what the program does and its own flags, and exits 0.
+mkdir -p "$out"
 examples/train --help > "$out/help.txt"
 grep -q "^Trains the Llama-style model" "$out/help.txt" && grep -q "^  --steps  " "$out/help.txt" \
   && ! grep -q "absl" "$out/help.txt" || { cat "$out/help.txt"; exit 1; }
