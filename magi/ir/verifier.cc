@@ -307,21 +307,26 @@ class GraphVerifier {
     }
   }
 
+  // The module's process group that `node`'s group = "<name>" argument names; nullptr (the
+  // error reported) when the argument is missing or names no group.
+  const ProcessGroup* GroupArgument(const Node& node) {
+    const Attribute* group_arg = node.FindArg("group");
+    if (group_arg == nullptr || group_arg->kind() != AttrKind::kString) {
+      Error(&node, "needs a string argument group = \"<process group>\"");
+      return nullptr;
+    }
+    const ProcessGroup* group = module_ == nullptr ? nullptr : module_->FindProcessGroup(group_arg->as_string());
+    if (group == nullptr) Error(&node, absl::StrCat("process group @", group_arg->as_string(), " does not exist"));
+    return group;
+  }
+
   void VerifyLocalShard(const Node& node) {
     if (node.num_operands() != 1 || node.num_results() != 1 || !node.operand(0)->type().is_tensor()) {
       Error(&node, "takes one tensor and returns one");
       return;
     }
-    const Attribute* group_arg = node.FindArg("group");
-    if (group_arg == nullptr || group_arg->kind() != AttrKind::kString) {
-      Error(&node, "needs a string argument group = \"<process group>\"");
-      return;
-    }
-    const ProcessGroup* group = module_ == nullptr ? nullptr : module_->FindProcessGroup(group_arg->as_string());
-    if (group == nullptr) {
-      Error(&node, absl::StrCat("process group @", group_arg->as_string(), " does not exist"));
-      return;
-    }
+    const ProcessGroup* group = GroupArgument(node);
+    if (group == nullptr) return;
     absl::StatusOr<TensorType> expected = LocalShardType(node.operand(0)->type().tensor(), group->size);
     if (!expected.ok()) {
       Error(&node, absl::StrCat("%", node.operand(0)->name(), " over @", group->name, ": ", expected.status().message()));
@@ -332,16 +337,8 @@ class GraphVerifier {
   }
 
   void VerifyCollectiveStart(const Node& node, CollectiveKind kind) {
-    const Attribute* group_arg = node.FindArg("group");
-    if (group_arg == nullptr || group_arg->kind() != AttrKind::kString) {
-      Error(&node, "needs a string argument group = \"<process group>\"");
-      return;
-    }
-    const ProcessGroup* group = module_ == nullptr ? nullptr : module_->FindProcessGroup(group_arg->as_string());
-    if (group == nullptr) {
-      Error(&node, absl::StrCat("process group @", group_arg->as_string(), " does not exist"));
-      return;
-    }
+    const ProcessGroup* group = GroupArgument(node);
+    if (group == nullptr) return;
     if (TakesReduceOp(kind)) {
       const Attribute* reduce_op = node.FindArg("reduce_op");
       if (reduce_op == nullptr || reduce_op->kind() != AttrKind::kString || !IsValidReduceOp(reduce_op->as_string())) {
