@@ -20,8 +20,11 @@ namespace magi {
 // search under a memory budget (not both).
 struct OptimizationOptions {
   // Run first, always (empty: nothing): clean-ups every step benefits from whatever the
-  // strategy, e.g. the gradient-accumulation copies capture records.
-  std::string canonicalize = "elide-copies,dce";
+  // strategy: the gradient-accumulation copies capture records (elide-copies) and the
+  // zero-padded halves autograd adds up for a split such as RoPE's rotate_half
+  // (slice-grads-to-cat: one cat instead of two zero-filled buffers and an add; equal
+  // values, see slice_grads_to_cat.h).
+  std::string canonicalize = "elide-copies,slice-grads-to-cat,dce";
   // A pass pipeline, e.g. "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}".
   std::string passes;
   // > 0: the strategy search picks the pipeline whose predicted peak fits this many bytes

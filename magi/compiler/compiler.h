@@ -12,7 +12,7 @@
 //   1. shard: ShardForFsdp with `options.sharding`, then the verifier; with
 //      `options.batch_invariant_sequences` > 1, the batch-invariant pass unrolls the
 //      one-sequence graph to that many sequences (the all-gathers stay shared);
-//   2. optimize: the canonicalization pipeline (elide-copies, dce), calibration of the
+//   2. optimize: the canonicalization pipeline (elide-copies, slice-grads-to-cat, dce), calibration of the
 //      step's kernels when a calibrator is given (auto_calibration.h), then the pass pipeline, or the strategy search under the memory budget; the
 //      search hands back the very module it evaluated and predicted (no re-run from
 //      text), and every pass that needs a cost model (auto-recompute) gets the same
