@@ -37,8 +37,11 @@ MAGI_RUNS = [
     # kernels; stream_plan.h): what folding them into the multi-tensor AdamW saves.
     ("Magi nccl_stream + CUDA graph, gradient casts not fused", "nccl_stream{cuda_graph=true,fuse_grad_cast=false}",
      ""),
-    # The RoPE backward's zero-padded halves as one cat (magi/passes/slice_grads_to_cat.h).
-    ("Magi nccl_stream + CUDA graph + slice-grads-to-cat", "nccl_stream{cuda_graph=true}", "slice-grads-to-cat"),
+    # The AdamW batches on their own stream during the backward (stream_plan.h, "Optimizer
+    # overlap"), without and with the inductor partitions.
+    ("Magi nccl_stream + CUDA graph + optimizer overlap", "nccl_stream{cuda_graph=true,overlap_optimizer=true}", ""),
+    ("Magi nccl_stream + CUDA graph + inductor + optimizer overlap",
+     "nccl_stream{cuda_graph=true,overlap_optimizer=true}", "", "inductor"),
 ]
 
 

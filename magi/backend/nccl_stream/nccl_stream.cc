@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "magi/backend/common/step_plan.h"
-#include "magi/backend/nccl_stream/fused_adamw.h"
+#include "magi/backend/common/fused_adamw.h"
 #include "magi/backend/nccl_stream/stream_plan.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/compat/deterministic.h"
@@ -96,6 +96,8 @@ class NcclStreamExecutable : public TorchExecutable {
     plan_options.skip_single_rank_collectives = options.skip_single_rank;
     plan_options.donate_optimizer_state = options.donate;
     plan_options.defer_grad_casts = options.fuse_grad_cast;
+    plan_options.overlap_optimizer = options.overlap_optimizer;
+    plan_options.min_overlap_batch_elements = options.overlap_min_elements;
     MAGI_ASSIGN_OR_RETURN(exe->streams_, BuildStreamPlan(module, graph, plan_options));
     exe->deferred_cast_.assign(exe->step_.nodes.size(), 0);
     for (int index : exe->streams_.deferred_casts) exe->deferred_cast_[index] = 1;
@@ -121,6 +123,9 @@ class NcclStreamExecutable : public TorchExecutable {
         exe->release_slots_[i].push_back(exe->step_.slot_of.at(value));
       }
     }
+    for (const Value* value : exe->streams_.release_at_end) {
+      exe->release_at_end_slots_.push_back(exe->step_.slot_of.at(value));
+    }
     for (const Node* node : graph.nodes()) {
       if (node->results().empty() || !node->result(0)->type().is_tensor()) continue;
       const Device& device = node->result(0)->type().tensor().device;
@@ -145,7 +150,10 @@ class NcclStreamExecutable : public TorchExecutable {
     }
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     MAGI_RETURN_IF_ERROR(PrepareLanes());
-    Event(2 * step_.nodes.size() + 1);  // every event exists before any capture begins
+    Event(OptimizerJoinEvent());  // every event exists before any capture begins
+    if (streams_.overlapped_batches > 0 && !optimizer_stream_) {
+      optimizer_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
+    }
     auto start = std::chrono::steady_clock::now();
     stats_ = RunStats();
     absl::StatusOr<std::vector<at::Tensor>> outputs;
@@ -207,6 +215,12 @@ class NcclStreamExecutable : public TorchExecutable {
     }
     return absl::OkStatus();
   }
+
+  // Events_ layout: 2 per node (a collective's ready and done), the step's end, the
+  // capture's start, one per optimizer-stream batch (its launch point on the compute
+  // stream), and the optimizer stream's end (the join).
+  size_t OptimizerBatchEvent(int batch) const { return 2 * step_.nodes.size() + 2 + batch; }
+  size_t OptimizerJoinEvent() const { return 2 * step_.nodes.size() + 2 + streams_.adamw_batches.size(); }
 
   cudaEvent_t Event(size_t index) {
     while (events_.size() <= index) {
@@ -279,11 +293,25 @@ class NcclStreamExecutable : public TorchExecutable {
           break;
       }
       for (int s : release_slots_[index]) slots_[s] = at::Tensor();
+      if (streams_.overlapped_batches > 0) {
+        for (int batch : streams_.optimizer_batches_after[index]) {
+          MAGI_RETURN_IF_ERROR(RunAdamWBatch(batch, compute, timed));
+        }
+      }
       if (timed) {
         MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(timing_events_[1 + index], compute.stream()), "event"));
       }
     }
     current_node_ = -1;
+    if (streams_.overlapped_batches > 0) {
+      // The join: the step ends when the optimizer stream's batches have; only then may
+      // what they read go back to the compute stream's allocator.
+      cudaEvent_t join = Event(OptimizerJoinEvent());
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(join, optimizer_stream_->stream()), "cudaEventRecord"));
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(compute.stream(), join, 0), "cudaStreamWaitEvent"));
+      for (int s : release_at_end_slots_) slots_[s] = at::Tensor();
+      optimizer_keep_alive_.clear();
+    }
     std::vector<at::Tensor> outputs;
     outputs.reserve(step_.output_slots.size());
     for (int s : step_.output_slots) outputs.push_back(slots_[s]);
@@ -328,18 +356,35 @@ class NcclStreamExecutable : public TorchExecutable {
     return absl::OkStatus();
   }
 
-  // A batch of magi::adamw runs when its last member is reached (stream_plan.h);
-  // a magi::adamw outside any batch runs by itself.
+  // A batch of magi::adamw on the compute stream runs when its last member is reached
+  // (stream_plan.h); one on the optimizer stream was launched earlier (RunAdamWBatch); a
+  // magi::adamw outside any batch runs by itself.
   absl::Status RunAdamW(int index, c10::cuda::CUDAStream compute) {
     int batch_index = streams_.adamw_batch_of_node[index];
-    std::vector<int> members = {index};
-    bool in_place = false;
-    if (batch_index >= 0) {
-      const AdamWBatch& batch = streams_.adamw_batches[batch_index];
-      if (batch.run_at != index) return absl::OkStatus();
-      members = batch.nodes;
-      in_place = batch.in_place;
-    }
+    if (batch_index < 0) return RunAdamWMembers({index}, /*in_place=*/false, compute, std::nullopt);
+    const AdamWBatch& batch = streams_.adamw_batches[batch_index];
+    if (batch.run_at != index || batch.on_optimizer_stream) return absl::OkStatus();
+    return RunAdamWMembers(batch.nodes, batch.in_place, compute, std::nullopt);
+  }
+
+  // Launches optimizer-stream batch `batch_index` behind everything queued on the compute
+  // stream so far (its operands' producers and its state's last readers are).
+  absl::Status RunAdamWBatch(int batch_index, c10::cuda::CUDAStream compute, bool timed) {
+    const AdamWBatch& batch = streams_.adamw_batches[batch_index];
+    OptimizerLaunch launch{batch_index, timed};
+    return RunAdamWMembers(batch.nodes, batch.in_place, compute, launch);
+  }
+
+  struct OptimizerLaunch {
+    int batch = -1;
+    bool timed = false;
+  };
+
+  // Runs `members` as one multi-tensor AdamW (or op by op where the fused kernel does not
+  // apply): on the compute stream, or with `optimizer` on the optimizer stream after an
+  // event recorded on the compute stream once the kernel's inputs are queued there.
+  absl::Status RunAdamWMembers(const std::vector<int>& members, bool in_place, c10::cuda::CUDAStream compute,
+                               std::optional<OptimizerLaunch> optimizer) {
     const NodePlan& first = step_.nodes[members.front()];
     std::vector<at::Tensor> head = Operands(first);
     bool fused = head[kAdamWParam].is_cuda() && head[kAdamWParam].scalar_type() == at::kFloat;
@@ -407,9 +452,25 @@ class NcclStreamExecutable : public TorchExecutable {
                                head[kAdamWBc2Sqrt].data_ptr<float>(), static_cast<float>(constants.beta1),
                                static_cast<float>(constants.beta2), static_cast<float>(constants.eps),
                                static_cast<float>(1.0 - constants.beta1), static_cast<float>(1.0 - constants.beta2)};
-    MAGI_RETURN_IF_ERROR(CudaStatus(
-        cuda::LaunchMultiTensorAdamW(tensors.data(), static_cast<int>(tensors.size()), scalars, compute.stream()),
-        absl::StrCat(Where(*first.node), ": multi-tensor AdamW")));
+    cudaStream_t stream = compute.stream();
+    if (optimizer) {
+      // Contiguous copies above were queued on the compute stream: the event follows them,
+      // and they stay alive until the join (the allocator would otherwise reuse them).
+      for (at::Tensor& tensor : keep_alive) optimizer_keep_alive_.push_back(std::move(tensor));
+      cudaEvent_t launch_point = Event(OptimizerBatchEvent(optimizer->batch));
+      stream = optimizer_stream_->stream();
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(launch_point, compute.stream()), "cudaEventRecord"));
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, launch_point, 0), "cudaStreamWaitEvent"));
+      if (optimizer->timed) {
+        MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(OptimizerTimingEvent(optimizer->batch, 0), stream), "event"));
+      }
+    }
+    MAGI_RETURN_IF_ERROR(
+        CudaStatus(cuda::LaunchMultiTensorAdamW(tensors.data(), static_cast<int>(tensors.size()), scalars, stream),
+                   absl::StrCat(Where(*first.node), ": multi-tensor AdamW")));
+    if (optimizer && optimizer->timed) {
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(OptimizerTimingEvent(optimizer->batch, 1), stream), "event"));
+    }
     for (size_t m = 0; m < members.size(); ++m) MAGI_RETURN_IF_ERROR(Hold(step_.nodes[members[m]], results[m]));
     return absl::OkStatus();
   }
@@ -577,8 +638,10 @@ class NcclStreamExecutable : public TorchExecutable {
       return RunStreams(inputs, false, false);
     }
     c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
-    c10::cuda::CUDAStream capture_stream =
-        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
+    // With an optimizer stream, compute is captured at a higher priority, so the block
+    // scheduler gives the optimizer's (low-priority) blocks only what compute leaves.
+    c10::cuda::CUDAStream capture_stream = c10::cuda::getStreamFromPool(
+        /*isHighPriority=*/streams_.overlapped_batches > 0, static_cast<c10::DeviceIndex>(device_));
     // The capture stream starts after everything the caller queued (inputs being made).
     cudaEvent_t ready = Event(2 * step_.nodes.size() + 1);
     MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, caller.stream()), "cudaEventRecord"));
@@ -659,7 +722,7 @@ class NcclStreamExecutable : public TorchExecutable {
   }
 
   absl::Status PrepareTimingEvents(c10::cuda::CUDAStream compute) {
-    size_t needed = 1 + step_.nodes.size() + 2 * step_.nodes.size();
+    size_t needed = 1 + step_.nodes.size() + 2 * step_.nodes.size() + 2 * streams_.adamw_batches.size();
     while (timing_events_.size() < needed) {
       cudaEvent_t event;
       MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&event), "cudaEventCreate"));
@@ -670,6 +733,10 @@ class NcclStreamExecutable : public TorchExecutable {
 
   cudaEvent_t CollectiveTimingEvent(int start_index, int which) {
     return timing_events_[1 + step_.nodes.size() + 2 * start_index + which];
+  }
+
+  cudaEvent_t OptimizerTimingEvent(int batch, int which) {
+    return timing_events_[1 + 3 * step_.nodes.size() + 2 * batch + which];
   }
 
   absl::Status CollectTimeline() {
@@ -697,6 +764,15 @@ class NcclStreamExecutable : public TorchExecutable {
                      since_begin(CollectiveTimingEvent(collective.start, 0)));
         stats_.node_seconds[collective.wait] = 0;
       }
+      // An optimizer-stream batch's span, charged to its last member (as a batch on the
+      // compute stream is: it runs there).
+      for (const AdamWBatch& batch : streams_.adamw_batches) {
+        if (!batch.on_optimizer_stream) continue;
+        size_t b = &batch - &streams_.adamw_batches[0];
+        for (int member : batch.nodes) stats_.node_seconds[member] = 0;
+        stats_.node_seconds[batch.nodes.back()] =
+            std::max(0.0, since_begin(OptimizerTimingEvent(b, 1)) - since_begin(OptimizerTimingEvent(b, 0)));
+      }
     }
     if (trace_path_.empty()) return absl::OkStatus();
     std::string json = "{\"traceEvents\":[\n";
@@ -717,6 +793,23 @@ class NcclStreamExecutable : public TorchExecutable {
                             ",\n{\"name\":\"%s\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,"
                             "\"dur\":%.3f,\"args\":{\"module\":\"%s\",\"node\":%d}}",
                             TraceName(node), begin * 1e6, (finish - begin) * 1e6, node.annotations().module_path, i);
+    }
+    if (streams_.overlapped_batches > 0) {
+      const int tid = static_cast<int>(streams_.comm_streams.size()) + 1;
+      absl::StrAppendFormat(&json,
+                            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":"
+                            "\"optimizer\"}}",
+                            tid);
+      for (size_t b = 0; b < streams_.adamw_batches.size(); ++b) {
+        const AdamWBatch& batch = streams_.adamw_batches[b];
+        if (!batch.on_optimizer_stream) continue;
+        double begin = since_begin(OptimizerTimingEvent(b, 0));
+        double finish = since_begin(OptimizerTimingEvent(b, 1));
+        absl::StrAppendFormat(&json,
+                              ",\n{\"name\":\"magi::adamw x%d\",\"cat\":\"optimizer\",\"ph\":\"X\",\"pid\":0,"
+                              "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"after_node\":%d}}",
+                              batch.nodes.size(), tid, begin * 1e6, (finish - begin) * 1e6, batch.run_at);
+      }
     }
     for (const CollectivePlan& collective : streams_.collectives) {
       if (collective.skipped) continue;
@@ -740,6 +833,9 @@ class NcclStreamExecutable : public TorchExecutable {
   StepPlan step_;
   StreamPlan streams_;
   std::vector<std::vector<int>> release_slots_;
+  std::vector<int> release_at_end_slots_;          // released after the optimizer stream's join
+  c10::optional<c10::cuda::CUDAStream> optimizer_stream_;
+  std::vector<at::Tensor> optimizer_keep_alive_;  // contiguous copies the optimizer stream reads
   std::vector<char> deferred_cast_;  // per node: a gradient cast AdamW does (stream_plan.h)
   std::vector<char> bf16_slot_;      // per slot: holds the bf16 tensor of a deferred cast
   absl::flat_hash_map<std::string, std::shared_ptr<TorchExecutable>> callees_;
@@ -774,6 +870,13 @@ absl::StatusOr<NcclStreamOptions> NcclStreamOptions::FromComponentOptions(const 
       MAGI_ASSIGN_OR_RETURN(parsed.donate, ParseBool(key, value));
     } else if (key == "fuse_grad_cast") {
       MAGI_ASSIGN_OR_RETURN(parsed.fuse_grad_cast, ParseBool(key, value));
+    } else if (key == "overlap_optimizer") {
+      MAGI_ASSIGN_OR_RETURN(parsed.overlap_optimizer, ParseBool(key, value));
+    } else if (key == "overlap_min_elements") {
+      if (!absl::SimpleAtoi(value, &parsed.overlap_min_elements) || parsed.overlap_min_elements < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nccl_stream option overlap_min_elements takes N >= 1 parameters, not '", value, "'"));
+      }
     } else if (key == "sync_each_step") {
       MAGI_ASSIGN_OR_RETURN(parsed.sync_each_step, ParseBool(key, value));
     } else if (key == "graph_warmup") {
@@ -783,7 +886,8 @@ absl::StatusOr<NcclStreamOptions> NcclStreamOptions::FromComponentOptions(const 
       }
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "nccl_stream takes cuda_graph, graph_warmup, skip_single_rank, donate, fuse_grad_cast and sync_each_step, not '",
+          "nccl_stream takes cuda_graph, graph_warmup, skip_single_rank, donate, fuse_grad_cast, overlap_optimizer, "
+          "overlap_min_elements and sync_each_step, not '",
           key, "'"));
     }
   }

@@ -105,9 +105,9 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     }
   }
 
-  // AdamW batches: maximal sets of magi::adamw nodes whose results only leave the graph,
-  // with the same scalars and constants; each runs at its last member.
-  std::vector<int> pending;
+  // AdamW batches: with optimizer overlap where every batch can be in place, else
+  // maximal sets of magi::adamw nodes whose results only leave the graph, with the same
+  // scalars and constants; each runs at its last member.
   auto same_batch = [&](const Node& a, const Node& b) {
     for (int k : {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
       if (a.operand(k) != b.operand(k)) return false;
@@ -117,40 +117,137 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
            a.operand(kAdamWParam)->type().tensor().dtype == b.operand(kAdamWParam)->type().tensor().dtype &&
            a.operand(kAdamWParam)->type().tensor().device == b.operand(kAdamWParam)->type().tensor().device;
   };
-  for (int i = 0; i < n; ++i) {
-    const Node& node = *nodes[i];
-    if (node.op() != kAdamWOp) continue;
-    bool results_only_leave = true;
-    for (const Value* result : node.results()) results_only_leave = results_only_leave && !result->has_uses();
-    if (!results_only_leave) continue;  // runs alone, where it is
-    if (!pending.empty() && same_batch(*nodes[pending.front()], node)) {
-      pending.push_back(i);
-      continue;
+  auto results_only_leave = [&](const Node& node) {
+    for (const Value* result : node.results()) {
+      if (result->has_uses()) return false;
+    }
+    return true;
+  };
+  // Whether `node`'s parameter and moments may be overwritten once every other reader
+  // has run: three distinct donated inputs that are not step outputs themselves.
+  auto donated_state = [&](const Node& node) {
+    absl::flat_hash_set<const Value*> state;
+    for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
+      const Value* value = node.operand(k);
+      bool donated_input = value->is_graph_input() &&
+                           (value->role() == InputRole::kParam || value->role() == InputRole::kOptState);
+      if (!donated_input || outputs.contains(value)) return false;
+      state.insert(value);
+    }
+    return state.size() == 3;
+  };
+  bool overlapped = false;
+  if (options.overlap_optimizer && options.donate_optimizer_state) {
+    // ready[i]: the node after which everything adamw i reads exists and nothing but
+    // AdamW still reads its state (-1: from the start).
+    std::vector<int> eligible;
+    absl::flat_hash_map<int, int> ready;
+    bool all_in_place = true;
+    for (int i = 0; i < n; ++i) {
+      const Node& node = *nodes[i];
+      if (node.op() != kAdamWOp || !results_only_leave(node)) continue;
+      if (!donated_state(node)) {
+        all_in_place = false;
+        break;
+      }
+      int at = -1;
+      for (const Value* operand : node.operands()) {
+        if (!operand->is_graph_input()) at = std::max(at, index_of.at(operand->producer()));
+      }
+      for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
+        for (const Use& use : node.operand(k)->uses()) {
+          if (use.user->op() == kAdamWOp) continue;
+          int reader = index_of.at(use.user);
+          auto collective = plan.collective_of_node.find(reader);  // a collective reads until its wait
+          if (collective != plan.collective_of_node.end()) reader = plan.collectives[collective->second].wait;
+          at = std::max(at, reader);
+        }
+      }
+      if (at >= i) {  // read again after its own update: not overlappable
+        all_in_place = false;
+        break;
+      }
+      eligible.push_back(i);
+      ready[i] = at;
+    }
+    if (all_in_place && !eligible.empty()) {
+      overlapped = true;
+      plan.optimizer_batches_after.assign(n, {});
+      // Compatible members (same scalars) in the order they become ready.
+      std::vector<std::vector<int>> classes;
+      for (int i : eligible) {
+        auto it = std::find_if(classes.begin(), classes.end(),
+                               [&](const std::vector<int>& c) { return same_batch(*nodes[c.front()], *nodes[i]); });
+        if (it == classes.end()) {
+          classes.push_back({i});
+        } else {
+          it->push_back(i);
+        }
+      }
+      for (std::vector<int>& members : classes) {
+        std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return ready.at(a) < ready.at(b); });
+        AdamWBatch batch;
+        int64_t elements = 0;
+        auto close = [&] {
+          if (batch.nodes.empty()) return;
+          std::sort(batch.nodes.begin(), batch.nodes.end());
+          batch.run_at = std::max(0, batch.run_at);
+          batch.in_place = true;
+          batch.on_optimizer_stream = true;
+          plan.optimizer_batches_after[batch.run_at].push_back(static_cast<int>(plan.adamw_batches.size()));
+          plan.adamw_batches.push_back(std::move(batch));
+          batch = AdamWBatch();
+          elements = 0;
+        };
+        for (int i : members) {
+          if (!batch.nodes.empty() && ready.at(i) > batch.run_at && elements >= options.min_overlap_batch_elements) {
+            close();
+          }
+          batch.nodes.push_back(i);
+          batch.run_at = std::max(batch.run_at, ready.at(i));
+          elements += nodes[i]->operand(kAdamWParam)->type().tensor().NumElements().value_or(0);
+        }
+        close();
+      }
+      plan.overlapped_batches = static_cast<int>(plan.adamw_batches.size());
+      for (size_t b = 0; b < plan.adamw_batches.size(); ++b) {
+        for (int member : plan.adamw_batches[b].nodes) {
+          plan.adamw_batch_of_node[member] = static_cast<int>(b);
+          // Held until the compute stream has joined the optimizer stream (index n).
+          for (const Value* operand : nodes[member]->operands()) last_use[operand] = n;
+        }
+      }
+    }
+  }
+  if (!overlapped) {
+    std::vector<int> pending;
+    for (int i = 0; i < n; ++i) {
+      const Node& node = *nodes[i];
+      if (node.op() != kAdamWOp) continue;
+      if (!results_only_leave(node)) continue;  // runs alone, where it is
+      if (!pending.empty() && same_batch(*nodes[pending.front()], node)) {
+        pending.push_back(i);
+        continue;
+      }
+      if (!pending.empty()) plan.adamw_batches.push_back({pending, pending.back(), false});
+      pending = {i};
     }
     if (!pending.empty()) plan.adamw_batches.push_back({pending, pending.back(), false});
-    pending = {i};
-  }
-  if (!pending.empty()) plan.adamw_batches.push_back({pending, pending.back(), false});
-  for (size_t b = 0; b < plan.adamw_batches.size(); ++b) {
-    AdamWBatch& batch = plan.adamw_batches[b];
-    bool in_place = options.donate_optimizer_state;
-    for (int member : batch.nodes) {
-      plan.adamw_batch_of_node[member] = static_cast<int>(b);
-      const Node& node = *nodes[member];
-      for (const Value* operand : node.operands()) last_use[operand] = std::max(last_use[operand], batch.run_at);
-      absl::flat_hash_set<const Value*> state;
-      for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
-        const Value* value = node.operand(k);
-        state.insert(value);
-        bool donated_input = value->is_graph_input() &&
-                             (value->role() == InputRole::kParam || value->role() == InputRole::kOptState);
+    for (size_t b = 0; b < plan.adamw_batches.size(); ++b) {
+      AdamWBatch& batch = plan.adamw_batches[b];
+      bool in_place = options.donate_optimizer_state;
+      for (int member : batch.nodes) {
+        plan.adamw_batch_of_node[member] = static_cast<int>(b);
+        const Node& node = *nodes[member];
+        for (const Value* operand : node.operands()) last_use[operand] = std::max(last_use[operand], batch.run_at);
         // Every other read (collectives until their wait) is done when the batch runs.
-        bool last_read_here = last_use.at(value) <= batch.run_at;
-        in_place = in_place && donated_input && last_read_here && !outputs.contains(value);
+        for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
+          in_place = in_place && last_use.at(node.operand(k)) <= batch.run_at;
+        }
+        in_place = in_place && donated_state(node);
       }
-      in_place = in_place && state.size() == 3;
+      batch.in_place = in_place;
     }
-    batch.in_place = in_place;
   }
 
   // Deferred gradient casts (stream_plan.h).
@@ -195,6 +292,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     auto it = last_use.find(value);
     int at = it == last_use.end() ? produced_at : it->second;
     if (at >= 0 && at < n) plan.release_after[at].push_back(value);
+    if (at == n) plan.release_at_end.push_back(value);
   };
   for (const Value* input : graph.inputs()) {
     if (last_use.contains(input)) release(input, -1);
@@ -251,6 +349,7 @@ std::string StreamPlan::Summary() const {
                       " communication streams, ", 2 * (collectives.size() - skipped), " cross-stream edges; ",
                       batched, " magi::adamw in ", adamw_batches.size(), " multi-tensor batches",
                       adamw_batches.empty() ? "" : (adamw_batches[0].in_place ? " (in place)" : " (out of place)"),
+                      overlapped_batches > 0 ? " on the optimizer stream, overlapping the backward" : "",
                       "; ", deferred_casts.empty() ? "" : absl::StrCat(deferred_casts.size(), " gradient casts deferred into AdamW; "), capture_blockers.empty() ? "capturable as one CUDA graph"
                                                      : absl::StrCat(capture_blockers.size(), " capture blockers"));
 }

@@ -283,6 +283,140 @@ TEST(StreamPlanTest, AdamWBatchesRunAtTheirLastMemberAndKeepOperandsAlive) {
   }
 }
 
+// Two parameters whose gradients appear in the middle of the backward (b's first), and
+// their updates appended after it, as the FSDP rewrite does.
+constexpr char kBackward[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 1}
+  graph @train_step {
+    input %x: f32[8,16]@cuda:0
+    input %a: f32[16,16]@cuda:0 {role = param}
+    input %a.m: f32[16,16]@cuda:0 {role = opt_state}
+    input %a.v: f32[16,16]@cuda:0 {role = opt_state}
+    input %b: f32[16,16]@cuda:0 {role = param}
+    input %b.m: f32[16,16]@cuda:0 {role = opt_state}
+    input %b.v: f32[16,16]@cuda:0 {role = opt_state}
+    input %decay: f32[]@cuda:0 {role = opt_state}
+    input %step_size: f32[]@cuda:0 {role = opt_state}
+    input %bc2: f32[]@cuda:0 {role = opt_state}
+    %h = aten::mm(%x, %a) : f32[8,16]@cuda:0
+    %y = aten::mm(%h, %b) : f32[8,16]@cuda:0
+    %ht = aten::t(%h) : f32[16,8]strides[1,16]@cuda:0
+    %gb = aten::mm(%ht, %y) : f32[16,16]@cuda:0
+    %gh = aten::mm(%y, %b) : f32[8,16]@cuda:0
+    %xt = aten::t(%x) : f32[16,8]strides[1,16]@cuda:0
+    %ga = aten::mm(%xt, %gh) : f32[16,16]@cuda:0
+    %a2, %am2, %av2 = magi::adamw(%a, %ga, %a.m, %a.v, %decay, %step_size, %bc2) : f32[16,16]@cuda:0, f32[16,16]@cuda:0, f32[16,16]@cuda:0
+    %b2, %bm2, %bv2 = magi::adamw(%b, %gb, %b.m, %b.v, %decay, %step_size, %bc2) : f32[16,16]@cuda:0, f32[16,16]@cuda:0, f32[16,16]@cuda:0
+    output loss = %y
+    output a = %a2
+    output a.exp_avg = %am2
+    output a.exp_avg_sq = %av2
+    output b = %b2
+    output b.exp_avg = %bm2
+    output b.exp_avg_sq = %bv2
+  }
+}
+)";
+
+bool ReleasedAtEnd(const StreamPlan& plan, const std::string& name) {
+  for (const Value* value : plan.release_at_end) {
+    if (value->name() == name) return true;
+  }
+  return false;
+}
+
+TEST(StreamPlanTest, OverlappedAdamWRunsOnTheOptimizerStreamOnceItsGradientExists) {
+  std::unique_ptr<Module> module = Parse(kBackward);
+  ASSERT_NE(module, nullptr);
+  StreamPlanOptions options;
+  options.overlap_optimizer = true;
+  options.min_overlap_batch_elements = 1;  // every ready point its own batch
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("train_step"), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Nodes: 0 h, 1 y, 2 ht, 3 gb, 4 gh (the last read of b), 5 xt, 6 ga, 7 adamw a, 8 adamw b.
+  ASSERT_EQ(plan->adamw_batches.size(), 2u) << plan->Summary();
+  EXPECT_EQ(plan->overlapped_batches, 2);
+  // b's gradient exists after node 3, but node 4 still reads b: its update waits for 4.
+  EXPECT_EQ(plan->adamw_batches[0].nodes, std::vector<int>{8});
+  EXPECT_EQ(plan->adamw_batches[0].run_at, 4);
+  EXPECT_EQ(plan->adamw_batches[1].nodes, std::vector<int>{7});
+  EXPECT_EQ(plan->adamw_batches[1].run_at, 6);
+  for (const AdamWBatch& batch : plan->adamw_batches) {
+    EXPECT_TRUE(batch.on_optimizer_stream);
+    EXPECT_TRUE(batch.in_place);
+  }
+  EXPECT_EQ(plan->optimizer_batches_after[4], std::vector<int>{0});
+  EXPECT_EQ(plan->optimizer_batches_after[6], std::vector<int>{1});
+  // What the batches read is held until the join, never released on the compute stream.
+  for (const char* name : {"ga", "gb", "a", "b", "a.m", "b.v", "decay"}) {
+    EXPECT_TRUE(ReleasedAtEnd(*plan, name)) << name;
+    for (const auto& released : plan->release_after) {
+      for (const Value* value : released) EXPECT_NE(value->name(), name);
+    }
+  }
+  EXPECT_TRUE(Released(*plan, 4, "gh") || Released(*plan, 6, "gh"));
+  EXPECT_TRUE(plan->capturable());
+  EXPECT_NE(plan->Summary().find("2 multi-tensor batches (in place) on the optimizer stream, overlapping the backward"),
+            std::string::npos)
+      << plan->Summary();
+}
+
+TEST(StreamPlanTest, OverlappedAdamWBatchesHoldAMinimumOfParameters) {
+  std::unique_ptr<Module> module = Parse(kBackward);
+  ASSERT_NE(module, nullptr);
+  StreamPlanOptions options;
+  options.overlap_optimizer = true;
+  options.min_overlap_batch_elements = 512;  // both parameters (256 elements each) in one launch
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("train_step"), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->adamw_batches.size(), 1u);
+  EXPECT_EQ(plan->adamw_batches[0].nodes, (std::vector<int>{7, 8}));
+  EXPECT_EQ(plan->adamw_batches[0].run_at, 6);
+  EXPECT_TRUE(plan->adamw_batches[0].on_optimizer_stream);
+}
+
+TEST(StreamPlanTest, NoOverlapWithoutDonationOrWhenStateIsAnOutput) {
+  std::unique_ptr<Module> module = Parse(kBackward);
+  ASSERT_NE(module, nullptr);
+  StreamPlanOptions options;
+  options.overlap_optimizer = true;
+  options.donate_optimizer_state = false;
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("train_step"), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->overlapped_batches, 0);
+  ASSERT_EQ(plan->adamw_batches.size(), 1u);
+  EXPECT_EQ(plan->adamw_batches[0].run_at, 8);  // at its last member, on the compute stream
+  EXPECT_FALSE(plan->adamw_batches[0].on_optimizer_stream);
+  EXPECT_TRUE(plan->release_at_end.empty());
+
+  // A parameter that the step also returns as it was cannot be overwritten.
+  std::string text = kBackward;
+  text.replace(text.find("    output loss = %y\n"), 0, "    output a.before = %a\n");
+  std::unique_ptr<Module> returned = Parse(text);
+  ASSERT_NE(returned, nullptr);
+  options.donate_optimizer_state = true;
+  absl::StatusOr<StreamPlan> kept = BuildStreamPlan(*returned, *returned->FindGraph("train_step"), options);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->overlapped_batches, 0);
+  EXPECT_FALSE(kept->adamw_batches[0].in_place);
+}
+
+TEST(StreamPlanTest, OverlapOverCollectivesWaitsForTheReduceScatter) {
+  std::unique_ptr<Module> module = Parse(kStep);
+  ASSERT_NE(module, nullptr);
+  StreamPlanOptions options;
+  options.overlap_optimizer = true;
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, *module->FindGraph("train_step"), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 0 cast, 1 ag start, 2 wait, 3 mm, 4 cast, 5 pad, 6 rs start, 7 wait, 8 adamw: the shard is
+  // read by the gather until its wait (2); the gradient exists at the reduce-scatter's wait.
+  ASSERT_EQ(plan->adamw_batches.size(), 1u);
+  EXPECT_EQ(plan->adamw_batches[0].run_at, 7);
+  EXPECT_TRUE(plan->adamw_batches[0].on_optimizer_stream);
+  EXPECT_TRUE(ReleasedAtEnd(*plan, "gs"));
+  EXPECT_FALSE(Released(*plan, 8, "w.shard"));
+}
+
 TEST(StreamPlanTest, CaptureBlockersNameTheNodeAndWhy) {
   std::unique_ptr<Module> module = Parse(R"(module @m {
   graph @g {

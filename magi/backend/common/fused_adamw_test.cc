@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "magi/backend/common/step_plan.h"
-#include "magi/backend/nccl_stream/fused_adamw.h"
+#include "magi/backend/common/fused_adamw.h"
 
 namespace magi {
 namespace {

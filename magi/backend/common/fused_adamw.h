@@ -11,8 +11,8 @@
 // (`grad_bf16`, raw bits): it is widened to fp32 as it is read, which is exact, so the
 // update equals the one from the fp32 cast of that gradient bit for bit. The runtime uses
 // it to fold a mixed-precision step's bf16 -> fp32 gradient cast into this kernel.
-#ifndef MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
-#define MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
+#ifndef MAGI_BACKEND_COMMON_FUSED_ADAMW_H_
+#define MAGI_BACKEND_COMMON_FUSED_ADAMW_H_
 
 #include <cuda_runtime_api.h>
 
@@ -53,4 +53,4 @@ cudaError_t LaunchMultiTensorAdamW(const AdamWTensor* tensors, int count, const 
 
 }  // namespace magi::cuda
 
-#endif  // MAGI_BACKEND_NCCL_STREAM_FUSED_ADAMW_H_
+#endif  // MAGI_BACKEND_COMMON_FUSED_ADAMW_H_

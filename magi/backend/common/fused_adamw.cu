@@ -1,4 +1,4 @@
-#include "magi/backend/nccl_stream/fused_adamw.h"
+#include "magi/backend/common/fused_adamw.h"
 
 #include <cstdint>
 
