@@ -8,6 +8,10 @@
 
 #ifdef MAGI_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Sleep.h>
+#include <cuda_runtime.h>
+
+#include "magi/backend/common/fused_adamw.h"
 #endif
 
 #include <algorithm>
@@ -389,6 +393,9 @@ class TorchKernelCalibrator : public KernelCalibrator {
 
   absl::StatusOr<std::optional<Timing>> MeasureCompute(const NodePlan& plan, const std::vector<at::Tensor>& slots,
                                                        const at::Device& device) {
+#ifdef MAGI_WITH_CUDA
+    if (device.is_cuda()) return MeasureOnCuda(plan, slots, device);
+#endif
     // A warm-up run (first-call allocations, lazy initialization) that also checks the op.
     if (absl::Status warm = RunOnce(plan, slots); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
     std::vector<double> samples;
@@ -405,6 +412,88 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return Timing{Mean(samples), static_cast<int>(samples.size())};
   }
 
+#ifdef MAGI_WITH_CUDA
+  // On CUDA a kernel's time is its time on the device as a step issued ahead of it runs
+  // it (back to back, as in nccl_stream's CUDA graph): each sample first queues a spin
+  // kernel (at::cuda::sleep) long enough for the host to queue the start event, the op's
+  // kernels and the end event behind it, so the events time the kernels, not the host's
+  // dispatch and launch latency (timing from synchronization to synchronization counted
+  // ~10 us of that per op, more than many of a step's kernels take).
+  // magi::adamw is timed as the multi-tensor kernel that nccl_stream, the CUDA runtime,
+  // runs it with (one tensor per launch here); the interpreter's op-by-op reference
+  // update is a check, not what a CUDA step pays.
+  absl::StatusOr<std::optional<Timing>> MeasureOnCuda(const NodePlan& plan, const std::vector<at::Tensor>& slots,
+                                                      const at::Device& device) {
+    auto run = [&]() -> absl::Status {
+      if (plan.kind == NodePlan::Kind::kAdamW) return RunFusedAdamW(plan, slots);
+      return RunOnce(plan, slots);
+    };
+    // Warm-up (first-call allocations, lazy initialization, the check of the op), which
+    // also says how long the host takes to queue one run.
+    Synchronize(device);
+    auto host_start = Clock::now();
+    if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
+    const double host_seconds = SecondsSince(host_start);
+    Synchronize(device);
+    // The spin covers the host's queueing several times over (>= 100 us at 2 GHz).
+    const int64_t spin_cycles = std::max<int64_t>(200000, static_cast<int64_t>(host_seconds * 4e9));
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
+    cudaEvent_t begin = nullptr, end = nullptr;
+    if (cudaEventCreate(&begin) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess) {
+      if (begin != nullptr) cudaEventDestroy(begin);
+      cudaGetLastError();
+      return Unmeasurable(*plan.node, "cannot create CUDA events");
+    }
+    std::vector<double> samples;
+    absl::Status failed;
+    auto budget_start = Clock::now();
+    while (static_cast<int>(samples.size()) < options_.max_runs &&
+           (static_cast<int>(samples.size()) < options_.min_runs ||
+            SecondsSince(budget_start) < options_.seconds_per_kernel)) {
+      at::cuda::sleep(spin_cycles);
+      cudaEventRecord(begin, stream);
+      if (failed = run(); !failed.ok()) break;
+      cudaEventRecord(end, stream);
+      if (cudaEventSynchronize(end) != cudaSuccess) {
+        failed = absl::InternalError(cudaGetErrorString(cudaGetLastError()));
+        break;
+      }
+      float ms = 0;
+      cudaEventElapsedTime(&ms, begin, end);
+      samples.push_back(static_cast<double>(ms) * 1e-3);
+    }
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    if (!failed.ok()) return Unmeasurable(*plan.node, failed.message());
+    return Timing{Mean(samples), static_cast<int>(samples.size())};
+  }
+
+  // magi::adamw of fp32 state on the device as nccl_stream runs it: the multi-tensor
+  // kernel, in place (the operands are this calibrator's own synthesized tensors).
+  absl::Status RunFusedAdamW(const NodePlan& plan, const std::vector<at::Tensor>& slots) {
+    std::vector<at::Tensor> o;
+    for (int s : plan.args[0].slots) o.push_back(slots[s]);
+    for (int k : {kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq, kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
+      if (!o[k].is_cuda() || o[k].scalar_type() != at::kFloat || !o[k].is_contiguous()) {
+        return RunOnce(plan, slots);  // not what the fused kernel takes: the op-by-op update
+      }
+    }
+    cuda::AdamWTensor tensor{o[kAdamWParam].data_ptr<float>(),   o[kAdamWGrad].data_ptr<float>(),
+                             o[kAdamWExpAvg].data_ptr<float>(),  o[kAdamWExpAvgSq].data_ptr<float>(),
+                             o[kAdamWParam].data_ptr<float>(),   o[kAdamWExpAvg].data_ptr<float>(),
+                             o[kAdamWExpAvgSq].data_ptr<float>(), o[kAdamWParam].numel()};
+    const AdamWConstants& c = plan.adamw;
+    cuda::AdamWScalars scalars{o[kAdamWDecay].data_ptr<float>(), o[kAdamWStepSize].data_ptr<float>(),
+                               o[kAdamWBc2Sqrt].data_ptr<float>(), static_cast<float>(c.beta1),
+                               static_cast<float>(c.beta2), static_cast<float>(c.eps),
+                               static_cast<float>(1.0 - c.beta1), static_cast<float>(1.0 - c.beta2)};
+    cudaError_t error = cuda::LaunchMultiTensorAdamW(&tensor, 1, scalars,
+                                                     at::cuda::getCurrentCUDAStream(o[kAdamWParam].get_device()).stream());
+    if (error != cudaSuccess) return absl::InternalError(absl::StrCat("multi-tensor AdamW: ", cudaGetErrorString(error)));
+    return absl::OkStatus();
+  }
+#endif
+
   // Each run: as much compute as the step runs before the collective (`compute_before`,
   // at most options_.max_compute_before_seconds; the same work on every rank, a loop of
   // small matmuls), then the collective, timed from its start to the end of its wait.
@@ -417,6 +506,11 @@ class TorchKernelCalibrator : public KernelCalibrator {
       return Unmeasurable(*plan.node, absl::StrCat("no communicator for group '", plan.group, "'"));
     }
     Communicator& communicator = *it->second;
+    // nccl_stream skips a collective over one rank (its results are its inputs); the cost
+    // model's formula (launch overhead only) is what such a CUDA step pays.
+    if (options_.device.is_cuda() && communicator.size() == 1) {
+      return Unmeasurable(*plan.node, "a collective over one rank on CUDA: nccl_stream skips it");
+    }
     std::vector<at::Tensor> inputs;
     for (int s : plan.args[0].slots) inputs.push_back(slots[s]);
     const double burst = std::min(std::max(0.0, compute_before), options_.max_compute_before_seconds);

@@ -14,8 +14,11 @@
 // `seconds_per_kernel` is spent (between `min_runs` and `max_runs` runs); its time is the
 // mean run. (The mean, not the median: on a machine whose cores are shared, a step's
 // kernels are preempted in proportion to their time, and the mean counts that; the
-// median of short kernels would not.) On CUDA a run is timed from device
-// synchronization to device synchronization.
+// median of short kernels would not.) On CUDA each run is timed by CUDA events on the
+// device, behind a spin kernel that keeps the host's dispatch out of the time (the
+// kernels' time as a CUDA graph replays them), and magi::adamw is timed as the
+// multi-tensor kernel nccl_stream runs it with; a collective over one rank is left to the
+// formula there (nccl_stream skips it).
 //
 // Collectives are measured through the step's own communicators, start + wait (as in a
 // step where nothing overlaps them), with every rank in lockstep: every rank compiles the
