@@ -10,7 +10,12 @@ JOB is a text file of tab-separated lines: first "magi-aoti-job 1", then "torch"
 "worker", "I/N"; optionally "deterministic", "1" (deterministic mode, docs/deterministic.md: ATen's
 deterministic algorithms on while Inductor lowers, so it emits no atomic-add reductions, and no
 autotuning or benchmark-driven choices); and one line per task: "task", the program (.py written by fx_program.cc),
-the package to write (.pt2), the result file to write, and a label for progress lines. Each
+the package to write (.pt2), the result file to write, and a label for progress lines.
+Every worker of one compile gets the same task list, largest first, and takes the next task
+nobody has claimed yet (a claim is the file RESULT.claim, created exclusively): the partitions
+are spread over the workers as they finish, so one worker never ends up with two large
+partitions while another idles (round robin did that: the cold compile is the longest worker's
+time, not the mean). Each
 program's build() gives a torch.fx.GraphModule of torch.ops.aten calls; it is exported with
 torch.export.export on example inputs of the declared dtypes, sizes, strides and devices, and
 compiled with torch._inductor.aoti_compile_and_package. Nothing is half-written: the package
@@ -138,6 +143,10 @@ def _run_job(job_path):
         torch.use_deterministic_algorithms(True, warn_only=True)
     failures = 0
     for program, package, result, label in tasks:
+        try:  # claimed by another worker of this compile: it is that worker's
+            os.close(os.open(result + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
         lock_path = package + ".lock"
         with open(lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another process compiling the same package: wait for it

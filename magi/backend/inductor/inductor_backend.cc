@@ -181,6 +181,11 @@ absl::StatusOr<InductorOptions> InductorOptions::FromComponentOptions(const Comp
       if (!absl::SimpleAtoi(value, &parsed.jobs) || parsed.jobs < 0) {
         return absl::InvalidArgumentError(absl::StrCat("inductor: jobs must be a count >= 0, got '", value, "'"));
       }
+    } else if (key == "compile_threads") {
+      if (!absl::SimpleAtoi(value, &parsed.compile_threads) || parsed.compile_threads < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("inductor: compile_threads must be a count >= 0, got '", value, "'"));
+      }
     } else if (key == "single_threaded") {
       if (value != "true" && value != "false") {
         return absl::InvalidArgumentError(absl::StrCat("inductor: single_threaded is true or false, got '", value, "'"));
@@ -188,7 +193,8 @@ absl::StatusOr<InductorOptions> InductorOptions::FromComponentOptions(const Comp
       parsed.single_threaded = value == "true";
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("inductor: unknown option '", key, "' (options: python, cache_dir, jobs, single_threaded)"));
+          absl::StrCat("inductor: unknown option '", key,
+                       "' (options: python, cache_dir, jobs, compile_threads, single_threaded)"));
     }
   }
   return parsed;
@@ -374,11 +380,16 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     }
   }
 
-  // Compile the misses in `jobs` Python processes, round robin.
+  // Compile the misses in `jobs` Python processes that share one task list, largest
+  // first (longest-processing-time order): each takes the next unclaimed task as it
+  // finishes one (aoti_compile.py), so the cold time is close to the largest partition's
+  // or the total work / jobs, whichever is longer.
   std::vector<size_t> misses;
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].compile_here) misses.push_back(i);
   }
+  std::stable_sort(misses.begin(), misses.end(),
+                   [&](size_t a, size_t b) { return items[a].program.num_ops > items[b].program.num_ops; });
   double cold_seconds = 0;
   std::string log;
   if (!misses.empty()) {
@@ -394,28 +405,36 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
                  "log %s\n",
                  misses.size(), env.torch.version.c_str(), env.torch.python.c_str(), jobs, log.c_str());
     auto compile_start = std::chrono::steady_clock::now();
+    // Inductor's own pool of compile workers (Triton kernels) per process: the machine's
+    // threads shared among the processes, instead of every process starting one as large
+    // as the machine.
+    const int hardware = std::max(1u, std::thread::hardware_concurrency());
+    const int threads_per_job = options_.compile_threads > 0 ? options_.compile_threads : std::max(1, hardware / jobs);
+    std::string tasks;
+    for (size_t i : misses) {
+      unlink((items[i].result_path + ".claim").c_str());
+      absl::StrAppend(&tasks, "task\t", items[i].program_path, "\t", items[i].package, "\t", items[i].result_path,
+                      "\t@", items[i].graph->name(), " (", items[i].program.num_ops, " ops)\n");
+    }
     std::vector<Process> processes;
-    std::vector<std::vector<size_t>> assigned(jobs);
-    for (size_t k = 0; k < misses.size(); ++k) assigned[k % jobs].push_back(misses[k]);
     for (int w = 0; w < jobs; ++w) {
       std::string job = absl::StrCat("magi-aoti-job\t1\ntorch\t", TORCH_VERSION, "\nworker\t", w + 1, "/", jobs, "\n",
-                                     context.deterministic ? "deterministic\t1\n" : "");
-      for (size_t i : assigned[w]) {
-        absl::StrAppend(&job, "task\t", items[i].program_path, "\t", items[i].package, "\t", items[i].result_path,
-                        "\t@", items[i].graph->name(), "\n");
-      }
+                                     context.deterministic ? "deterministic\t1\n" : "", tasks);
       std::string job_path = absl::StrCat(env.cache_dir, "/jobs/", getpid(), "-", w, ".job");
       absl::Status written = WriteFileAtomically(job_path, job);
       absl::StatusOr<Process> process =
           written.ok() ? Process::Start({env.torch.python, env.script, job_path},
                                         {{"TORCHINDUCTOR_CACHE_DIR", env.cache_dir + "/torchinductor"},
+                                         {"TORCHINDUCTOR_COMPILE_THREADS", absl::StrCat(threads_per_job)},
                                          {"TMPDIR", env.cache_dir + "/tmp"},
                                          {"MAGI_AOTI_LOG", log},
                                          {"PYTHONUNBUFFERED", "1"}},
                                         "", "")
                        : absl::StatusOr<Process>(written);
-      if (!process.ok()) {
-        for (size_t i : assigned[w]) items[i].error = std::string(process.status().message());
+      if (!process.ok()) {  // the other workers take its share; none started: every task fails
+        if (w == jobs - 1 && processes.empty()) {
+          for (size_t i : misses) items[i].error = std::string(process.status().message());
+        }
         continue;
       }
       processes.push_back(*std::move(process));
@@ -425,6 +444,7 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     for (size_t i : misses) {
       if (items[i].error.empty()) ReadResult(items[i], log);
       unlink(items[i].result_path.c_str());
+      unlink((items[i].result_path + ".claim").c_str());
     }
   }
 

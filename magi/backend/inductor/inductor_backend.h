@@ -22,7 +22,9 @@
 //      Python torch versions and the target (CPU feature flags, CUDA architecture);
 //   3. packages not in the cache folder are compiled by aoti_compile.py (embedded in this
 //      library) in `jobs` Python processes at once, each exporting with torch.export and
-//      compiling with torch._inductor.aoti_compile_and_package; packages appear atomically;
+//      compiling with torch._inductor.aoti_compile_and_package; the processes take the
+//      partitions from one list, largest first, as they finish the last; packages appear
+//      atomically;
 //   4. each package is loaded with compat::AotiPackage, single-threaded by default so that
 //      a run can be captured in a CUDA graph (nccl_stream's whole-step graph).
 // Deterministic mode (CompileContext::deterministic): the packages are compiled with ATen's
@@ -43,6 +45,8 @@
 //   cache_dir  packages and logs (else $MAGI_INDUCTOR_CACHE, else $XDG_CACHE_HOME/magi/inductor,
 //              else ~/.cache/magi/inductor)
 //   jobs       Python processes compiling at once (default: the hardware threads, at most 8)
+//   compile_threads  Inductor's compile workers in each (TORCHINDUCTOR_COMPILE_THREADS;
+//              default: the hardware threads / jobs, so the processes share the machine)
 //   single_threaded  load packages with run_single_threaded (default true; needed in CUDA graphs)
 #ifndef MAGI_BACKEND_INDUCTOR_INDUCTOR_BACKEND_H_
 #define MAGI_BACKEND_INDUCTOR_INDUCTOR_BACKEND_H_
@@ -62,7 +66,8 @@ namespace magi::inductor {
 struct InductorOptions {
   std::string python;     // "" : chosen as ChoosePython says
   std::string cache_dir;  // "" : the default (see above)
-  int jobs = 0;           // 0: the hardware threads, at most 8
+  int jobs = 0;             // 0: the hardware threads, at most 8
+  int compile_threads = 0;  // Inductor's compile workers per process; 0: the hardware threads / jobs
   bool single_threaded = true;
 
   static absl::StatusOr<InductorOptions> FromComponentOptions(const ComponentOptions& options);
