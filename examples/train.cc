@@ -45,6 +45,7 @@
 #include "examples/tensor_file.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
+#include "magi/compat/kernel_trace.h"
 #include "magi/cost/calibration.h"
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/ir/printer.h"
@@ -89,6 +90,9 @@ ABSL_FLAG(std::string, init, "device",
           "device (build the model on --device, then shard it) or meta (build it on the meta device; each rank "
           "materializes only its shards, the same weights as --init=device for the same --seed)");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome/Perfetto timeline of the last step here (backends that can)");
+ABSL_FLAG(std::string, kernel_trace, "",
+          "Record the last step on rank 0 with Kineto (torch.profiler's recorder: every ATen op and, on CUDA, "
+          "every kernel) and write the Chrome trace here; tools/kernel_breakdown.py sums it by kernel family");
 ABSL_FLAG(std::string, dump_dir, "",
           "Write the initial full weights (weights.{json,bin}) and the global batches of every step "
           "(batches.{json,bin}) here as magi-tensors-v1 files, for PyTorch runs on the same init and data; after "
@@ -524,6 +528,13 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       if (!traced.ok()) return Fail(rank, traced.message());
     }
     if (device.is_cuda()) torch::cuda::synchronize();
+    std::unique_ptr<magi::compat::KernelTrace> kernel_trace;
+    if (step + 1 == steps && !absl::GetFlag(FLAGS_kernel_trace).empty() && rank == 0) {
+      absl::StatusOr<std::unique_ptr<magi::compat::KernelTrace>> started =
+          magi::compat::KernelTrace::Start(device.is_cuda());
+      if (!started.ok()) return Fail(rank, started.status().message());
+      kernel_trace = *std::move(started);
+    }
 #ifdef MAGI_WITH_CUDA
     // Peaks of the training steps (compilation ran the step eagerly once before); the
     // warm-up steps count, since a CUDA graph allocates its memory while it is captured.
@@ -534,6 +545,12 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (!local_loss.ok()) return Fail(rank, local_loss.status().message());
     if (device.is_cuda()) torch::cuda::synchronize();  // kernels are asynchronous: time their completion
     double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    if (kernel_trace != nullptr) {
+      absl::Status written = kernel_trace->StopAndSave(absl::GetFlag(FLAGS_kernel_trace));
+      if (!written.ok()) return Fail(rank, written.message());
+      std::fprintf(stderr, "wrote the Kineto trace of step %d to %s\n", step + 1,
+                   absl::GetFlag(FLAGS_kernel_trace).c_str());
+    }
     const magi::RunStats& run = (*trainer)->last_run_stats();
     peak_bytes = std::max(peak_bytes, run.peak_live_bytes);
 #ifdef MAGI_WITH_CUDA

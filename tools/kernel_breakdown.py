@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Where the device time of a traced step goes: a Kineto trace summed by kernel family.
+
+    python3 tools/kernel_breakdown.py step.trace.json[.gz] [--top 15] [--json out.json]
+
+Reads a Chrome trace written by Kineto (examples:train --kernel_trace=FILE, or
+torch.profiler's export_chrome_trace) and prints, as Markdown tables: the device span (first
+kernel start to last end), the busy time (the union of kernel, copy and memset intervals on
+all streams) and the idle time; the time and count per family (GEMMs, attention, Inductor's
+Triton kernels by kind, ATen elementwise and reductions, Magi's multi-tensor AdamW, NCCL,
+copies); and the most expensive kernels by name. Families are name patterns (FAMILIES below:
+the first that matches wins), so the split is as good as the kernel names; "other" lists what
+none matched. No PyTorch needed.
+"""
+import argparse
+import collections
+import gzip
+import json
+import re
+import sys
+
+# (family, regex on the kernel name), first match wins.
+FAMILIES = [
+    ("nccl", r"nccl"),
+    ("adamw (magi multi-tensor)", r"MultiTensorAdamW"),
+    ("adamw (aten fused)", r"fused_adamw|FusedAdam|multi_tensor_apply.*[Aa]dam"),
+    ("attention", r"flash|fmha|attention|sdpa|cudnn.*(mha|attn)|cutlass.*(mha|attn)|generated_.*sdpa"),
+    ("gemm", r"gemm|nvjet|xmma|cutlass|cublas|_mm_|wgmma|matmul"),
+    ("triton pointwise", r"^triton_poi"),
+    ("triton reduction", r"^triton_(red|per)"),
+    ("triton template", r"^triton_tem"),
+    ("triton other", r"^triton"),
+    ("aten reduction", r"reduce_kernel|Reduce|softmax|norm|cross_entropy|nll_loss|log_softmax"),
+    ("aten copy/cast", r"copy|cast|_to_copy|CatArray|cat_|index"),
+    ("aten elementwise", r"elementwise|vectorized|unrolled|Elementwise|fill"),
+]
+DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def family_of(name, category):
+    if category in ("gpu_memcpy", "Memcpy"):
+        return "memcpy"
+    if category in ("gpu_memset", "Memset"):
+        return "memset"
+    for family, pattern in FAMILIES:
+        if re.search(pattern, name):
+            return family
+    return "other"
+
+
+def busy_time(intervals):
+    """Length of the union of [start, end) intervals."""
+    total, current_start, current_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total
+
+
+def breakdown(events):
+    device = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES and "dur" in e]
+    if not device:
+        raise ValueError("the trace has no device kernels, copies or memsets (a CPU-only trace, or Kineto "
+                         "recorded no CUDA activity)")
+    intervals = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in device]
+    span = max(end for _, end in intervals) - min(start for start, _ in intervals)
+    busy = busy_time(intervals)
+    families = collections.defaultdict(lambda: [0.0, 0])
+    kernels = collections.defaultdict(lambda: [0.0, 0])
+    streams = set()
+    for e in device:
+        name, dur = e.get("name", "?"), float(e["dur"])
+        family = family_of(name, e.get("cat"))
+        families[family][0] += dur
+        families[family][1] += 1
+        kernels[(family, name)][0] += dur
+        kernels[(family, name)][1] += 1
+        streams.add(e.get("tid"))
+    return {
+        "span_ms": span / 1e3,
+        "busy_ms": busy / 1e3,
+        "idle_ms": (span - busy) / 1e3,
+        "device_events": len(device),
+        "streams": len(streams),
+        "families": {f: {"ms": t / 1e3, "count": c} for f, (t, c) in families.items()},
+        "kernels": [{"family": f, "name": n, "ms": t / 1e3, "count": c}
+                    for (f, n), (t, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0])],
+    }
+
+
+def markdown(result, top):
+    total = sum(v["ms"] for v in result["families"].values())
+    lines = [
+        f"device span {result['span_ms']:.1f} ms, busy {result['busy_ms']:.1f} ms "
+        f"({100 * result['busy_ms'] / result['span_ms']:.1f}%), idle {result['idle_ms']:.1f} ms; "
+        f"{result['device_events']} kernels/copies on {result['streams']} stream(s); "
+        f"kernel time summed over streams {total:.1f} ms",
+        "",
+        "| family | ms | % of summed | count |",
+        "|---|---|---|---|",
+    ]
+    for family, v in sorted(result["families"].items(), key=lambda kv: -kv[1]["ms"]):
+        lines.append(f"| {family} | {v['ms']:.2f} | {100 * v['ms'] / total:.1f}% | {v['count']} |")
+    lines += ["", f"| top {top} kernels | family | ms | count |", "|---|---|---|---|"]
+    for k in result["kernels"][:top]:
+        name = k["name"] if len(k["name"]) <= 90 else k["name"][:87] + "..."
+        lines.append(f"| `{name}` | {k['family']} | {k['ms']:.2f} | {k['count']} |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trace")
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--json", default="", help="also write the breakdown as JSON here")
+    args = parser.parse_args(argv[1:])
+    try:
+        result = breakdown(load(args.trace))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"kernel_breakdown.py: {args.trace}: {e}", file=sys.stderr)
+        return 1
+    print(markdown(result, args.top))
+    if args.json:
+        with open(args.json + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        import os
+        os.replace(args.json + ".tmp", args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

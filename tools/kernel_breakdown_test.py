@@ -1,0 +1,68 @@
+"""Tests tools/kernel_breakdown.py on a small synthetic Kineto trace."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_breakdown  # noqa: E402
+
+TRACE = {"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500},
+    {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "ts": 100, "dur": 300, "tid": 7},
+    {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_mul_silu_0", "ts": 400, "dur": 50, "tid": 7},
+    {"ph": "X", "cat": "kernel", "name": "triton_red_fused__to_copy_mean_pow_1", "ts": 460, "dur": 40, "tid": 7},
+    # overlaps the GEMM on another stream: busy time counts it once
+    {"ph": "X", "cat": "kernel", "name": "void magi::cuda::(anonymous namespace)::MultiTensorAdamWKernel(...)",
+     "ts": 200, "dur": 100, "tid": 9},
+    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "ts": 600, "dur": 100, "tid": 7},
+    {"ph": "X", "cat": "kernel", "name": "some_unknown_kernel", "ts": 700, "dur": 10, "tid": 7},
+]}
+
+
+class KernelBreakdownTest(unittest.TestCase):
+    def test_families_span_busy_and_idle(self):
+        result = kernel_breakdown.breakdown(TRACE["traceEvents"])
+        self.assertAlmostEqual(result["span_ms"], 0.610)  # 100 .. 710 us
+        self.assertAlmostEqual(result["busy_ms"], 0.500)  # [100,400) [400,450) [460,500) [600,710)
+        self.assertAlmostEqual(result["idle_ms"], 0.110)
+        families = result["families"]
+        self.assertAlmostEqual(families["gemm"]["ms"], 0.3)
+        self.assertAlmostEqual(families["triton pointwise"]["ms"], 0.05)
+        self.assertAlmostEqual(families["triton reduction"]["ms"], 0.04)
+        self.assertAlmostEqual(families["adamw (magi multi-tensor)"]["ms"], 0.1)
+        self.assertAlmostEqual(families["memcpy"]["ms"], 0.1)
+        self.assertEqual(families["other"]["count"], 1)
+        self.assertNotIn("aten::mm", [k["name"] for k in result["kernels"]])  # host ops are not device time
+        self.assertEqual(result["streams"], 2)
+        self.assertEqual(result["kernels"][0]["family"], "gemm")
+
+    def test_command_line_reads_gzip_and_writes_json(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.json.gz")
+            with gzip.open(path, "wt") as f:
+                json.dump(TRACE, f)
+            out = os.path.join(tmp, "b.json")
+            run = subprocess.run([sys.executable, kernel_breakdown.__file__, path, "--json", out, "--top", "3"],
+                                 capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertIn("| gemm | 0.30 |", run.stdout)
+            self.assertIn("busy 0.5 ms (82.0%)", run.stdout)
+            with open(out) as f:
+                self.assertEqual(json.load(f)["device_events"], 6)
+
+    def test_a_trace_without_device_events_is_refused_clearly(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "cpu.json")
+            with open(path, "w") as f:
+                json.dump({"traceEvents": [TRACE["traceEvents"][0]]}, f)
+            run = subprocess.run([sys.executable, kernel_breakdown.__file__, path], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 1)
+            self.assertIn("has no device kernels", run.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
