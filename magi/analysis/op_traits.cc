@@ -18,6 +18,7 @@ enum Flag : uint16_t {
   kCommunication = 1 << 5,
   kBackward = 1 << 6,
   kInPlace = 1 << 7,
+  kUninitialized = 1 << 8,
 };
 
 struct Row {
@@ -241,6 +242,13 @@ constexpr Row kRows[] = {
     {kAllReduceStartOp, kCommunication},
     {kAllToAllStartOp, kCommunication},
     {kWaitOp, kCommunication},
+    // Results nobody has written (ATen's empty tensors). Deterministic mode fills these
+    // where the executors run them (compat/deterministic.h), not every allocation.
+    {"aten::empty", kUninitialized},
+    {"aten::empty_like", kUninitialized},
+    {"aten::empty_strided", kUninitialized},
+    {"aten::new_empty", kUninitialized},
+    {"aten::new_empty_strided", kUninitialized},
     // This rank's rows of a tensor its group holds whole (magi/ir/magi_ops.h): a copy of
     // fresh storage, pure (it reads the rank off the group, moves nothing between ranks).
     {kLocalShardOp, 0},
@@ -291,6 +299,7 @@ OpTraits GetOpTraits(absl::string_view op) {
     traits.elementwise = row.flags & kElementwise;
     traits.communication = row.flags & kCommunication;
     traits.backward = row.flags & kBackward;
+    traits.uninitialized = row.flags & kUninitialized;
     traits.matmul = row.matmul;
     traits.matrix_operand = row.matrix_operand;
   }

@@ -56,6 +56,7 @@ struct OpTraits {
   bool data_dependent = false;  // its result is a number read out of tensor data (item, nonzero)
   bool elementwise = false;     // each output element from the same-index input elements (broadcasting)
   bool communication = false;   // a magi:: collective start or wait
+  bool uninitialized = false;   // results hold memory nobody wrote (aten::empty and its kin)
   MatmulKind matmul = MatmulKind::kNone;
   bool backward = false;    // a backward op that produces two gradients (counts double in FLOPs)
   int matrix_operand = -1;  // matmul: operand whose last dim is contracted; -1: the first of rank >= 2

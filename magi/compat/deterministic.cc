@@ -1,6 +1,10 @@
 #include "magi/compat/deterministic.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/Dispatch.h>
+
+#include <limits>
 
 #include <type_traits>
 #include <utility>
@@ -49,10 +53,16 @@ const char* MkldnnNote(const C& context) {
 template <typename C>
 const char* FillNote(const C& context) {
   if constexpr (HasFillUninitializedMemory<C>::value) {
-    return context.deterministicFillUninitializedMemory() ? ", fill uninitialized memory" : "";
+    return context.deterministicFillUninitializedMemory() ? ", fill uninitialized memory"
+                                                          : ", empty ops' results filled by Magi";
   } else {
-    return "";
+    return ", empty ops' results filled by Magi";
   }
+}
+
+template <typename C>
+void SetFillUninitializedMemory(C& context, bool on) {
+  if constexpr (HasFillUninitializedMemory<C>::value) context.setDeterministicFillUninitializedMemory(on);
 }
 
 }  // namespace
@@ -63,7 +73,23 @@ void SetDeterministicAlgorithms(bool on) {
   context.setDeterministicCuDNN(on);
   context.setBenchmarkCuDNN(!on && context.benchmarkCuDNN());
   SetMkldnn(context, on);
+  // Off in deterministic mode (the header says why); LibTorch's default (on) otherwise.
+  SetFillUninitializedMemory(context, !on);
 }
+
+void FillUninitialized(at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.numel() == 0) return;
+  if (tensor.is_floating_point() || tensor.is_complex()) {
+    tensor.fill_(std::numeric_limits<double>::quiet_NaN());
+  } else if (tensor.scalar_type() == at::kBool) {
+    tensor.fill_(true);
+  } else {
+    AT_DISPATCH_INTEGRAL_TYPES(tensor.scalar_type(), "FillUninitialized",
+                               [&] { tensor.fill_(std::numeric_limits<scalar_t>::max()); });
+  }
+}
+
+bool DeterministicAlgorithmsOn() { return at::globalContext().deterministicAlgorithms(); }
 
 bool DeterministicAlgorithmsEnabled() {
   const at::Context& context = at::globalContext();

@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include <ATen/core/Tensor.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
@@ -21,10 +23,23 @@ namespace magi::compat {
 
 // Turns ATen's deterministic algorithms on or off, erroring (not warning) when an op
 // has no deterministic kernel; also cuDNN's deterministic flag (and benchmark mode, the
-// autotuner, the other way), and oneDNN's where LibTorch has it. Filling uninitialized
-// memory stays at LibTorch's default (on in 2.1+): a kernel reading memory it never
-// wrote then reads the same bits every run.
+// autotuner, the other way), and oneDNN's where LibTorch has it.
+// LibTorch's own filling of uninitialized memory (2.1+: every tensor ATen allocates,
+// filled with NaN while deterministic algorithms are on) is turned OFF: it fills every
+// op's output before the op overwrites it (on the 953M step on one H200: 502 fill
+// kernels, 4.9 ms of a 138 ms deterministic step, docs/benchmarks.md). The one way a
+// Magi step can read memory nobody wrote is an op whose traits say `uninitialized`
+// (aten::empty and its kin); the executors fill those results with
+// FillUninitialized while deterministic algorithms are on.
 void SetDeterministicAlgorithms(bool on);
+
+// Fills `tensor` as LibTorch's deterministic mode fills uninitialized memory: NaN for
+// floating and complex dtypes, the largest value for integers, true for bool.
+void FillUninitialized(at::Tensor& tensor);
+
+// Whether ATen's deterministic algorithms are on (in any mode): executors then fill the
+// results of `uninitialized` ops (above).
+bool DeterministicAlgorithmsOn();
 
 // True when deterministic algorithms are on as SetDeterministicAlgorithms(true) sets them
 // (error mode, cuDNN deterministic, cuDNN benchmarking off).

@@ -1,6 +1,10 @@
 #include "magi/compat/deterministic.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
+
+#include <cmath>
+#include <limits>
 
 #include "gtest/gtest.h"
 
@@ -39,6 +43,31 @@ TEST(DeterministicCompatTest, BackendsAskedForDeterminismSayWhatIsMissing) {
   SetDeterministicAlgorithms(true);
   EXPECT_TRUE(CheckDeterministicAlgorithms("interpreter").ok());
   SetDeterministicAlgorithms(false);
+}
+
+// Deterministic mode leaves LibTorch's fill of every allocation off (2.1+: it cost 4.9 ms
+// of the 953M step) and fills only what a step can read unwritten (FillUninitialized).
+TEST(DeterministicCompatTest, FillsOnlyWhatExecutorsAskFor) {
+  SetDeterministicAlgorithms(true);
+  EXPECT_TRUE(DeterministicAlgorithmsOn());
+  EXPECT_NE(DescribeDeterministicAlgorithms().find("empty ops' results filled by Magi"), std::string::npos)
+      << DescribeDeterministicAlgorithms();
+  at::Tensor f = at::empty({5}, at::kFloat);
+  FillUninitialized(f);
+  EXPECT_TRUE(at::isnan(f).all().item<bool>());
+  at::Tensor h = at::empty({3}, at::kBFloat16);
+  FillUninitialized(h);
+  EXPECT_TRUE(at::isnan(h.to(at::kFloat)).all().item<bool>());
+  at::Tensor i = at::empty({4}, at::kLong);
+  FillUninitialized(i);
+  EXPECT_TRUE((i == std::numeric_limits<int64_t>::max()).all().item<bool>());
+  at::Tensor b = at::empty({2}, at::kBool);
+  FillUninitialized(b);
+  EXPECT_TRUE(b.all().item<bool>());
+  at::Tensor none;
+  FillUninitialized(none);  // undefined and empty tensors are left alone
+  SetDeterministicAlgorithms(false);
+  EXPECT_FALSE(DeterministicAlgorithmsOn());
 }
 
 }  // namespace

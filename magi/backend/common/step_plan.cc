@@ -12,6 +12,7 @@
 #include "magi/analysis/liveness.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
 
 namespace magi {
@@ -226,6 +227,7 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
       MAGI_ASSIGN_OR_RETURN(c10::OperatorHandle op, FindOperator(*node));
       plan.op = op;
       plan.index_check = FindIndexCheck(node->op());
+      plan.uninitialized = GetOpTraits(node->op()).uninitialized;
       MAGI_RETURN_IF_ERROR(PlanOpArguments(*node, op.schema(), slot, plan));
       if (node->num_results() == 1 && InPlaceOperandOfResult(node->op(), 0) >= 0) {
         plan_in_place();
@@ -324,7 +326,15 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
   } catch (const std::exception& error) {
     return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what()));
   }
-  return ResultTensors(stack);
+  std::vector<at::Tensor> results = ResultTensors(stack);
+  if (plan.uninitialized && compat::DeterministicAlgorithmsOn()) {
+    try {
+      for (at::Tensor& result : results) compat::FillUninitialized(result);
+    } catch (const c10::Error& error) {
+      return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
+    }
+  }
+  return results;
 }
 
 std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack) {

@@ -57,6 +57,11 @@ struct NodePlan {
   // aten::scatter.src): the in-place variant (aten::scatter_.src, the same arguments) an
   // executor runs instead when its inputs are donated. Unset otherwise.
   c10::optional<c10::OperatorHandle> in_place_op;
+  // kOp whose results are memory nobody wrote (OpTraits::uninitialized: aten::empty and
+  // its kin): CallOperator fills them while deterministic algorithms are on
+  // (compat::FillUninitialized), as LibTorch would if Magi had not turned its global
+  // fill off (magi/compat/deterministic.h says why).
+  bool uninitialized = false;
   // kOp: schema arguments; starts, calls, adamw and local_shard: one kOperandList with every operand.
   std::vector<ArgPlan> args;
   std::vector<int> result_slots;
