@@ -42,6 +42,8 @@ MAGI_RUNS = [
     ("Magi nccl_stream + CUDA graph + optimizer overlap", "nccl_stream{cuda_graph=true,overlap_optimizer=true}", ""),
     ("Magi nccl_stream + CUDA graph + inductor + optimizer overlap",
      "nccl_stream{cuda_graph=true,overlap_optimizer=true}", "", "inductor"),
+    # The inductor step without the CUDA graph (every kernel launched from the host).
+    ("Magi nccl_stream + inductor, stream mode", "nccl_stream", "", "inductor"),
 ]
 
 

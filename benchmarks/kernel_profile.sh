@@ -8,7 +8,8 @@
 #   bash benchmarks/kernel_profile.sh OUT_DIR [CONFIG...]
 #
 # CONFIG is any of: nccl_stream (the ATen kernels), inductor (+ the inductor partitions),
-# deterministic (nccl_stream in deterministic mode); default all three. Writes per config
+# deterministic (nccl_stream in deterministic mode), nccl_stream_graph and inductor_graph
+# (the first two as a CUDA graph replay); default the first three. Writes per config
 # NAME.log, NAME.breakdown.md (the tables), NAME.breakdown.json and NAME.trace.json.gz.
 set -euo pipefail
 out=${1:?usage: kernel_profile.sh OUT_DIR [nccl_stream|inductor|deterministic ...]}
@@ -25,8 +26,12 @@ for config in "${configs[@]}"; do
   case $config in
     nccl_stream) flags=(--backend=nccl_stream) ;;
     inductor) flags=(--backend=nccl_stream --partition_backends=inductor) ;;
+    # The same steps replayed as one CUDA graph (steps 3-4: the traced step is a replay).
+    nccl_stream_graph) flags=('--backend=nccl_stream{cuda_graph=true}') ;;
+    inductor_graph) flags=('--backend=nccl_stream{cuda_graph=true}' --partition_backends=inductor) ;;
     deterministic) flags=(--backend=nccl_stream --deterministic) ;;
-    *) echo "kernel_profile.sh: unknown config '$config' (nccl_stream, inductor, deterministic)" >&2; exit 2 ;;
+    *) echo "kernel_profile.sh: unknown config '$config' (nccl_stream, inductor, deterministic, nccl_stream_graph," \
+         "inductor_graph)" >&2; exit 2 ;;
   esac
   echo "== $config: ${flags[*]}"
   if ! "$train" "${common[@]}" "${flags[@]}" --out_dir="$out/$config" --kernel_trace="$out/$config.trace.json" \

@@ -30,9 +30,13 @@ FAMILIES = [
     ("triton reduction", r"^triton_(red|per)"),
     ("triton template", r"^triton_tem"),
     ("triton other", r"^triton"),
-    ("aten reduction", r"reduce_kernel|Reduce|softmax|norm|cross_entropy|nll_loss|log_softmax"),
-    ("aten copy/cast", r"copy|cast|_to_copy|CatArray|cat_|index"),
-    ("aten elementwise", r"elementwise|vectorized|unrolled|Elementwise|fill"),
+    ("aten reduction", r"reduce_kernel|Reduce|SoftMax|softmax|norm_kernel|cross_entropy|nll_loss"),
+    ("aten copy/cast", r"copy_kernel|direct_copy|CatArray|index_select|gather|scatter"),
+    ("aten fill", r"FillFunctor"),
+    # TensorIterator's general path (broadcast or strided operands: per-element offsets)
+    # against its contiguous vectorized one.
+    ("aten elementwise, strided/broadcast", r"at::native::elementwise_kernel<|unrolled_elementwise"),
+    ("aten elementwise, vectorized", r"vectorized_elementwise"),
 ]
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 

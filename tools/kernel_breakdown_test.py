@@ -20,15 +20,22 @@ TRACE = {"traceEvents": [
      "ts": 200, "dur": 100, "tid": 9},
     {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "ts": 600, "dur": 100, "tid": 7},
     {"ph": "X", "cat": "kernel", "name": "some_unknown_kernel", "ts": 700, "dur": 10, "tid": 7},
+    # TensorIterator's strided path (a "nocast" kernel is not a cast) and its vectorized one.
+    {"ph": "X", "cat": "kernel", "ts": 720, "dur": 4, "tid": 7,
+     "name": "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<"
+             "c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >(...)"},
+    {"ph": "X", "cat": "kernel", "ts": 730, "dur": 2, "tid": 7,
+     "name": "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(...)"},
 ]}
 
 
 class KernelBreakdownTest(unittest.TestCase):
     def test_families_span_busy_and_idle(self):
         result = kernel_breakdown.breakdown(TRACE["traceEvents"])
-        self.assertAlmostEqual(result["span_ms"], 0.610)  # 100 .. 710 us
-        self.assertAlmostEqual(result["busy_ms"], 0.500)  # [100,400) [400,450) [460,500) [600,710)
-        self.assertAlmostEqual(result["idle_ms"], 0.110)
+        self.assertAlmostEqual(result["span_ms"], 0.632)  # 100 .. 732 us
+        # [100,400) [400,450) [460,500) [600,710) [720,724) [730,732)
+        self.assertAlmostEqual(result["busy_ms"], 0.506)
+        self.assertAlmostEqual(result["idle_ms"], 0.126)
         families = result["families"]
         self.assertAlmostEqual(families["gemm"]["ms"], 0.3)
         self.assertAlmostEqual(families["triton pointwise"]["ms"], 0.05)
@@ -36,6 +43,8 @@ class KernelBreakdownTest(unittest.TestCase):
         self.assertAlmostEqual(families["adamw (magi multi-tensor)"]["ms"], 0.1)
         self.assertAlmostEqual(families["memcpy"]["ms"], 0.1)
         self.assertEqual(families["other"]["count"], 1)
+        self.assertAlmostEqual(families["aten elementwise, strided/broadcast"]["ms"], 0.004)
+        self.assertAlmostEqual(families["aten copy/cast"]["ms"], 0.002)
         self.assertNotIn("aten::mm", [k["name"] for k in result["kernels"]])  # host ops are not device time
         self.assertEqual(result["streams"], 2)
         self.assertEqual(result["kernels"][0]["family"], "gemm")
@@ -50,9 +59,9 @@ class KernelBreakdownTest(unittest.TestCase):
                                  capture_output=True, text=True)
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertIn("| gemm | 0.30 |", run.stdout)
-            self.assertIn("busy 0.5 ms (82.0%)", run.stdout)
+            self.assertIn("busy 0.5 ms (80.1%)", run.stdout)
             with open(out) as f:
-                self.assertEqual(json.load(f)["device_events"], 6)
+                self.assertEqual(json.load(f)["device_events"], 8)
 
     def test_a_trace_without_device_events_is_refused_clearly(self):
         with tempfile.TemporaryDirectory() as tmp:
