@@ -114,7 +114,8 @@ def main():
                                 "peak_gib": s["allocator_peak_bytes"] / 2**30 if s["allocator_peak_bytes"] > 0 else None,
                                 "host_ms": s["host_seconds_per_step"] * 1e3,
                                 "predicted_ms": s["predicted_step_seconds"] * 1e3, "losses": s["losses"],
-                                "compile_s": s.get("compile_seconds"), "partitions": s.get("partitions")})
+                                "compile_s": s.get("compile_seconds"), "partitions": s.get("partitions"),
+                                "step_ms_each": [1e3 * t for t in s.get("timed_step_seconds", [])]})
                 print(f"  compiled in {s.get('compile_seconds', float('nan')):.1f} s, "
                       f"{s.get('partitions', 0)} partitions", flush=True)
     if "fsdp2" in wanted:

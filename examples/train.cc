@@ -516,6 +516,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   double initial_loss = 0, final_loss = 0;
   bool tty = isatty(2);
   double step_seconds_sum = 0;  // step wall time (device synchronized), after the warm-up steps
+  std::vector<double> timed_step_seconds;  // each of those steps, for the summary
   double host_seconds_sum = 0;  // host time issuing those steps
   int timed_steps = 0;
   int64_t allocator_peak_bytes = -1;  // CUDA builds on a GPU only
@@ -563,6 +564,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
 #endif
     if (step >= first_step + untimed_steps) {
       step_seconds_sum += step_seconds;
+      timed_step_seconds.push_back(step_seconds);
       host_seconds_sum += run.host_seconds;
       ++timed_steps;
       if (calibrate) {
@@ -648,6 +650,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (dir_error) return Fail(rank, absl::StrCat("cannot create ", out_dir, ": ", dir_error.message()));
     std::string losses_json;
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&losses_json, "%s%.8f", losses_json.empty() ? "" : ", ", loss);
+    std::string each_step_json;
+    for (double seconds : timed_step_seconds) {
+      absl::StrAppendFormat(&each_step_json, "%s%.6f", each_step_json.empty() ? "" : ", ", seconds);
+    }
     std::string csv = "step,loss\n";
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);
     std::string summary = absl::StrFormat(
@@ -657,7 +663,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
         "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
-        "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, \"losses\": [%s]}\n",
+        "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, \"timed_step_seconds\": [%s], "
+        "\"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
@@ -665,7 +672,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
-        losses_json);
+        each_step_json, losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);

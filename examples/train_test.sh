@@ -25,6 +25,10 @@ for key in ["initial_loss", "final_loss", "steps", "world_size", "tokens_per_s",
 assert s["steps"] == 12 and s["world_size"] == 2, s
 assert s["final_loss"] < s["initial_loss"] - 1.0, s   # from ~5.5 (uniform over 256 bytes)
 assert s["peak_memory_bytes"] > 0 and s["tokens_per_s"] > 0, s
+# Each timed step (after --untimed_steps=1), whose mean is step_seconds.
+times = s["timed_step_seconds"]
+assert len(times) == s["timed_steps"] == 11 and all(t > 0 for t in times), s
+assert abs(sum(times) / len(times) - s["step_seconds"]) < 1e-5, s
 print("summary ok:", s)
 PY
 [[ $(wc -l < "$out/loss.csv") -eq 13 ]] || { echo "loss.csv should have a header and 12 rows"; exit 1; }

@@ -9,7 +9,9 @@ runs it with the configured Python (whose torch must be the LibTorch the process
 JOB is a text file of tab-separated lines: first "magi-aoti-job 1", then "torch", VERSION;
 "worker", "I/N"; optionally "deterministic", "1" (deterministic mode, docs/deterministic.md: ATen's
 deterministic algorithms on while Inductor lowers, so it emits no atomic-add reductions, and no
-autotuning or benchmark-driven choices); and one line per task: "task", the program (.py written by fx_program.cc),
+autotuning or benchmark-driven choices); optionally "precompile_headers", "0" (AOTInductor compiles
+each package's C++ wrapper without its shared precompiled header: no process waits for the one that
+makes it); and one line per task: "task", the program (.py written by fx_program.cc),
 the package to write (.pt2), the result file to write, and a label for progress lines.
 Every worker of one compile gets the same task list, largest first, and takes the next task
 nobody has claimed yet (a claim is the file RESULT.claim, created exclusively): the partitions
@@ -83,7 +85,7 @@ def deterministic_configs(config):
     return {name: value for name, value in wanted.items() if hasattr(config, name)}
 
 
-def _compile(torch, program_path, package_path, deterministic=False):
+def _compile(torch, program_path, package_path, deterministic=False, precompile_headers=True):
     spec = importlib.util.spec_from_file_location("magi_partition", program_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -99,6 +101,8 @@ def _compile(torch, program_path, package_path, deterministic=False):
     if deterministic:
         import torch._inductor.config as inductor_config
         configs.update(deterministic_configs(inductor_config))
+    if not precompile_headers:
+        configs["aot_inductor.precompile_headers"] = False
     torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
     os.replace(tmp, package_path)
     done = time.time()
@@ -110,7 +114,7 @@ def _run_job(job_path):
         lines = [line.rstrip("\n") for line in f]
     if not lines or lines[0] != "magi-aoti-job\t1":
         sys.exit("aoti_compile.py: %s is not a job file" % job_path)
-    expected_torch, worker, tasks, deterministic = None, "1/1", [], False
+    expected_torch, worker, tasks, deterministic, precompile_headers = None, "1/1", [], False, True
     for line in lines[1:]:
         fields = line.split("\t")
         if fields[0] == "torch":
@@ -119,6 +123,8 @@ def _run_job(job_path):
             worker = fields[1]
         elif fields[0] == "deterministic":
             deterministic = fields[1] == "1"
+        elif fields[0] == "precompile_headers":
+            precompile_headers = fields[1] != "0"
         elif fields[0] == "task":
             tasks.append(fields[1:5])
     # Progress lines go to the caller's stderr; the compile's own output to the log.
@@ -156,7 +162,7 @@ def _run_job(job_path):
                     progress.write("magi: inductor: %s: compiled meanwhile by another process\n" % label)
                     progress.flush()
                     continue
-                ops, export_s, compile_s = _compile(torch, program, package, deterministic)
+                ops, export_s, compile_s = _compile(torch, program, package, deterministic, precompile_headers)
                 _write_atomically(result, "ok\n%.3f\n%.3f\n%d\n" % (export_s, compile_s, ops))
                 progress.write("magi: inductor: %s: %d aten ops compiled in %.1f s (export %.1f s) [worker %s]\n"
                                % (label, ops, export_s + compile_s, export_s, worker))

@@ -47,7 +47,7 @@ class GraphModule:
 
 
 class AotiCompileJobTest(unittest.TestCase):
-    def run_job(self, deterministic):
+    def run_job(self, deterministic, extra=""):
         calls = []
         saved = {name: sys.modules.get(name) for name in _fake_torch(calls)}
         sys.modules.update(_fake_torch(calls))
@@ -61,7 +61,7 @@ class AotiCompileJobTest(unittest.TestCase):
                 job = os.path.join(d, "job")
                 with open(job, "w") as f:
                     f.write("magi-aoti-job\t1\ntorch\t2.11.0\nworker\t1/1\n" +
-                            ("deterministic\t1\n" if deterministic else "") +
+                            ("deterministic\t1\n" if deterministic else "") + extra +
                             "task\t%s\t%s\t%s\t@g\n" % (program, os.path.join(d, "p.pt2"), os.path.join(d, "r")))
                 os.environ.pop("MAGI_AOTI_LOG", None)
                 sys.path.insert(0, HERE)
@@ -88,6 +88,11 @@ class AotiCompileJobTest(unittest.TestCase):
     def test_default_job_changes_nothing(self):
         calls = self.run_job(deterministic=False)
         self.assertEqual(calls, [("compile", {"aot_inductor.metadata": {"magi.graph": "g"}})])
+
+    def test_precompile_headers_off(self):
+        calls = self.run_job(deterministic=False, extra="precompile_headers\t0\n")
+        self.assertEqual(calls, [("compile", {"aot_inductor.metadata": {"magi.graph": "g"},
+                                              "aot_inductor.precompile_headers": False})])
 
     def test_deterministic_configs_takes_what_the_config_has(self):
         script = _load_script()

@@ -186,6 +186,12 @@ absl::StatusOr<InductorOptions> InductorOptions::FromComponentOptions(const Comp
         return absl::InvalidArgumentError(
             absl::StrCat("inductor: compile_threads must be a count >= 0, got '", value, "'"));
       }
+    } else if (key == "precompile_headers") {
+      if (value != "true" && value != "false") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("inductor: precompile_headers is true or false, got '", value, "'"));
+      }
+      parsed.precompile_headers = value == "true";
     } else if (key == "single_threaded") {
       if (value != "true" && value != "false") {
         return absl::InvalidArgumentError(absl::StrCat("inductor: single_threaded is true or false, got '", value, "'"));
@@ -194,7 +200,7 @@ absl::StatusOr<InductorOptions> InductorOptions::FromComponentOptions(const Comp
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("inductor: unknown option '", key,
-                       "' (options: python, cache_dir, jobs, compile_threads, single_threaded)"));
+                       "' (options: python, cache_dir, jobs, compile_threads, precompile_headers, single_threaded)"));
     }
   }
   return parsed;
@@ -419,7 +425,8 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     std::vector<Process> processes;
     for (int w = 0; w < jobs; ++w) {
       std::string job = absl::StrCat("magi-aoti-job\t1\ntorch\t", TORCH_VERSION, "\nworker\t", w + 1, "/", jobs, "\n",
-                                     context.deterministic ? "deterministic\t1\n" : "", tasks);
+                                     context.deterministic ? "deterministic\t1\n" : "",
+                                     options_.precompile_headers ? "" : "precompile_headers\t0\n", tasks);
       std::string job_path = absl::StrCat(env.cache_dir, "/jobs/", getpid(), "-", w, ".job");
       absl::Status written = WriteFileAtomically(job_path, job);
       absl::StatusOr<Process> process =

@@ -47,6 +47,10 @@
 //   jobs       Python processes compiling at once (default: the hardware threads, at most 8)
 //   compile_threads  Inductor's compile workers in each (TORCHINDUCTOR_COMPILE_THREADS;
 //              default: the hardware threads / jobs, so the processes share the machine)
+//   precompile_headers  true (default): AOTInductor precompiles its wrapper headers once
+//              per machine (every process's first package waits for the one that makes
+//              it); false: each wrapper compiles them itself (the key does not change:
+//              the package is the same program)
 //   single_threaded  load packages with run_single_threaded (default true; needed in CUDA graphs)
 #ifndef MAGI_BACKEND_INDUCTOR_INDUCTOR_BACKEND_H_
 #define MAGI_BACKEND_INDUCTOR_INDUCTOR_BACKEND_H_
@@ -68,6 +72,7 @@ struct InductorOptions {
   std::string cache_dir;  // "" : the default (see above)
   int jobs = 0;             // 0: the hardware threads, at most 8
   int compile_threads = 0;  // Inductor's compile workers per process; 0: the hardware threads / jobs
+  bool precompile_headers = true;  // AOTInductor's shared precompiled header for the C++ wrappers
   bool single_threaded = true;
 
   static absl::StatusOr<InductorOptions> FromComponentOptions(const ComponentOptions& options);

@@ -84,8 +84,17 @@ TEST(InductorBackendTest, Options) {
   absl::StatusOr<InductorOptions> bad = InductorOptions::FromComponentOptions({{"pyhton", "/p"}});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(),
-            "inductor: unknown option 'pyhton' (options: python, cache_dir, jobs, single_threaded)");
+            "inductor: unknown option 'pyhton' (options: python, cache_dir, jobs, compile_threads, "
+            "precompile_headers, single_threaded)");
   EXPECT_FALSE(InductorOptions::FromComponentOptions({{"jobs", "-1"}}).ok());
+  EXPECT_FALSE(InductorOptions::FromComponentOptions({{"compile_threads", "x"}}).ok());
+  absl::StatusOr<InductorOptions> no_pch =
+      InductorOptions::FromComponentOptions({{"precompile_headers", "false"}, {"compile_threads", "2"}});
+  ASSERT_TRUE(no_pch.ok()) << no_pch.status();
+  EXPECT_FALSE(no_pch->precompile_headers);
+  EXPECT_EQ(no_pch->compile_threads, 2);
+  absl::StatusOr<InductorOptions> bad_pch = InductorOptions::FromComponentOptions({{"precompile_headers", "no"}});
+  EXPECT_EQ(bad_pch.status().message(), "inductor: precompile_headers is true or false, got 'no'");
   EXPECT_FALSE(InductorOptions::FromComponentOptions({{"single_threaded", "yes"}}).ok());
 }
 
