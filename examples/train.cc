@@ -92,7 +92,8 @@ ABSL_FLAG(std::string, init, "device",
 ABSL_FLAG(std::string, trace, "", "Write a Chrome/Perfetto timeline of the last step here (backends that can)");
 ABSL_FLAG(std::string, kernel_trace, "",
           "Record the last step on rank 0 with Kineto (torch.profiler's recorder: every ATen op and, on CUDA, "
-          "every kernel) and write the Chrome trace here; tools/kernel_breakdown.py sums it by kernel family");
+          "every kernel) and write the Chrome trace here (that step is left out of the timing); "
+          "tools/kernel_breakdown.py sums it by kernel family");
 ABSL_FLAG(std::string, dump_dir, "",
           "Write the initial full weights (weights.{json,bin}) and the global batches of every step "
           "(batches.{json,bin}) here as magi-tensors-v1 files, for PyTorch runs on the same init and data; after "
@@ -562,7 +563,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       allocator_peak_bytes = std::max<int64_t>(allocator_peak_bytes, stats.allocated_bytes[0].peak);
     }
 #endif
-    if (step >= first_step + untimed_steps) {
+    // A step recorded by Kineto is slowed by the recording: not timed.
+    if (step >= first_step + untimed_steps && kernel_trace == nullptr) {
       step_seconds_sum += step_seconds;
       timed_step_seconds.push_back(step_seconds);
       host_seconds_sum += run.host_seconds;

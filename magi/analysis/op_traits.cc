@@ -249,6 +249,7 @@ constexpr Row kRows[] = {
     {"aten::empty_strided", kUninitialized},
     {"aten::new_empty", kUninitialized},
     {"aten::new_empty_strided", kUninitialized},
+    {"aten::empty_permuted", kUninitialized},
     // This rank's rows of a tensor its group holds whole (magi/ir/magi_ops.h): a copy of
     // fresh storage, pure (it reads the rank off the group, moves nothing between ranks).
     {kLocalShardOp, 0},

@@ -84,6 +84,16 @@ TEST(OpTraitsTest, CommunicationDataDependenceAndElementwise) {
   EXPECT_FALSE(GetOpTraits("aten::sum").elementwise);
 }
 
+TEST(OpTraitsTest, UninitializedResults) {
+  for (const char* op : {"aten::empty.memory_format", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                         "aten::new_empty_strided", "aten::empty_permuted"}) {
+    EXPECT_TRUE(GetOpTraits(op).uninitialized) << op;
+    EXPECT_TRUE(GetOpTraits(op).movable()) << op;
+  }
+  EXPECT_FALSE(GetOpTraits("aten::zeros").uninitialized);
+  EXPECT_FALSE(GetOpTraits("aten::new_zeros").uninitialized);
+}
+
 TEST(OpTraitsTest, UnknownOpsGetOnlyTheNamingConventions) {
   OpTraits traits = GetOpTraits("aten::no_such_op");
   EXPECT_FALSE(traits.known);

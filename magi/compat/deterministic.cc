@@ -5,7 +5,6 @@
 #include <ATen/Dispatch.h>
 
 #include <limits>
-
 #include <type_traits>
 #include <utility>
 
@@ -67,14 +66,15 @@ void SetFillUninitializedMemory(C& context, bool on) {
 
 }  // namespace
 
-void SetDeterministicAlgorithms(bool on) {
+void SetDeterministicAlgorithms(bool on, bool fill_every_allocation) {
   at::Context& context = at::globalContext();
   context.setDeterministicAlgorithms(on, /*warn_only=*/false);
   context.setDeterministicCuDNN(on);
   context.setBenchmarkCuDNN(!on && context.benchmarkCuDNN());
   SetMkldnn(context, on);
-  // Off in deterministic mode (the header says why); LibTorch's default (on) otherwise.
-  SetFillUninitializedMemory(context, !on);
+  // Off in deterministic mode (the header says why) unless asked for; LibTorch's default
+  // (on) otherwise.
+  SetFillUninitializedMemory(context, !on || fill_every_allocation);
 }
 
 void FillUninitialized(at::Tensor& tensor) {
@@ -83,6 +83,10 @@ void FillUninitialized(at::Tensor& tensor) {
     tensor.fill_(std::numeric_limits<double>::quiet_NaN());
   } else if (tensor.scalar_type() == at::kBool) {
     tensor.fill_(true);
+  } else if (at::isQIntType(tensor.scalar_type())) {
+    return;  // quantized: LibTorch does not fill these either
+  } else if (!at::isSignedType(tensor.scalar_type())) {
+    tensor.zero_().bitwise_not_();  // unsigned (uint8, and 2.3+'s uint16/32/64): every bit set is the maximum
   } else {
     AT_DISPATCH_INTEGRAL_TYPES(tensor.scalar_type(), "FillUninitialized",
                                [&] { tensor.fill_(std::numeric_limits<scalar_t>::max()); });

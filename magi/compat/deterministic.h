@@ -26,15 +26,20 @@ namespace magi::compat {
 // autotuner, the other way), and oneDNN's where LibTorch has it.
 // LibTorch's own filling of uninitialized memory (2.1+: every tensor ATen allocates,
 // filled with NaN while deterministic algorithms are on) is turned OFF: it fills every
-// op's output before the op overwrites it (on the 953M step on one H200: 502 fill
-// kernels, 4.9 ms of a 138 ms deterministic step, docs/benchmarks.md). The one way a
+// op's output before the op overwrites it (on the 953M step on one H200: 544 fill
+// kernels, 5.0 ms of a 138 ms deterministic step, docs/benchmarks.md). The one way a
 // Magi step can read memory nobody wrote is an op whose traits say `uninitialized`
 // (aten::empty and its kin); the executors fill those results with
-// FillUninitialized while deterministic algorithms are on.
-void SetDeterministicAlgorithms(bool on);
+// FillUninitialized while deterministic algorithms are on. `fill_every_allocation`
+// keeps LibTorch's fill on instead (slower: a check that nothing in a step reads memory
+// nobody wrote, e.g. inside a kernel or an AOTInductor partition: a run with it and one
+// without must agree bit for bit; MAGI_FILL_UNINITIALIZED=all, magi/runtime/deterministic).
+void SetDeterministicAlgorithms(bool on, bool fill_every_allocation = false);
 
 // Fills `tensor` as LibTorch's deterministic mode fills uninitialized memory: NaN for
-// floating and complex dtypes, the largest value for integers, true for bool.
+// floating and complex dtypes, the largest value for integers (all bits set for the
+// unsigned ones), true for bool; quantized tensors are left as they are (LibTorch does
+// not fill them either). May throw c10::Error (an unsigned dtype without bitwise_not).
 void FillUninitialized(at::Tensor& tensor);
 
 // Whether ATen's deterministic algorithms are on (in any mode): executors then fill the

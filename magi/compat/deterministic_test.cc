@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -45,7 +46,7 @@ TEST(DeterministicCompatTest, BackendsAskedForDeterminismSayWhatIsMissing) {
   SetDeterministicAlgorithms(false);
 }
 
-// Deterministic mode leaves LibTorch's fill of every allocation off (2.1+: it cost 4.9 ms
+// Deterministic mode leaves LibTorch's fill of every allocation off (2.1+: it cost 5.0 ms
 // of the 953M step) and fills only what a step can read unwritten (FillUninitialized).
 TEST(DeterministicCompatTest, FillsOnlyWhatExecutorsAskFor) {
   SetDeterministicAlgorithms(true);
@@ -64,10 +65,24 @@ TEST(DeterministicCompatTest, FillsOnlyWhatExecutorsAskFor) {
   at::Tensor b = at::empty({2}, at::kBool);
   FillUninitialized(b);
   EXPECT_TRUE(b.all().item<bool>());
+  at::Tensor u = at::empty({3}, at::kByte);
+  FillUninitialized(u);
+  EXPECT_TRUE((u == 255).all().item<bool>());
+  at::Tensor strided = at::empty_strided({2, 3}, {1, 2}, at::kFloat);  // not contiguous
+  FillUninitialized(strided);
+  EXPECT_TRUE(at::isnan(strided).all().item<bool>());
   at::Tensor none;
   FillUninitialized(none);  // undefined and empty tensors are left alone
   SetDeterministicAlgorithms(false);
   EXPECT_FALSE(DeterministicAlgorithmsOn());
+  // The check that keeps LibTorch's own fill (MAGI_FILL_UNINITIALIZED=all).
+  // (1.13 has no such fill: Magi's is the only one there.)
+  SetDeterministicAlgorithms(true, /*fill_every_allocation=*/true);
+#if TORCH_VERSION_MAJOR >= 2
+  EXPECT_NE(DescribeDeterministicAlgorithms().find(", fill uninitialized memory"), std::string::npos)
+      << DescribeDeterministicAlgorithms();
+#endif
+  SetDeterministicAlgorithms(false);
 }
 
 }  // namespace

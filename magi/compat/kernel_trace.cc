@@ -1,12 +1,11 @@
 #include "magi/compat/kernel_trace.h"
 
 #include <stdio.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 #include <unistd.h>
 
 #include <set>
-
-#include <torch/csrc/autograd/profiler_kineto.h>
-#include <torch/csrc/profiler/orchestration/observer.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -59,8 +58,8 @@ absl::StatusOr<std::unique_ptr<KernelTrace>> KernelTrace::Start(bool cuda) {
     torch::autograd::profiler::prepareProfiler(config, activities);
     torch::autograd::profiler::enableProfiler(config, activities);
   } catch (const c10::Error& error) {
-    return absl::UnavailableError(absl::StrCat(
-        "Kineto cannot record here (LibTorch ", TORCH_VERSION, " may be built without it): ", Message(error)));
+    return absl::UnavailableError(absl::StrCat("Kineto cannot record here (LibTorch ", TORCH_VERSION,
+                                               " may be built without it): ", Message(error)));
   }
   trace->recording_ = true;
   return trace;

@@ -23,7 +23,8 @@ torch.export.export on example inputs of the declared dtypes, sizes, strides and
 compiled with torch._inductor.aoti_compile_and_package. Nothing is half-written: the package
 goes to a temporary name in the same folder and is renamed; the result file likewise. A lock
 file per package makes concurrent compiles of the same partition (several ranks, several
-processes) wait for one another instead of repeating the work.
+processes) wait for one another instead of repeating the work; a worker first does the tasks
+nobody else is making and comes back to the locked ones last.
 
 Result files hold "ok", the export and compile seconds and the op count, one per line; or
 "error" and the message. Progress lines go to the original stderr; everything else the
@@ -109,6 +110,39 @@ def _compile(torch, program_path, package_path, deterministic=False, precompile_
     return ops, exported - start, done - exported
 
 
+def _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking):
+    """Compiles one claimed task under its package's lock. Returns None when not blocking
+    and another process holds the lock (it is making the same package), else whether the
+    compile failed."""
+    program, package, result, label = task
+    with open(package + ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
+        try:
+            if os.path.exists(package):
+                _write_atomically(result, "ok\n0\n0\n0\ncached by another process\n")
+                progress.write("magi: inductor: %s: compiled meanwhile by another process\n" % label)
+                progress.flush()
+                return False
+            ops, export_s, compile_s = _compile(torch, program, package, deterministic, precompile_headers)
+            _write_atomically(result, "ok\n%.3f\n%.3f\n%d\n" % (export_s, compile_s, ops))
+            progress.write("magi: inductor: %s: %d aten ops compiled in %.1f s (export %.1f s) [worker %s]\n"
+                           % (label, ops, export_s + compile_s, export_s, worker))
+        except Exception as e:  # noqa: BLE001 - every failure is reported for its partition
+            traceback.print_exc()
+            detail = ("%s: %s" % (type(e).__name__, e)).strip().replace("\r", "")
+            if len(detail) > 2000:
+                detail = detail[:1000] + " ... " + detail[-1000:]
+            _write_atomically(result, "error\n%s\n" % detail)
+            progress.write("magi: inductor: %s: AOTInductor failed: %s\n" % (label, detail.splitlines()[0][:300]))
+            progress.flush()
+            return True
+        progress.flush()
+    return False
+
+
 def _run_job(job_path):
     with open(job_path) as f:
         lines = [line.rstrip("\n") for line in f]
@@ -148,33 +182,22 @@ def _run_job(job_path):
         # tensors here; the process that runs the package enforces error mode on its kernels.
         torch.use_deterministic_algorithms(True, warn_only=True)
     failures = 0
-    for program, package, result, label in tasks:
+    # Claimed tasks whose package another process (another rank's compile) is making:
+    # taken up once this worker has done everything else, by then usually finished.
+    deferred = []
+    for task in tasks:
+        program, package, result, label = task
         try:  # claimed by another worker of this compile: it is that worker's
             os.close(os.open(result + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:
             continue
-        lock_path = package + ".lock"
-        with open(lock_path, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another process compiling the same package: wait for it
-            try:
-                if os.path.exists(package):
-                    _write_atomically(result, "ok\n0\n0\n0\ncached by another process\n")
-                    progress.write("magi: inductor: %s: compiled meanwhile by another process\n" % label)
-                    progress.flush()
-                    continue
-                ops, export_s, compile_s = _compile(torch, program, package, deterministic, precompile_headers)
-                _write_atomically(result, "ok\n%.3f\n%.3f\n%d\n" % (export_s, compile_s, ops))
-                progress.write("magi: inductor: %s: %d aten ops compiled in %.1f s (export %.1f s) [worker %s]\n"
-                               % (label, ops, export_s + compile_s, export_s, worker))
-            except Exception as e:  # noqa: BLE001 - every failure is reported for its partition
-                failures += 1
-                traceback.print_exc()
-                detail = ("%s: %s" % (type(e).__name__, e)).strip().replace("\r", "")
-                if len(detail) > 2000:
-                    detail = detail[:1000] + " ... " + detail[-1000:]
-                _write_atomically(result, "error\n%s\n" % detail)
-                progress.write("magi: inductor: %s: AOTInductor failed: %s\n" % (label, detail.splitlines()[0][:300]))
-            progress.flush()
+        failed = _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking=False)
+        if failed is None:
+            deferred.append(task)
+        else:
+            failures += failed
+    for task in deferred:
+        failures += _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking=True)
     return 1 if failures else 0
 
 

@@ -1,8 +1,10 @@
 """aoti_compile.py's job handling without PyTorch: a stand-in `torch` module records what the
 compile step asks of it, so the deterministic-mode settings (issue 17) are checked here; the
 real compiles run where AOTInductor exists (LibTorch 2.11+, //magi/backend/inductor tests)."""
+import fcntl
 import importlib.util
 import os
+import threading
 import sys
 import tempfile
 import types
@@ -93,6 +95,65 @@ class AotiCompileJobTest(unittest.TestCase):
         calls = self.run_job(deterministic=False, extra="precompile_headers\t0\n")
         self.assertEqual(calls, [("compile", {"aot_inductor.metadata": {"magi.graph": "g"},
                                               "aot_inductor.precompile_headers": False})])
+
+    def run_tasks(self, d, names, locked=()):
+        """Runs one job of tasks `names` in directory `d` twice (two workers of one compile),
+        with the packages in `locked` held by another "process" for 0.3 s; returns the
+        compile calls in order (by package path)."""
+        calls = []
+        saved = {name: sys.modules.get(name) for name in _fake_torch(calls)}
+        fake = _fake_torch(calls)
+        compile_and_package = fake["torch._inductor"].aoti_compile_and_package
+
+        def recording(program, package_path, inductor_configs):
+            calls.append(("package", os.path.basename(package_path)))
+            compile_and_package(program, package_path, inductor_configs)
+
+        fake["torch._inductor"].aoti_compile_and_package = recording
+        sys.modules.update(fake)
+        holders = []
+        try:
+            script = _load_script()
+            program = os.path.join(d, "p.py")
+            with open(program, "w") as f:
+                f.write("from aoti_compile_test import GraphModule\nGRAPH = 'g'\nINPUTS = []\n"
+                        "def build():\n    return GraphModule()\n")
+            job = os.path.join(d, "job")
+            with open(job, "w") as f:
+                f.write("magi-aoti-job\t1\ntorch\t2.11.0\nworker\t1/2\n")
+                for name in names:
+                    f.write("task\t%s\t%s\t%s\t@%s\n" % (program, os.path.join(d, name + ".pt2"),
+                                                          os.path.join(d, name + ".result"), name))
+            for name in locked:
+                holder = open(os.path.join(d, name + ".pt2.lock"), "w")
+                fcntl.flock(holder, fcntl.LOCK_EX)
+                holders.append(holder)
+            threading.Timer(0.3, lambda: [h.close() for h in holders]).start()
+            os.environ.pop("MAGI_AOTI_LOG", None)
+            sys.path.insert(0, HERE)
+            self.assertEqual(script._run_job(job), 0)
+            self.assertEqual(script._run_job(job), 0)  # the second worker: everything is claimed
+            for name in names:
+                with open(os.path.join(d, name + ".result")) as f:
+                    self.assertEqual(f.readline(), "ok\n")
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+        return [c[1] for c in calls if c[0] == "package"]
+
+    def test_each_task_is_compiled_once_by_the_workers_of_a_compile(self):
+        with tempfile.TemporaryDirectory() as d:
+            compiled = self.run_tasks(d, ["a", "b", "c"])
+        self.assertEqual(len(compiled), 3)  # not 6: the second worker found every task claimed
+        self.assertTrue(all(name.startswith(".") and name.endswith(".tmp.pt2") for name in compiled), compiled)
+
+    def test_a_package_another_process_is_making_is_taken_up_last(self):
+        with tempfile.TemporaryDirectory() as d:
+            compiled = self.run_tasks(d, ["a", "b"], locked=["a"])
+        self.assertEqual([name.split(".")[1] for name in compiled], ["b", "a"])
 
     def test_deterministic_configs_takes_what_the_config_has(self):
         script = _load_script()

@@ -350,6 +350,22 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     return results;
   }
   auto start = std::chrono::steady_clock::now();
+  // This compile's job, result and claim files, in a folder of its own: the cache folder
+  // may be shared by processes whose pids collide (ranks in containers, NFS homes).
+  std::string work_dir;
+  auto make_work_dir = [&]() -> absl::Status {
+    if (!work_dir.empty()) return absl::OkStatus();
+    char host[256] = "host";
+    gethostname(host, sizeof(host) - 1);
+    std::string pattern = absl::StrCat(env.cache_dir, "/jobs/", host, "-", getpid(), "-XXXXXX");
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    if (mkdtemp(buffer.data()) == nullptr) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot create a folder like ", pattern, ": ", strerror(errno)));
+    }
+    work_dir = buffer.data();
+    return absl::OkStatus();
+  };
   std::vector<CompileItem> items(graphs.size());
   std::map<std::string, size_t> first_of_key;
   for (size_t i = 0; i < graphs.size(); ++i) {
@@ -377,9 +393,12 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     if (item.from_cache) continue;
     if (first_of_key.emplace(item.key, i).second) {
       item.compile_here = true;
-      item.result_path = absl::StrCat(env.cache_dir, "/jobs/", item.key, ".", getpid(), ".result");
-      unlink(item.result_path.c_str());
-      if (absl::Status written = WriteFileAtomically(item.program_path, item.program.source); !written.ok()) {
+      absl::Status written = make_work_dir();
+      if (written.ok()) {
+        item.result_path = absl::StrCat(work_dir, "/", item.key, ".result");
+        written = WriteFileAtomically(item.program_path, item.program.source);
+      }
+      if (!written.ok()) {
         item.error = std::string(written.message());
         item.compile_here = false;
       }
@@ -418,7 +437,6 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     const int threads_per_job = options_.compile_threads > 0 ? options_.compile_threads : std::max(1, hardware / jobs);
     std::string tasks;
     for (size_t i : misses) {
-      unlink((items[i].result_path + ".claim").c_str());
       absl::StrAppend(&tasks, "task\t", items[i].program_path, "\t", items[i].package, "\t", items[i].result_path,
                       "\t@", items[i].graph->name(), " (", items[i].program.num_ops, " ops)\n");
     }
@@ -427,7 +445,7 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
       std::string job = absl::StrCat("magi-aoti-job\t1\ntorch\t", TORCH_VERSION, "\nworker\t", w + 1, "/", jobs, "\n",
                                      context.deterministic ? "deterministic\t1\n" : "",
                                      options_.precompile_headers ? "" : "precompile_headers\t0\n", tasks);
-      std::string job_path = absl::StrCat(env.cache_dir, "/jobs/", getpid(), "-", w, ".job");
+      std::string job_path = absl::StrCat(work_dir, "/worker-", w + 1, ".job");
       absl::Status written = WriteFileAtomically(job_path, job);
       absl::StatusOr<Process> process =
           written.ok() ? Process::Start({env.torch.python, env.script, job_path},
@@ -453,6 +471,8 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
       unlink(items[i].result_path.c_str());
       unlink((items[i].result_path + ".claim").c_str());
     }
+    for (int w = 0; w < jobs; ++w) unlink(absl::StrCat(work_dir, "/worker-", w + 1, ".job").c_str());
+    rmdir(work_dir.c_str());
   }
 
   // Load every package; identical partitions in one call share a compile.

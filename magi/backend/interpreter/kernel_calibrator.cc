@@ -428,15 +428,17 @@ class TorchKernelCalibrator : public KernelCalibrator {
       if (plan.kind == NodePlan::Kind::kAdamW) return RunFusedAdamW(plan, slots);
       return RunOnce(plan, slots);
     };
-    // Warm-up (first-call allocations, lazy initialization, the check of the op), which
-    // also says how long the host takes to queue one run.
+    // Warm-up (first-call allocations, lazy initialization, the check of the op); then
+    // one more run says how long the host takes to queue a warm one.
+    if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
     Synchronize(device);
     auto host_start = Clock::now();
     if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
     const double host_seconds = SecondsSince(host_start);
     Synchronize(device);
-    // The spin covers the host's queueing several times over (>= 100 us at 2 GHz).
-    const int64_t spin_cycles = std::max<int64_t>(200000, static_cast<int64_t>(host_seconds * 4e9));
+    // The spin covers the host's queueing several times over: at least 100 us at 2 GHz,
+    // at most ~2 ms (an op whose host side takes longer is timed with gaps, as it runs).
+    const int64_t spin_cycles = std::clamp<int64_t>(static_cast<int64_t>(host_seconds * 4e9), 200000, 4000000);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
     cudaEvent_t begin = nullptr, end = nullptr;
     if (cudaEventCreate(&begin) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess) {
@@ -444,27 +446,35 @@ class TorchKernelCalibrator : public KernelCalibrator {
       cudaGetLastError();
       return Unmeasurable(*plan.node, "cannot create CUDA events");
     }
+    auto cuda_check = [](cudaError_t error, absl::string_view what) {
+      return error == cudaSuccess ? absl::OkStatus()
+                                  : absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
+    };
     std::vector<double> samples;
     absl::Status failed;
     auto budget_start = Clock::now();
-    while (static_cast<int>(samples.size()) < options_.max_runs &&
-           (static_cast<int>(samples.size()) < options_.min_runs ||
-            SecondsSince(budget_start) < options_.seconds_per_kernel)) {
-      at::cuda::sleep(spin_cycles);
-      cudaEventRecord(begin, stream);
-      if (failed = run(); !failed.ok()) break;
-      cudaEventRecord(end, stream);
-      if (cudaEventSynchronize(end) != cudaSuccess) {
-        failed = absl::InternalError(cudaGetErrorString(cudaGetLastError()));
-        break;
+    try {
+      while (static_cast<int>(samples.size()) < options_.max_runs &&
+             (static_cast<int>(samples.size()) < options_.min_runs ||
+              SecondsSince(budget_start) < options_.seconds_per_kernel)) {
+        at::cuda::sleep(spin_cycles);
+        if (failed = cuda_check(cudaEventRecord(begin, stream), "cudaEventRecord"); !failed.ok()) break;
+        if (failed = run(); !failed.ok()) break;
+        if (failed = cuda_check(cudaEventRecord(end, stream), "cudaEventRecord"); !failed.ok()) break;
+        if (failed = cuda_check(cudaEventSynchronize(end), "cudaEventSynchronize"); !failed.ok()) break;
+        float ms = 0;
+        if (failed = cuda_check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime"); !failed.ok()) break;
+        samples.push_back(static_cast<double>(ms) * 1e-3);
       }
-      float ms = 0;
-      cudaEventElapsedTime(&ms, begin, end);
-      samples.push_back(static_cast<double>(ms) * 1e-3);
+    } catch (const c10::Error& error) {
+      failed = absl::InternalError(error.what_without_backtrace());
     }
     cudaEventDestroy(begin);
     cudaEventDestroy(end);
-    if (!failed.ok()) return Unmeasurable(*plan.node, failed.message());
+    if (!failed.ok()) {
+      cudaGetLastError();  // the failure is this kernel's: later launches must not see it
+      return Unmeasurable(*plan.node, failed.message());
+    }
     return Timing{Mean(samples), static_cast<int>(samples.size())};
   }
 
@@ -478,18 +488,19 @@ class TorchKernelCalibrator : public KernelCalibrator {
         return RunOnce(plan, slots);  // not what the fused kernel takes: the op-by-op update
       }
     }
-    cuda::AdamWTensor tensor{o[kAdamWParam].data_ptr<float>(),   o[kAdamWGrad].data_ptr<float>(),
-                             o[kAdamWExpAvg].data_ptr<float>(),  o[kAdamWExpAvgSq].data_ptr<float>(),
-                             o[kAdamWParam].data_ptr<float>(),   o[kAdamWExpAvg].data_ptr<float>(),
+    cuda::AdamWTensor tensor{o[kAdamWParam].data_ptr<float>(),    o[kAdamWGrad].data_ptr<float>(),
+                             o[kAdamWExpAvg].data_ptr<float>(),   o[kAdamWExpAvgSq].data_ptr<float>(),
+                             o[kAdamWParam].data_ptr<float>(),    o[kAdamWExpAvg].data_ptr<float>(),
                              o[kAdamWExpAvgSq].data_ptr<float>(), o[kAdamWParam].numel()};
     const AdamWConstants& c = plan.adamw;
-    cuda::AdamWScalars scalars{o[kAdamWDecay].data_ptr<float>(), o[kAdamWStepSize].data_ptr<float>(),
+    cuda::AdamWScalars scalars{o[kAdamWDecay].data_ptr<float>(),   o[kAdamWStepSize].data_ptr<float>(),
                                o[kAdamWBc2Sqrt].data_ptr<float>(), static_cast<float>(c.beta1),
-                               static_cast<float>(c.beta2), static_cast<float>(c.eps),
-                               static_cast<float>(1.0 - c.beta1), static_cast<float>(1.0 - c.beta2)};
-    cudaError_t error = cuda::LaunchMultiTensorAdamW(&tensor, 1, scalars,
-                                                     at::cuda::getCurrentCUDAStream(o[kAdamWParam].get_device()).stream());
-    if (error != cudaSuccess) return absl::InternalError(absl::StrCat("multi-tensor AdamW: ", cudaGetErrorString(error)));
+                               static_cast<float>(c.beta2),        static_cast<float>(c.eps),
+                               static_cast<float>(1.0 - c.beta1),  static_cast<float>(1.0 - c.beta2)};
+    cudaError_t error = cuda::LaunchMultiTensorAdamW(
+        &tensor, 1, scalars, at::cuda::getCurrentCUDAStream(o[kAdamWParam].get_device()).stream());
+    if (error != cudaSuccess)
+      return absl::InternalError(absl::StrCat("multi-tensor AdamW: ", cudaGetErrorString(error)));
     return absl::OkStatus();
   }
 #endif
@@ -572,7 +583,9 @@ std::string TorchDeviceKey(const at::Device& device) {
 #else
     std::string name = "device";
 #endif
-    return absl::StrCat("cuda ", name, ", libtorch ", TORCH_VERSION);
+    // "device-timed": CUDA events behind a spin kernel, magi::adamw as the multi-tensor
+    // kernel (MeasureOnCuda); tables timed host-side before that are not reused.
+    return absl::StrCat("cuda ", name, ", libtorch ", TORCH_VERSION, ", device-timed");
   }
   const int threads = at::get_num_threads();
   return absl::StrCat("cpu ", CpuModel(), ", ", threads, threads == 1 ? " thread" : " threads", ", libtorch ",

@@ -15,13 +15,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "magi/backend/common/step_plan.h"
 #include "magi/backend/common/fused_adamw.h"
+#include "magi/backend/common/step_plan.h"
 #include "magi/backend/nccl_stream/stream_plan.h"
 #include "magi/backend/torch_executable.h"
-#include "magi/compat/deterministic.h"
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
@@ -152,7 +152,16 @@ class NcclStreamExecutable : public TorchExecutable {
     MAGI_RETURN_IF_ERROR(PrepareLanes());
     Event(OptimizerJoinEvent());  // every event exists before any capture begins
     if (streams_.overlapped_batches > 0 && !optimizer_stream_) {
-      optimizer_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
+      optimizer_stream_ =
+          c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
+    }
+    // A step that failed after launching optimizer batches never joined them: wait for
+    // them before anything they read can be freed or reused.
+    if (optimizer_pending_) {
+      MAGI_RETURN_IF_ERROR(
+          CudaStatus(cudaStreamSynchronize(optimizer_stream_->stream()), "waiting for a failed step's AdamW batches"));
+      optimizer_keep_alive_.clear();
+      optimizer_pending_ = false;
     }
     auto start = std::chrono::steady_clock::now();
     stats_ = RunStats();
@@ -303,15 +312,18 @@ class NcclStreamExecutable : public TorchExecutable {
       }
     }
     current_node_ = -1;
-    if (streams_.overlapped_batches > 0) {
+    if (optimizer_pending_) {
       // The join: the step ends when the optimizer stream's batches have; only then may
       // what they read go back to the compute stream's allocator.
       cudaEvent_t join = Event(OptimizerJoinEvent());
-      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(join, optimizer_stream_->stream()), "cudaEventRecord"));
-      MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(compute.stream(), join, 0), "cudaStreamWaitEvent"));
-      for (int s : release_at_end_slots_) slots_[s] = at::Tensor();
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(join, optimizer_stream_->stream()),
+                                      "recording the end of the step's AdamW batches (optimizer stream)"));
+      MAGI_RETURN_IF_ERROR(
+          CudaStatus(cudaStreamWaitEvent(compute.stream(), join, 0), "joining the optimizer stream at the step's end"));
+      optimizer_pending_ = false;
       optimizer_keep_alive_.clear();
     }
+    for (int s : release_at_end_slots_) slots_[s] = at::Tensor();
     std::vector<at::Tensor> outputs;
     outputs.reserve(step_.output_slots.size());
     for (int s : step_.output_slots) outputs.push_back(slots_[s]);
@@ -459,8 +471,10 @@ class NcclStreamExecutable : public TorchExecutable {
       for (at::Tensor& tensor : keep_alive) optimizer_keep_alive_.push_back(std::move(tensor));
       cudaEvent_t launch_point = Event(OptimizerBatchEvent(optimizer->batch));
       stream = optimizer_stream_->stream();
-      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(launch_point, compute.stream()), "cudaEventRecord"));
-      MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, launch_point, 0), "cudaStreamWaitEvent"));
+      const std::string where = absl::StrCat(Where(*first.node), ": AdamW batch ", optimizer->batch);
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(launch_point, compute.stream()), where));
+      MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, launch_point, 0), where));
+      optimizer_pending_ = true;
       if (optimizer->timed) {
         MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(OptimizerTimingEvent(optimizer->batch, 0), stream), "event"));
       }
@@ -638,10 +652,10 @@ class NcclStreamExecutable : public TorchExecutable {
       return RunStreams(inputs, false, false);
     }
     c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
-    // With an optimizer stream, compute is captured at a higher priority, so the block
-    // scheduler gives the optimizer's (low-priority) blocks only what compute leaves.
-    c10::cuda::CUDAStream capture_stream = c10::cuda::getStreamFromPool(
-        /*isHighPriority=*/streams_.overlapped_batches > 0, static_cast<c10::DeviceIndex>(device_));
+    // The default priority, below the communication streams' (NCCL's kernels go first).
+    // The optimizer stream has the same priority as compute: CUDA's lowest is the default.
+    c10::cuda::CUDAStream capture_stream =
+        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
     // The capture stream starts after everything the caller queued (inputs being made).
     cudaEvent_t ready = Event(2 * step_.nodes.size() + 1);
     MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, caller.stream()), "cudaEventRecord"));
@@ -833,8 +847,9 @@ class NcclStreamExecutable : public TorchExecutable {
   StepPlan step_;
   StreamPlan streams_;
   std::vector<std::vector<int>> release_slots_;
-  std::vector<int> release_at_end_slots_;          // released after the optimizer stream's join
+  std::vector<int> release_at_end_slots_;  // released after the optimizer stream's join
   c10::optional<c10::cuda::CUDAStream> optimizer_stream_;
+  bool optimizer_pending_ = false;                // batches launched since the last join
   std::vector<at::Tensor> optimizer_keep_alive_;  // contiguous copies the optimizer stream reads
   std::vector<char> deferred_cast_;  // per node: a gradient cast AdamW does (stream_plan.h)
   std::vector<char> bf16_slot_;      // per slot: holds the bf16 tensor of a deferred cast

@@ -22,9 +22,9 @@
 //   sync_each_step=true|false (true), fuse_grad_cast=true|false (true: a one-rank
 //   mixed-precision step's bf16 -> fp32 gradient casts are read by the multi-tensor AdamW
 //   instead of run; stream_plan.h, "Deferred gradient casts"), overlap_optimizer=true|false
-//   (false: AdamW batches run on an optimizer stream during backward, as soon as their
-//   gradients exist, instead of after it on the compute stream; stream_plan.h, "Optimizer
-//   overlap"), overlap_min_elements=N (4194304: the parameters an overlapped batch holds at
+//   (false; true: the AdamW batches run on an optimizer stream during the backward, as
+//   soon as their gradients exist, instead of after it on the compute stream;
+//   stream_plan.h, "Optimizer overlap"), overlap_min_elements=N (4194304: the parameters an overlapped batch holds at
 //   least before it closes at a later ready point).
 // Donation: with donate=true, Run overwrites the parameter-shard and moment inputs of
 // magi::adamw with their new values and returns those same tensors, and runs an op that

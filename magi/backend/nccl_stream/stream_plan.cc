@@ -129,12 +129,61 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     absl::flat_hash_set<const Value*> state;
     for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
       const Value* value = node.operand(k);
-      bool donated_input = value->is_graph_input() &&
-                           (value->role() == InputRole::kParam || value->role() == InputRole::kOptState);
+      bool donated_input =
+          value->is_graph_input() && (value->role() == InputRole::kParam || value->role() == InputRole::kOptState);
       if (!donated_input || outputs.contains(value)) return false;
       state.insert(value);
     }
     return state.size() == 3;
+  };
+  // The last node other than a magi::adamw that reads `root`'s memory (-1: none): its
+  // own readers and those of everything that may share that memory: views of it, the
+  // results of a skipped collective it feeds (they are its inputs), the results of a
+  // magi::call it feeds (a partition may return an input). A collective reads until its
+  // wait.
+  auto last_other_read = [&](const Value* root) {
+    int last = -1;
+    std::vector<const Value*> pending = {root};
+    absl::flat_hash_set<const Value*> seen = {root};
+    while (!pending.empty()) {
+      const Value* value = pending.back();
+      pending.pop_back();
+      for (const Use& use : value->uses()) {
+        const Node& user = *use.user;
+        if (user.op() == kAdamWOp) continue;
+        int reader = index_of.at(&user);
+        std::vector<const Value*> aliases;
+        auto collective = plan.collective_of_node.find(reader);
+        if (collective != plan.collective_of_node.end()) {
+          const CollectivePlan& planned = plan.collectives[collective->second];
+          reader = planned.wait;
+          const Node& wait = *nodes[planned.wait];
+          if (planned.skipped && use.operand_index < wait.num_results()) {
+            aliases.push_back(wait.result(use.operand_index));
+          }
+        } else if (user.op() == kCallOp) {
+          for (const Value* result : user.results()) aliases.push_back(result);
+        } else {
+          OpTraits traits = GetOpTraits(user.op());
+          if ((traits.view || traits.in_place) && traits.alias_operand == use.operand_index) {
+            for (const Value* result : user.results()) aliases.push_back(result);
+          }
+        }
+        last = std::max(last, reader);
+        for (const Value* alias : aliases) {
+          if (seen.insert(alias).second) pending.push_back(alias);
+        }
+      }
+    }
+    return last;
+  };
+  // Whether the fused multi-tensor kernel takes `node` (what an optimizer-stream batch
+  // launches; anything else would run op by op on the compute stream).
+  auto fused_kernel_takes = [&](const Node& node) {
+    for (int k : {kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq, kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
+      if (!IsCudaTensorOf(node.operand(k), DType::kFloat32)) return false;
+    }
+    return true;
   };
   bool overlapped = false;
   if (options.overlap_optimizer && options.donate_optimizer_state) {
@@ -146,7 +195,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     for (int i = 0; i < n; ++i) {
       const Node& node = *nodes[i];
       if (node.op() != kAdamWOp || !results_only_leave(node)) continue;
-      if (!donated_state(node)) {
+      if (!donated_state(node) || !fused_kernel_takes(node)) {
         all_in_place = false;
         break;
       }
@@ -154,15 +203,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
       for (const Value* operand : node.operands()) {
         if (!operand->is_graph_input()) at = std::max(at, index_of.at(operand->producer()));
       }
-      for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
-        for (const Use& use : node.operand(k)->uses()) {
-          if (use.user->op() == kAdamWOp) continue;
-          int reader = index_of.at(use.user);
-          auto collective = plan.collective_of_node.find(reader);  // a collective reads until its wait
-          if (collective != plan.collective_of_node.end()) reader = plan.collectives[collective->second].wait;
-          at = std::max(at, reader);
-        }
-      }
+      for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) at = std::max(at, last_other_read(node.operand(k)));
       if (at >= i) {  // read again after its own update: not overlappable
         all_in_place = false;
         break;
@@ -240,9 +281,10 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
         plan.adamw_batch_of_node[member] = static_cast<int>(b);
         const Node& node = *nodes[member];
         for (const Value* operand : node.operands()) last_use[operand] = std::max(last_use[operand], batch.run_at);
-        // Every other read (collectives until their wait) is done when the batch runs.
+        // Every other read (collectives until their wait, aliases too) is done when the batch runs.
         for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
-          in_place = in_place && last_use.at(node.operand(k)) <= batch.run_at;
+          in_place = in_place && last_use.at(node.operand(k)) <= batch.run_at &&
+                     last_other_read(node.operand(k)) <= batch.run_at;
         }
         in_place = in_place && donated_state(node);
       }
@@ -345,13 +387,15 @@ std::string StreamPlan::Summary() const {
   for (const CollectivePlan& collective : collectives) skipped += collective.skipped;
   int batched = 0;
   for (const AdamWBatch& batch : adamw_batches) batched += static_cast<int>(batch.nodes.size());
-  return absl::StrCat(collectives.size(), " collectives (", skipped, " skipped: one rank) on ", comm_streams.size(),
-                      " communication streams, ", 2 * (collectives.size() - skipped), " cross-stream edges; ",
-                      batched, " magi::adamw in ", adamw_batches.size(), " multi-tensor batches",
-                      adamw_batches.empty() ? "" : (adamw_batches[0].in_place ? " (in place)" : " (out of place)"),
-                      overlapped_batches > 0 ? " on the optimizer stream, overlapping the backward" : "",
-                      "; ", deferred_casts.empty() ? "" : absl::StrCat(deferred_casts.size(), " gradient casts deferred into AdamW; "), capture_blockers.empty() ? "capturable as one CUDA graph"
-                                                     : absl::StrCat(capture_blockers.size(), " capture blockers"));
+  return absl::StrCat(
+      collectives.size(), " collectives (", skipped, " skipped: one rank) on ", comm_streams.size(),
+      " communication streams, ", 2 * (collectives.size() - skipped), " cross-stream edges; ", batched,
+      " magi::adamw in ", adamw_batches.size(), " multi-tensor batches",
+      adamw_batches.empty() ? "" : (adamw_batches[0].in_place ? " (in place)" : " (out of place)"),
+      overlapped_batches > 0 ? " on the optimizer stream, overlapping the backward" : "", "; ",
+      deferred_casts.empty() ? "" : absl::StrCat(deferred_casts.size(), " gradient casts deferred into AdamW; "),
+      capture_blockers.empty() ? "capturable as one CUDA graph"
+                               : absl::StrCat(capture_blockers.size(), " capture blockers"));
 }
 
 }  // namespace magi

@@ -31,7 +31,7 @@
 //
 // Optimizer overlap (overlap_optimizer): the FSDP rewrite appends every magi::adamw after
 // the backward, so by default the whole update (~29 bytes of memory traffic per parameter,
-// 6.9 ms on the 953M step on one H200) runs after the last gradient. With overlap, the
+// 6.3 ms on the 953M step on one H200) runs after the last gradient. With overlap, the
 // batches instead run on an optimizer stream of their own, each as soon as its members
 // can: after the node that makes the last of their operands (a gradient, usually in the
 // middle of backward) and after the last read of their parameter and moments by anything
@@ -42,11 +42,13 @@
 // batch reads stays held until that join (release_at_end), so the caching allocator
 // cannot give its memory to a kernel on the compute stream while the batch still reads
 // it. Only in-place batches overlap (their results are their donated inputs, nothing is
-// allocated for them); otherwise the plan stays as without overlap. The memory-bound
-// update then fills what the backward's kernels leave of the GPU (wave tails, small
-// kernels) instead of running after it; the runtime gives the optimizer stream a lower
-// priority than compute where it can (stream_plan.h says when, not how much that hides:
-// measure it).
+// allocated for them) and the fused kernel takes them (fp32 state, gradient and scalars
+// on CUDA); otherwise the plan stays as without overlap. "Reads" of the state include
+// reads through anything sharing its memory: views of it, a skipped collective's results
+// (its inputs), a magi::call's results. The memory-bound update then fills what the
+// backward's kernels leave of the GPU (wave tails, small kernels) instead of running
+// after it; compute and optimizer streams have the same (default) priority. On one H200
+// that hid nothing measurable (docs/benchmarks.md); it is opt-in.
 //
 // Deferred gradient casts (mixed precision, groups of one rank): a bf16 -> fp32
 // aten::_to_copy whose result only feeds skipped reduce-scatters (or all-reduces), whose

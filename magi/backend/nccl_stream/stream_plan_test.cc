@@ -417,6 +417,125 @@ TEST(StreamPlanTest, OverlapOverCollectivesWaitsForTheReduceScatter) {
   EXPECT_FALSE(Released(*plan, 8, "w.shard"));
 }
 
+// Replaces the first `from` in `text` by `to` (the test graphs' variants).
+std::string Replaced(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+absl::StatusOr<StreamPlan> OverlapPlan(const Module& module, int64_t min_elements = 1) {
+  StreamPlanOptions options;
+  options.overlap_optimizer = true;
+  options.min_overlap_batch_elements = min_elements;
+  return BuildStreamPlan(module, *module.FindGraph("train_step"), options);
+}
+
+// A read of the parameter through a view (b^T) after b's gradient exists: the update
+// waits for it (the view shares b's memory, which the update overwrites).
+TEST(StreamPlanTest, OverlapWaitsForReadsThroughViews) {
+  std::string text = Replaced(kBackward, "    %gh = aten::mm(%y, %b) : f32[8,16]@cuda:0\n",
+                              "    %bt = aten::t(%b) : f32[16,16]strides[1,16]@cuda:0\n"
+                              "    %gh = aten::mm(%y, %bt) : f32[8,16]@cuda:0\n");
+  std::unique_ptr<Module> module = Parse(text);
+  ASSERT_NE(module, nullptr);
+  absl::StatusOr<StreamPlan> plan = OverlapPlan(*module);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 0 h, 1 y, 2 ht, 3 gb, 4 bt (a view of b), 5 gh (reads bt), 6 xt, 7 ga, 8 adamw a, 9 adamw b.
+  ASSERT_EQ(plan->adamw_batches.size(), 2u);
+  EXPECT_EQ(plan->adamw_batches[0].nodes, std::vector<int>{9});
+  EXPECT_EQ(plan->adamw_batches[0].run_at, 5);
+}
+
+// Over one rank a skipped all-gather's result IS its input: reading the gathered
+// parameter reads the shard, so the shard's update waits for the last such read.
+TEST(StreamPlanTest, OverlapWaitsForReadsOfASkippedGathersResult) {
+  std::unique_ptr<Module> module = Parse(R"(module @m {
+  process_group @dp {axis = "dp", size = 1}
+  graph @train_step {
+    input %x: f32[8,16]@cuda:0
+    input %w.shard: f32[16,16]@cuda:0 {role = param}
+    input %w.m: f32[16,16]@cuda:0 {role = opt_state}
+    input %w.v: f32[16,16]@cuda:0 {role = opt_state}
+    input %decay: f32[]@cuda:0 {role = opt_state}
+    input %step_size: f32[]@cuda:0 {role = opt_state}
+    input %bc2: f32[]@cuda:0 {role = opt_state}
+    %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[16,16]@cuda:0>
+    %w = magi::wait(%f) : f32[16,16]@cuda:0
+    %y = aten::mm(%x, %w) : f32[8,16]@cuda:0
+    %xt = aten::t(%x) : f32[16,8]strides[1,16]@cuda:0
+    %g = aten::mm(%xt, %y) : f32[16,16]@cuda:0
+    %gx = aten::mm(%y, %w) : f32[8,16]@cuda:0
+    %p2, %m2, %v2 = magi::adamw(%w.shard, %g, %w.m, %w.v, %decay, %step_size, %bc2) : f32[16,16]@cuda:0, f32[16,16]@cuda:0, f32[16,16]@cuda:0
+    output gx = %gx
+    output w.shard = %p2
+    output w.exp_avg = %m2
+    output w.exp_avg_sq = %v2
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  absl::StatusOr<StreamPlan> plan = OverlapPlan(*module);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 0 start, 1 wait, 2 y, 3 xt, 4 g (the gradient), 5 gx (reads %w: the shard's memory), 6 adamw.
+  ASSERT_EQ(plan->adamw_batches.size(), 1u);
+  EXPECT_EQ(plan->adamw_batches[0].run_at, 5);
+}
+
+// Members with other scalars batch apart; a step whose state is read after its update
+// (or whose state is not fp32 on CUDA) is not overlapped at all.
+TEST(StreamPlanTest, OverlapBatchesByScalarsAndRefusesWhatItCannotRunThere) {
+  std::string two_classes = Replaced(kBackward, "    input %bc2: f32[]@cuda:0 {role = opt_state}\n",
+                                     "    input %bc2: f32[]@cuda:0 {role = opt_state}\n"
+                                     "    input %decay_b: f32[]@cuda:0 {role = opt_state}\n");
+  two_classes =
+      Replaced(two_classes, "magi::adamw(%b, %gb, %b.m, %b.v, %decay,", "magi::adamw(%b, %gb, %b.m, %b.v, %decay_b,");
+  std::unique_ptr<Module> module = Parse(two_classes);
+  ASSERT_NE(module, nullptr);
+  absl::StatusOr<StreamPlan> plan = OverlapPlan(*module, /*min_elements=*/1 << 20);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->adamw_batches.size(), 2u);  // would be one launch with the same scalars
+  EXPECT_EQ(plan->overlapped_batches, 2);
+
+  std::string read_after = Replaced(kBackward, "    output loss = %y\n",
+                                    "    %late = aten::add.Tensor(%a, %a, alpha = 1) : f32[16,16]@cuda:0\n"
+                                    "    output loss = %y\n    output late = %late\n");
+  std::unique_ptr<Module> late = Parse(read_after);
+  ASSERT_NE(late, nullptr);
+  absl::StatusOr<StreamPlan> late_plan = OverlapPlan(*late);
+  ASSERT_TRUE(late_plan.ok()) << late_plan.status();
+  EXPECT_EQ(late_plan->overlapped_batches, 0);
+  EXPECT_FALSE(late_plan->adamw_batches[0].in_place);  // a's old value is read after the update
+
+  std::string on_cpu = kBackward;
+  for (size_t at = on_cpu.find("@cuda:0"); at != std::string::npos; at = on_cpu.find("@cuda:0")) on_cpu.erase(at, 7);
+  std::unique_ptr<Module> cpu = Parse(on_cpu);
+  ASSERT_NE(cpu, nullptr);
+  absl::StatusOr<StreamPlan> cpu_plan = OverlapPlan(*cpu);
+  ASSERT_TRUE(cpu_plan.ok()) << cpu_plan.status();
+  EXPECT_EQ(cpu_plan->overlapped_batches, 0);  // the fused kernel takes CUDA fp32 only
+}
+
+// With deferred gradient casts (mixed precision over one rank) the batches carry the bf16
+// gradients; those stay held until the join.
+TEST(StreamPlanTest, OverlapWithDeferredGradientCasts) {
+  std::string text = Replaced(kBackward, "    %a2, %am2, %av2 = magi::adamw(%a, %ga,",
+                              "    %ga16 = aten::_to_copy(%ga, dtype = dtype(bf16)) : bf16[16,16]@cuda:0\n"
+                              "    %ga32 = aten::_to_copy(%ga16, dtype = dtype(f32)) : f32[16,16]@cuda:0\n"
+                              "    %r = magi::reduce_scatter_start([%ga32], group = \"dp\", reduce_op = \"avg\") : "
+                              "future<f32[16,16]@cuda:0>\n"
+                              "    %gas = magi::wait(%r) : f32[16,16]@cuda:0\n"
+                              "    %a2, %am2, %av2 = magi::adamw(%a, %gas,");
+  std::unique_ptr<Module> module = Parse(text);
+  ASSERT_NE(module, nullptr);
+  absl::StatusOr<StreamPlan> plan = OverlapPlan(*module);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->deferred_casts.size(), 1u) << plan->Summary();
+  EXPECT_EQ(plan->overlapped_batches, 2);
+  EXPECT_TRUE(ReleasedAtEnd(*plan, "gas"));  // holds the bf16 gradient AdamW reads
+}
+
 TEST(StreamPlanTest, CaptureBlockersNameTheNodeAndWhy) {
   std::unique_ptr<Module> module = Parse(R"(module @m {
   graph @g {

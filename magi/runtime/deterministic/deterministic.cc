@@ -60,7 +60,14 @@ absl::StatusOr<std::string> EnableDeterministicMode() {
   for (const PinnedEnv& pin : DeterministicEnvironment()) {
     if (absl::Status applied = Apply(pin); !applied.ok()) return applied;
   }
-  compat::SetDeterministicAlgorithms(true);
+  // MAGI_FILL_UNINITIALIZED=all: LibTorch's fill of every allocation stays on (a check,
+  // magi/compat/deterministic.h); unset or "empty": only what a step can read unwritten.
+  const char* fill = std::getenv("MAGI_FILL_UNINITIALIZED");
+  const std::string fill_mode = fill == nullptr ? "" : fill;
+  if (fill_mode != "" && fill_mode != "empty" && fill_mode != "all") {
+    return absl::InvalidArgumentError(absl::StrCat("MAGI_FILL_UNINITIALIZED is empty or all, not '", fill_mode, "'"));
+  }
+  compat::SetDeterministicAlgorithms(true, /*fill_every_allocation=*/fill_mode == "all");
   return DescribeDeterministicMode();
 }
 

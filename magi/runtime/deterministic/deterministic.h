@@ -12,7 +12,11 @@
 // What it sets, each for a reason:
 //  - ATen's deterministic algorithms in error mode, cuDNN deterministic, cuDNN's
 //    benchmark autotuner off (compat::SetDeterministicAlgorithms): an op without a
-//    deterministic kernel then fails naming itself instead of varying silently;
+//    deterministic kernel then fails naming itself instead of varying silently; LibTorch's
+//    fill of every allocation off, the executors filling what a step can read unwritten
+//    (magi/compat/deterministic.h; MAGI_FILL_UNINITIALIZED=all keeps LibTorch's fill, as a
+//    check that a run with it and one without agree bit for bit; any other value than
+//    "all", "empty" or unset is InvalidArgument);
 //  - environment variables, read by libraries when they initialize, so set before that
 //    and inherited by the worker processes a launcher starts (DeterministicEnvironment()
 //    lists them): CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS reads it when it creates a
