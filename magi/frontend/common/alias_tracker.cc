@@ -124,7 +124,29 @@ int AliasTracker::RootOf(int alias) const {
 
 Node* AliasTracker::Emit(std::string op, std::vector<NodeArg> args, const Type& type, const std::string& hint) {
   std::vector<Type> types = {type};
-  return graph_->AddNode(std::move(op), std::move(args), std::move(types), nullptr, {graph_->FreshName(hint + ".")});
+  Node* node =
+      graph_->AddNode(std::move(op), std::move(args), std::move(types), nullptr, {graph_->FreshName(hint + ".")});
+  if (hook_) hook_(node);
+  return node;
+}
+
+bool AliasTracker::Written(int alias) const { return storages_[aliases_.at(alias).storage].written; }
+
+absl::StatusOr<AliasTracker::StridedInput> AliasTracker::AsStridedInput(int alias, absl::string_view what) {
+  StridedInput input;
+  if (StartsStorage(alias)) {
+    input.base = RootOf(alias);
+    MAGI_ASSIGN_OR_RETURN(input.value, StorageBase(alias));
+    return input;
+  }
+  if (!LayoutIsFaithful(alias)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "as_strided of ", what,
+        ", whose storage was written in place and does not start contiguously: its layout cannot be reproduced"));
+  }
+  input.base = alias;
+  MAGI_ASSIGN_OR_RETURN(input.value, Read(alias));
+  return input;
 }
 
 absl::StatusOr<Value*> AliasTracker::Read(int id) {
@@ -149,6 +171,7 @@ absl::StatusOr<Value*> AliasTracker::Read(int id) {
     names.push_back(graph_->FreshName(result->name() + "."));
   }
   Node* replay = graph_->AddNode(view->op(), ArgsOnBase(view, parent), std::move(types), nullptr, std::move(names));
+  if (hook_) hook_(replay);
   current.value = replay->result(current.result_index);
   current.version = storages_[current.storage].version;
   return current.value;
@@ -162,6 +185,14 @@ absl::Status AliasTracker::Write(int id, Value* value) {
                      "); Magi cannot tell which other tensors see the write"));
   }
   const Alias alias = aliases_[id];
+  if (alias.parent >= 0 && value->type().is_tensor() && alias.value->type().is_tensor() &&
+      value->type().tensor().sizes != alias.value->type().tensor().sizes) {
+    // A view keeps its shape; an op that resizes a view it writes (out= into a slice) has
+    // no functional equivalent here.
+    return absl::UnimplementedError(absl::StrCat("it writes a ", value->type().ToString(), " into %",
+                                                 alias.value->name(), ", a view of another shape (",
+                                                 alias.value->type().ToString(), ")"));
+  }
   if (alias.parent < 0) {
     storage.value = value;
     storage.faithful = false;

@@ -1,5 +1,8 @@
 // Functionalization of writes through views, for frontends that build a functional IR
-// graph from a program that mutates tensors in place (the FX importer today).
+// graph from a program that mutates tensors in place: the FX importer (which sees a graph
+// and its exporter's metadata) and whole-step capture (which sees the real tensors and
+// storages while the step runs) both report views and writes here, so they share one
+// definition of what a write through a view does.
 //
 // It follows PyTorch's functionalization: every tensor is an alias of one storage,
 // described by its view chain from the storage's root tensor (a graph input or the
@@ -23,10 +26,12 @@
 // an error naming the view op, writes it cannot express exactly: through expand (several
 // elements share memory), unfold, as_strided of anything but a root that starts its
 // storage, an as_strided reaching past its root, an op whose aliasing is uncertain, or a
-// view op it does not know. Nodes are appended at the end of the graph. No LibTorch.
+// view op it does not know, or a write of a new shape into a view. Nodes are appended
+// at the end of the graph. No LibTorch.
 #ifndef MAGI_FRONTEND_COMMON_ALIAS_TRACKER_H_
 #define MAGI_FRONTEND_COMMON_ALIAS_TRACKER_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,6 +63,10 @@ class AliasTracker {
   int AddView(int base, const Node* view_node, int result_index);
   // Marks the storage of `alias` as one whose aliasing is uncertain (see RootOptions).
   void MarkUncertain(int alias, std::string reason);
+  // Calls `hook` on every node the tracker emits from now on (inverse views, scatters,
+  // regenerated views, contiguous copies), so that the frontend can annotate them as it
+  // annotates its own nodes (module path, phase). An empty function clears it.
+  void SetNodeHook(std::function<void(Node*)> hook) { hook_ = std::move(hook); }
 
   // The current value of `alias`, regenerated from its root if the storage was written
   // since (emits the view ops of its chain).
@@ -76,6 +85,18 @@ class AliasTracker {
   // (as_strided): the root itself while faithful, else a contiguous copy when the root
   // starts its storage; an error otherwise.
   absl::StatusOr<Value*> StorageBase(int alias);
+  // What an as_strided of `alias` reads, and which alias its result is a view of:
+  // as_strided addresses its input's storage, not its elements, so it reads the storage's
+  // root in the traced layout (StorageBase) when the root starts its storage, else `alias`
+  // itself while its layout is faithful. `what` names the input in the error for a layout
+  // that cannot be reproduced (a written storage that does not start contiguously).
+  struct StridedInput {
+    int base = -1;
+    Value* value = nullptr;
+  };
+  absl::StatusOr<StridedInput> AsStridedInput(int alias, absl::string_view what);
+  // True once the storage of `alias` was written (through any of its aliases).
+  bool Written(int alias) const;
   // Graph inputs whose storage was written, in input order, with the root's final value.
   std::vector<std::pair<Value*, Value*>> WrittenInputs() const;
 
@@ -103,6 +124,7 @@ class AliasTracker {
   Node* Emit(std::string op, std::vector<NodeArg> args, const Type& type, const std::string& hint);
 
   Graph* graph_;
+  std::function<void(Node*)> hook_;
   std::vector<Storage> storages_;
   std::vector<Alias> aliases_;
 };

@@ -361,14 +361,10 @@ class Importer {
         node.args(0).kind_case() == FxArg::kNode && values_.contains(node.args(0).node()) &&
         values_.at(node.args(0).node()).size() == 1 && values_.at(node.args(0).node())[0] >= 0) {
       int alias = values_.at(node.args(0).node())[0];
-      if (aliases_->StartsStorage(alias)) {
-        strided_base = aliases_->RootOf(alias);
-        MAGI_ASSIGN_OR_RETURN(strided_input, aliases_->StorageBase(alias));
-      } else if (!aliases_->LayoutIsFaithful(alias)) {
-        return absl::UnimplementedError(absl::StrCat(
-            "as_strided of '", node.args(0).node(),
-            "', whose storage was written in place and does not start contiguously: its layout cannot be reproduced"));
-      }
+      MAGI_ASSIGN_OR_RETURN(AliasTracker::StridedInput input,
+                            aliases_->AsStridedInput(alias, absl::StrCat("'", node.args(0).node(), "'")));
+      strided_base = input.base;
+      strided_input = input.value;
     }
     MAGI_ASSIGN_OR_RETURN(
         std::vector<NodeArg> args,
