@@ -218,6 +218,23 @@ class _Rnn(nn.Module):
         return self.head(out[:, -1])
 
 
+class _ComplexHalf(nn.Module):
+    """complex32 (chalf) end to end, with ops LibTorch's CPU kernels have for it (1.13 and
+    2.x: conversions, complex(), mul, add, neg, cat, select_scatter, view_as_real; not sum,
+    div, mm, exp or fft) and a write through a view of a chalf tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        z = y.chalf() * x.chalf() + torch.complex(y.half(), x.half())
+        w = torch.cat([z, -z])
+        w[0].mul_(2)
+        return torch.view_as_real(w).float().reshape(3, -1)
+
+
 def _small_spec(model, mode, x, classes):
     torch.manual_seed(1)
     if mode == "joint":
@@ -236,6 +253,11 @@ def view_write(mode="forward"):
 def buffer_slice_write(mode="forward"):
     torch.manual_seed(0)
     return _small_spec(_BufferSliceWrite(), mode, torch.randn(3, 4), 4)
+
+
+def complex_half(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_ComplexHalf(), mode, torch.randn(3, 4), 16)
 
 
 def instance_norm_stats(mode="forward"):

@@ -19,9 +19,10 @@ struct DTypeInfo {
   absl::string_view name;
   int64_t size;
   bool floating_point;
+  bool complex = false;
 };
 
-constexpr std::array<DTypeInfo, 13> kDTypes = {{
+constexpr std::array<DTypeInfo, 14> kDTypes = {{
     {DType::kFloat32, "f32", 4, true},
     {DType::kFloat64, "f64", 8, true},
     {DType::kFloat16, "f16", 2, true},
@@ -32,12 +33,13 @@ constexpr std::array<DTypeInfo, 13> kDTypes = {{
     {DType::kInt8, "i8", 1, false},
     {DType::kUInt8, "u8", 1, false},
     {DType::kBool, "bool", 1, false},
-    {DType::kComplex64, "c64", 8, false},
-    {DType::kComplex128, "c128", 16, false},
+    {DType::kComplex64, "c64", 8, false, true},
+    {DType::kComplex128, "c128", 16, false, true},
     {DType::kUInt64, "u64", 8, false},
+    {DType::kComplex32, "c32", 4, false, true},
 }};
 
-static_assert(kDTypes.back().dtype == DType::kUInt64, "one row per DType, in the enum's order");
+static_assert(kDTypes.back().dtype == DType::kComplex32, "one row per DType, in the enum's order");
 
 const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
 
@@ -55,6 +57,8 @@ std::optional<DType> ParseDType(absl::string_view name) {
 int64_t DTypeSize(DType dtype) { return Info(dtype).size; }
 
 bool IsFloatingPoint(DType dtype) { return Info(dtype).floating_point; }
+
+bool IsComplex(DType dtype) { return Info(dtype).complex; }
 
 std::string Device::ToString() const {
   switch (type) {

@@ -39,12 +39,10 @@ absl::StatusOr<DType> TorchDType(absl::string_view name) {
       {"int32", DType::kInt32},       {"int", DType::kInt32},       {"int16", DType::kInt16},
       {"int8", DType::kInt8},         {"uint8", DType::kUInt8},     {"bool", DType::kBool},
       {"complex64", DType::kComplex64}, {"cfloat", DType::kComplex64}, {"complex128", DType::kComplex128},
-      {"cdouble", DType::kComplex128}, {"uint64", DType::kUInt64},
+      {"cdouble", DType::kComplex128}, {"uint64", DType::kUInt64},   {"complex32", DType::kComplex32},
+      {"chalf", DType::kComplex32},
   };
   absl::string_view bare = absl::StripPrefix(name, "torch.");
-  if (bare == "complex32" || bare == "chalf") {
-    return absl::UnimplementedError("complex32 (chalf) tensors are not supported: the IR has no such dtype");
-  }
   auto it = names->find(bare);
   if (it == names->end()) return absl::InvalidArgumentError(absl::StrCat("unsupported dtype '", name, "'"));
   return it->second;
