@@ -183,6 +183,22 @@ class _ViewWrite(nn.Module):
         return y
 
 
+class _PermutedViewWrite(nn.Module):
+    """z[1].add_(1) where z = lin(x).t() * 2 is dense but permuted (strides [1, n]): in the
+    joint graph autograd's CopySlices writes the gradient through as_strided of
+    new_empty_strided(z's sizes and strides), which addresses z's permuted memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        z = self.lin(x).t() * 2
+        z[1].add_(1.0)
+        z[:, 1:3].mul_(3.0)
+        return (z * z).t()
+
+
 class _BufferSliceWrite(nn.Module):
     """self.count[:2].add_(1): a buffer updated through a slice."""
 
@@ -248,6 +264,11 @@ def _small_spec(model, mode, x, classes):
 def view_write(mode="forward"):
     torch.manual_seed(0)
     return _small_spec(_ViewWrite(), mode, torch.randn(3, 4), 4)
+
+
+def permuted_view_write(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_PermutedViewWrite(), mode, torch.randn(3, 4), 4)
 
 
 def buffer_slice_write(mode="forward"):

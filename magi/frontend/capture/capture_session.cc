@@ -75,8 +75,10 @@ std::vector<at::Tensor> WrittenTensors(const c10::FunctionSchema& schema, const 
   return written;
 }
 
+// The tensor holds its whole storage from offset 0, densely (contiguous or permuted): see
+// AliasTracker::RootOptions::starts_storage.
 bool IsFull(const at::Tensor& tensor) {
-  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
+  return tensor.storage_offset() == 0 && IsDenseLayout(tensor.sizes().vec(), tensor.strides().vec()) &&
          static_cast<size_t>(tensor.numel() * tensor.element_size()) == tensor.storage().nbytes();
 }
 
@@ -160,8 +162,8 @@ absl::StatusOr<int> CaptureSession::MemoryAlias(StorageRecord& storage, const at
   if (!tracker_.StartsStorage(storage.root) || tensor.scalar_type() != storage.root_dtype) {
     return absl::UnimplementedError(absl::StrCat(
         "a tensor shares the memory of %", root->name(),
-        " in a layout that no recorded view op produced, and that memory does not start contiguously with the same "
-        "dtype, so it cannot be derived with as_strided"));
+        " in a layout that no recorded view op produced, and that memory is not laid out densely from its start "
+        "with the same dtype, so it cannot be derived with as_strided"));
   }
   MAGI_ASSIGN_OR_RETURN(Value * base, tracker_.StorageBase(storage.root));
   MAGI_ASSIGN_OR_RETURN(Type type, TypeOf(tensor));

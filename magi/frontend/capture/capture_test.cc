@@ -335,6 +335,31 @@ TEST(CaptureTest, WritesThroughViewsOfPartialAndReinterpretedTensors) {
   EXPECT_GT(compiled.at("bits.updated")[0].item<float>(), 0.0f);
 }
 
+// A write through a view of a tensor whose layout is dense but permuted (an elementwise
+// result of a transposed tensor keeps its strides). Autograd's CopySlices then copies the
+// gradient into new_empty_strided(z's sizes and strides) and writes through as_strided of
+// it, which addresses memory: the tracker rebuilds that permuted layout, not a contiguous one.
+TEST(CaptureTest, WritesThroughViewsOfPermutedTensorsMatchEager) {
+  struct Permuted : torch::nn::Module {
+    Permuted() { weight = register_parameter("weight", torch::randn({4, 6})); }
+    at::Tensor forward(const at::Tensor& x) {
+      at::Tensor z = torch::matmul(x, weight).t() * 2.0;  // [6, 5] strides [1, 6]
+      z.select(0, 1).add_(1.0);
+      z.narrow(1, 1, 2).mul_(3.0);
+      return (z * z).sum();
+    }
+    at::Tensor weight;
+  };
+  torch::manual_seed(19);
+  auto model = std::make_shared<Permuted>();
+  at::Tensor x = torch::randn({5, 4});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) { return model->forward(in[0]); };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {x});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  ExpectSameTensors(EagerStep(*model, loss_fn, {x}), RunCaptured(*captured, *model, {x}));
+}
+
 // Two buffers over one storage (`half` is a view of `whole`): a write through one is seen
 // by the other, as in eager, and both come back updated.
 TEST(CaptureTest, BuffersSharingMemorySeeEachOthersWrites) {

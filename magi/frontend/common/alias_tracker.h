@@ -40,11 +40,18 @@
 
 namespace magi {
 
+// True if a tensor of `sizes` with `strides` (empty: contiguous) holds each of its
+// elements once with no gaps: a contiguous layout, or one of its dimensions permuted
+// (what a transpose's elementwise result has). Size-1 dimensions' strides do not matter.
+bool IsDenseLayout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+
 class AliasTracker {
  public:
   struct RootOptions {
-    // The root's layout is its storage: contiguous from storage offset 0, so an
-    // as_strided view of it can be written back with as_strided_scatter.
+    // The root's layout is its storage: from storage offset 0, every element once with no
+    // gaps, contiguous or in a permuted order (IsDenseLayout; the root value's type holds
+    // the strides), so an as_strided view of it addresses memory the tracker can rebuild
+    // after a write, and can be written back with as_strided_scatter.
     bool starts_storage = false;
     // Non-empty: whether the root shares memory with another alias is not known (an op
     // that may or may not return a view); writes to it are refused with this reason.
@@ -81,15 +88,16 @@ class AliasTracker {
   // result of one of its ops), so its memory layout at run time is the traced one.
   bool LayoutIsFaithful(int alias) const;
   bool StartsStorage(int alias) const;
-  // A value of `alias`'s root with the traced layout, for ops that address memory directly
-  // (as_strided): the root itself while faithful, else a contiguous copy when the root
-  // starts its storage; an error otherwise.
+  // A value whose memory is `alias`'s root's memory as traced, for ops that address memory
+  // directly (as_strided): the root itself while faithful, else, when the root starts its
+  // storage, a contiguous copy (for a permuted dense root: of the root permuted into memory
+  // order, so its shape is the root's in that order); an error otherwise.
   absl::StatusOr<Value*> StorageBase(int alias);
   // What an as_strided of `alias` reads, and which alias its result is a view of:
   // as_strided addresses its input's storage, not its elements, so it reads the storage's
   // root in the traced layout (StorageBase) when the root starts its storage, else `alias`
   // itself while its layout is faithful. `what` names the input in the error for a layout
-  // that cannot be reproduced (a written storage that does not start contiguously).
+  // that cannot be reproduced (a written storage not laid out densely from its start).
   struct StridedInput {
     int base = -1;
     Value* value = nullptr;
@@ -105,6 +113,8 @@ class AliasTracker {
     Value* value = nullptr;  // the root tensor's current value
     int version = 0;
     bool starts_storage = false;
+    std::vector<int64_t> traced_sizes;    // of the root as traced
+    std::vector<int64_t> traced_strides;  // (empty: contiguous)
     std::string uncertain;
     Value* input = nullptr;  // the graph input owning this storage, if any
     bool written = false;
@@ -119,6 +129,14 @@ class AliasTracker {
     int version = 0;
   };
 
+  // The root's memory as traced (StorageBase); `back`, when not empty, permutes `value`
+  // back to the root's shape. `for_write`: a contiguous tensor even while faithful (to
+  // scatter into).
+  struct RootMemory {
+    Value* value = nullptr;
+    std::vector<int64_t> back;
+  };
+  absl::StatusOr<RootMemory> MemoryOf(int root, bool for_write);
   // Emits the write of `updated` (a new value for `alias`) into `parent_value`.
   absl::StatusOr<Value*> Inverse(const Alias& alias, Value* parent_value, Value* updated);
   Node* Emit(std::string op, std::vector<NodeArg> args, const Type& type, const std::string& hint);

@@ -125,7 +125,9 @@ INSTANTIATE_TEST_SUITE_P(Models, FxImportTest,
                                            Case{"embedding_bag", "forward"}, Case{"embedding_bag", "joint"},
                                            Case{"convnext", "forward"}, Case{"convnext", "joint"},
                                            Case{"swin", "forward"}, Case{"swin", "joint"},
-                                           Case{"complex_half", "forward"}, Case{"complex_half", "joint"}),
+                                           Case{"complex_half", "forward"}, Case{"complex_half", "joint"},
+                                           Case{"permuted_view_write", "forward"},
+                                           Case{"permuted_view_write", "joint"}),
                          [](const ::testing::TestParamInfo<Case>& info) { return PrintTo(info.param); });
 
 TEST(FxImportErrorsTest, MalformedFilesNameTheProblem) {

@@ -92,15 +92,14 @@ absl::StatusOr<double> FloatOf(const FxArg& arg) {
   return absl::InvalidArgumentError("expected a number");
 }
 
-bool IsContiguousFrom0(const FxTensorMeta& meta) {
+// The tensor lays out its storage densely from offset 0 (contiguous or permuted; the file
+// does not say how large the storage is, so covering all of it is assumed, as the exporter's
+// new tensors do): AliasTracker::RootOptions::starts_storage.
+bool IsDenseFrom0(const FxTensorMeta& meta) {
   if (meta.storage_offset() != 0) return false;
-  if (meta.stride_size() == 0) return true;
   std::vector<int64_t> sizes(meta.shape().begin(), meta.shape().end());
   std::vector<int64_t> strides(meta.stride().begin(), meta.stride().end());
-  TensorType type;
-  type.sizes = sizes;
-  type.strides = strides;
-  return type.IsContiguous();
+  return IsDenseLayout(sizes, strides);
 }
 
 class Importer {
@@ -204,7 +203,7 @@ class Importer {
     if (graph_->FindValue(node.name()) != nullptr) return absl::InvalidArgumentError("the name is used twice");
     Value* input = graph_->AddInput(node.name(), Type::Tensor(std::move(type)), role);
     AliasTracker::RootOptions options;
-    options.starts_storage = IsContiguousFrom0(node.meta(0));
+    options.starts_storage = IsDenseFrom0(node.meta(0));
     AddRoot(node.name(), input, &node.meta(0), options);
     return absl::OkStatus();
   }
@@ -459,7 +458,7 @@ class Importer {
       Value* value = created->result(index);
       if (base < 0) {
         AliasTracker::RootOptions options;
-        options.starts_storage = metas[p] == nullptr || IsContiguousFrom0(*metas[p]);
+        options.starts_storage = metas[p] == nullptr || IsDenseFrom0(*metas[p]);
         AddRoot(node.name(), value, metas[p], options);
         continue;
       }
