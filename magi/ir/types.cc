@@ -19,7 +19,6 @@ struct DTypeInfo {
   absl::string_view name;
   int64_t size;
   bool floating_point;
-  bool complex = false;
 };
 
 constexpr std::array<DTypeInfo, 14> kDTypes = {{
@@ -33,10 +32,10 @@ constexpr std::array<DTypeInfo, 14> kDTypes = {{
     {DType::kInt8, "i8", 1, false},
     {DType::kUInt8, "u8", 1, false},
     {DType::kBool, "bool", 1, false},
-    {DType::kComplex64, "c64", 8, false, true},
-    {DType::kComplex128, "c128", 16, false, true},
+    {DType::kComplex64, "c64", 8, false},
+    {DType::kComplex128, "c128", 16, false},
     {DType::kUInt64, "u64", 8, false},
-    {DType::kComplex32, "c32", 4, false, true},
+    {DType::kComplex32, "c32", 4, false},
 }};
 
 static_assert(kDTypes.back().dtype == DType::kComplex32, "one row per DType, in the enum's order");
@@ -57,8 +56,6 @@ std::optional<DType> ParseDType(absl::string_view name) {
 int64_t DTypeSize(DType dtype) { return Info(dtype).size; }
 
 bool IsFloatingPoint(DType dtype) { return Info(dtype).floating_point; }
-
-bool IsComplex(DType dtype) { return Info(dtype).complex; }
 
 std::string Device::ToString() const {
   switch (type) {

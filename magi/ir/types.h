@@ -56,8 +56,6 @@ std::optional<DType> ParseDType(absl::string_view name);
 // Bytes per element.
 int64_t DTypeSize(DType dtype);
 bool IsFloatingPoint(DType dtype);
-// c32, c64 and c128.
-bool IsComplex(DType dtype);
 
 enum class DeviceType : uint8_t { kCpu, kCuda, kMeta };
 
