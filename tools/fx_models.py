@@ -183,6 +183,22 @@ class _ViewWrite(nn.Module):
         return y
 
 
+class _PermutedViewWrite(nn.Module):
+    """z[1].add_(1) where z = lin(x).t() * 2 is dense but permuted (strides [1, n]): in the
+    joint graph autograd's CopySlices writes the gradient through as_strided of
+    new_empty_strided(z's sizes and strides), which addresses z's permuted memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        z = self.lin(x).t() * 2
+        z[1].add_(1.0)
+        z[:, 1:3].mul_(3.0)
+        return (z * z).t()
+
+
 class _BufferSliceWrite(nn.Module):
     """self.count[:2].add_(1): a buffer updated through a slice."""
 
@@ -218,6 +234,23 @@ class _Rnn(nn.Module):
         return self.head(out[:, -1])
 
 
+class _ComplexHalf(nn.Module):
+    """complex32 (chalf) end to end, with ops LibTorch's CPU kernels have for it (1.13 and
+    2.x: conversions, complex(), mul, add, neg, cat, select_scatter, view_as_real; not sum,
+    div, mm, exp or fft) and a write through a view of a chalf tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        z = y.chalf() * x.chalf() + torch.complex(y.half(), x.half())
+        w = torch.cat([z, -z])
+        w[0].mul_(2)
+        return torch.view_as_real(w).float().reshape(3, -1)
+
+
 def _small_spec(model, mode, x, classes):
     torch.manual_seed(1)
     if mode == "joint":
@@ -233,9 +266,19 @@ def view_write(mode="forward"):
     return _small_spec(_ViewWrite(), mode, torch.randn(3, 4), 4)
 
 
+def permuted_view_write(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_PermutedViewWrite(), mode, torch.randn(3, 4), 4)
+
+
 def buffer_slice_write(mode="forward"):
     torch.manual_seed(0)
     return _small_spec(_BufferSliceWrite(), mode, torch.randn(3, 4), 4)
+
+
+def complex_half(mode="forward"):
+    torch.manual_seed(0)
+    return _small_spec(_ComplexHalf(), mode, torch.randn(3, 4), 16)
 
 
 def instance_norm_stats(mode="forward"):

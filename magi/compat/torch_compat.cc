@@ -139,6 +139,8 @@ absl::StatusOr<DType> FromScalarType(c10::ScalarType type) {
       return DType::kComplex64;
     case c10::ScalarType::ComplexDouble:
       return DType::kComplex128;
+    case c10::ScalarType::ComplexHalf:
+      return DType::kComplex32;
 #if MAGI_TORCH_HAS_UINT64
     case c10::ScalarType::UInt64:
       return DType::kUInt64;
@@ -174,6 +176,8 @@ absl::StatusOr<c10::ScalarType> ToScalarType(DType dtype) {
       return c10::ScalarType::ComplexFloat;
     case DType::kComplex128:
       return c10::ScalarType::ComplexDouble;
+    case DType::kComplex32:
+      return c10::ScalarType::ComplexHalf;
     case DType::kUInt64:
 #if MAGI_TORCH_HAS_UINT64
       return c10::ScalarType::UInt64;

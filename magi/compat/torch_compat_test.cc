@@ -31,9 +31,11 @@ TEST(TorchCompatTest, ClassifiesSchemaArguments) {
 }
 
 TEST(TorchCompatTest, TypesRoundTrip) {
-  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kBool}) {
+  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kBool, DType::kComplex64,
+                  DType::kComplex128, DType::kComplex32}) {
     EXPECT_EQ(*FromScalarType(*ToScalarType(d)), d);
   }
+  EXPECT_EQ(TensorTypeOf(at::zeros({2}, at::kComplexHalf))->ToString(), "c32[2]");
 #if MAGI_TORCH_HAS_UINT64
   EXPECT_EQ(*FromScalarType(*ToScalarType(DType::kUInt64)), DType::kUInt64);
   EXPECT_EQ(TensorTypeOf(at::zeros({2}, at::kUInt64))->ToString(), "u64[2]");

@@ -26,7 +26,8 @@ TEST(TypesTest, NamesAndSizes) {
   EXPECT_FALSE(strided.IsContiguous());
   EXPECT_TRUE((TensorType{DType::kFloat32, {2, 3}, {3, 1}}).IsContiguous());
   EXPECT_EQ(ContiguousStrides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
-  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kBool, DType::kComplex128, DType::kUInt64}) {
+  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kBool, DType::kComplex128, DType::kUInt64,
+                  DType::kComplex32}) {
     EXPECT_EQ(ParseDType(DTypeName(d)), d);
   }
   EXPECT_FALSE(ParseDType("float").has_value());

@@ -21,7 +21,7 @@ struct DTypeInfo {
   bool floating_point;
 };
 
-constexpr std::array<DTypeInfo, 13> kDTypes = {{
+constexpr std::array<DTypeInfo, 14> kDTypes = {{
     {DType::kFloat32, "f32", 4, true},
     {DType::kFloat64, "f64", 8, true},
     {DType::kFloat16, "f16", 2, true},
@@ -35,9 +35,10 @@ constexpr std::array<DTypeInfo, 13> kDTypes = {{
     {DType::kComplex64, "c64", 8, false},
     {DType::kComplex128, "c128", 16, false},
     {DType::kUInt64, "u64", 8, false},
+    {DType::kComplex32, "c32", 4, false},
 }};
 
-static_assert(kDTypes.back().dtype == DType::kUInt64, "one row per DType, in the enum's order");
+static_assert(kDTypes.back().dtype == DType::kComplex32, "one row per DType, in the enum's order");
 
 const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
 

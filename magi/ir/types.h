@@ -42,6 +42,11 @@ enum class DType : uint8_t {
   // LibTorch 1.13 has no such scalar type: text IR and protobuf still carry it there, but
   // making a tensor of it fails with a clear error (compat::ToScalarType).
   kUInt64,
+  // complex32 (torch.chalf): two f16 halves. LibTorch's CPU kernels have only part of the
+  // ops for it (1.13 and 2.x: conversions, complex(), add/sub/mul/neg, cat, the scatter
+  // ops, view_as_real; not sum, div, mm, exp, fft): the IR carries it everywhere, and an
+  // op whose kernel lacks it fails when run, naming the node, as it does in eager PyTorch.
+  kComplex32,
 };
 
 // The text name of `dtype`, e.g. "bf16".

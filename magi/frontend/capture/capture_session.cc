@@ -75,8 +75,10 @@ std::vector<at::Tensor> WrittenTensors(const c10::FunctionSchema& schema, const 
   return written;
 }
 
+// The tensor holds its whole storage from offset 0, densely (contiguous or permuted): see
+// AliasTracker::RootOptions::starts_storage.
 bool IsFull(const at::Tensor& tensor) {
-  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
+  return tensor.storage_offset() == 0 && IsDenseLayout(tensor.sizes().vec(), tensor.strides().vec()) &&
          static_cast<size_t>(tensor.numel() * tensor.element_size()) == tensor.storage().nbytes();
 }
 
@@ -86,7 +88,14 @@ CaptureSession::Geometry CaptureSession::GeometryOf(const at::Tensor& tensor) {
   return {tensor.sizes().vec(), tensor.strides().vec(), tensor.storage_offset(), tensor.scalar_type()};
 }
 
-CaptureSession::CaptureSession(Graph* graph, Options options) : graph_(graph), options_(std::move(options)) {}
+CaptureSession::CaptureSession(Graph* graph, Options options)
+    : graph_(graph), options_(std::move(options)), tracker_(graph) {
+  // Nodes the tracker emits (write-backs, regenerated views) belong to the op being recorded.
+  tracker_.SetNodeHook([this](Node* node) {
+    node->mutable_annotations().module_path = ModulePathForCurrentOp();
+    node->mutable_annotations().phase = phase_;
+  });
+}
 
 CaptureSession* CaptureSession::Current() { return g_current_session.load(std::memory_order_acquire); }
 
@@ -101,40 +110,70 @@ absl::StatusOr<Type> CaptureSession::TypeOf(const at::Tensor& tensor) {
   return Type::Tensor(std::move(type));
 }
 
-void CaptureSession::Register(const at::Tensor& tensor, Value* value) {
-  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  auto it = storages_.find(storage);
-  if (it == storages_.end()) {
-    StorageRecord record;
-    record.base = value;
-    record.geometry = GeometryOf(tensor);
-    record.base_is_full = IsFull(tensor);
-    if (value->is_graph_input()) {
-      record.input = value;
-      record.input_tensor = tensor;
-    }
-    it = storages_.emplace(storage, std::move(record)).first;
-  }
-  it->second.aliases.push_back({GeometryOf(tensor), value, it->second.version});
-  tensors_[tensor.unsafeGetTensorImpl()] = {value, it->second.version, tensor};
+void CaptureSession::RegisterAlias(const at::Tensor& tensor, int alias) {
+  tensors_[tensor.unsafeGetTensorImpl()] = {alias, tensor};
+  if (!tensor.has_storage()) return;
+  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+  if (it != storages_.end()) it->second.aliases.emplace_back(GeometryOf(tensor), alias);
 }
 
-absl::StatusOr<Value*> CaptureSession::ViewOfStorage(StorageRecord& storage, const at::Tensor& tensor) {
+absl::Status CaptureSession::RegisterRoot(const at::Tensor& tensor, Value* value) {
+  if (!tensor.has_storage()) {
+    RegisterAlias(tensor, tracker_.AddRoot(value));
+    return absl::OkStatus();
+  }
+  auto [it, inserted] = storages_.try_emplace(tensor.storage().unsafeGetStorageImpl());
+  StorageRecord& storage = it->second;
+  if (inserted) {
+    AliasTracker::RootOptions options;
+    options.starts_storage = IsFull(tensor);
+    storage.root = tracker_.AddRoot(value, options);
+    storage.root_dtype = tensor.scalar_type();
+    if (value->is_graph_input()) storage.input_tensor = tensor;
+    RegisterAlias(tensor, storage.root);
+    return absl::OkStatus();
+  }
+  // Memory already seen, under a value the graph does not derive this one from (two
+  // inputs over one storage; an op that returns memory its schema does not call a view).
+  // It is the alias of that memory with its geometry (an as_strided view of the root if
+  // none has it), so that writes through either reach the other; `value` goes unused.
+  absl::StatusOr<int> alias = MemoryAlias(storage, tensor);
+  if (alias.ok()) {
+    tensors_[tensor.unsafeGetTensorImpl()] = {*alias, tensor};
+    return absl::OkStatus();
+  }
+  // Not derivable: both read right, but a write to either would have to reach the other,
+  // which the graph cannot say. The tracker refuses such writes with this reason.
+  MAGI_ASSIGN_OR_RETURN(Value * other, tracker_.Read(storage.root));
+  AliasTracker::RootOptions options;
+  options.uncertain = absl::StrCat("%", value->name(), " and %", other->name(),
+                                   " share memory in a layout Magi cannot derive one from the other");
+  tracker_.MarkUncertain(storage.root, options.uncertain);
+  RegisterAlias(tensor, tracker_.AddRoot(value, std::move(options)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CaptureSession::MemoryAlias(StorageRecord& storage, const at::Tensor& tensor) {
   Geometry geometry = GeometryOf(tensor);
   for (auto it = storage.aliases.rbegin(); it != storage.aliases.rend(); ++it) {
-    if (it->version == storage.version && it->geometry == geometry) return it->value;
+    if (it->first == geometry) return it->second;
   }
-  if (geometry == storage.geometry) return storage.base;
-  if (!storage.base_is_full || tensor.scalar_type() != storage.geometry.dtype) {
-    return absl::UnimplementedError("a view of a mutated tensor whose base is itself a partial view");
+  MAGI_ASSIGN_OR_RETURN(Value * root, tracker_.Read(storage.root));
+  if (!tracker_.StartsStorage(storage.root) || tensor.scalar_type() != storage.root_dtype) {
+    return absl::UnimplementedError(absl::StrCat(
+        "a tensor shares the memory of %", root->name(),
+        " in a layout that no recorded view op produced, and that memory is not laid out densely from its start "
+        "with the same dtype, so it cannot be derived with as_strided"));
   }
+  MAGI_ASSIGN_OR_RETURN(Value * base, tracker_.StorageBase(storage.root));
   MAGI_ASSIGN_OR_RETURN(Type type, TypeOf(tensor));
   Node* node = AddRecordedNode("aten::as_strided",
-                               {NodeArg(storage.base), NodeArg(Attribute(geometry.sizes)),
-                                NodeArg(Attribute(geometry.strides)), NodeArg(Attribute(geometry.offset))},
+                               {NodeArg(base), NodeArg(Attribute(geometry.sizes)), NodeArg(Attribute(geometry.strides)),
+                                NodeArg(Attribute(geometry.offset))},
                                {std::move(type)});
-  storage.aliases.push_back({geometry, node->result(0), storage.version});
-  return node->result(0);
+  int alias = tracker_.AddView(storage.root, node, 0);
+  storage.aliases.emplace_back(std::move(geometry), alias);
+  return alias;
 }
 
 absl::StatusOr<Value*> CaptureSession::AddInput(const at::Tensor& tensor, const std::string& name, InputRole role) {
@@ -142,27 +181,21 @@ absl::StatusOr<Value*> CaptureSession::AddInput(const at::Tensor& tensor, const 
   if (graph_->FindValue(name) != nullptr) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' twice"));
   MAGI_ASSIGN_OR_RETURN(Type type, TypeOf(tensor));
   Value* value = graph_->AddInput(name, std::move(type), role);
-  Register(tensor, value);
+  MAGI_RETURN_IF_ERROR(RegisterRoot(tensor, value));
   return value;
 }
 
-absl::StatusOr<Value*> CaptureSession::ValueOf(const at::Tensor& tensor, bool allow_lift) {
-  auto storage_it = tensor.has_storage() ? storages_.find(tensor.storage().unsafeGetStorageImpl()) : storages_.end();
+absl::StatusOr<int> CaptureSession::AliasOf(const at::Tensor& tensor, bool allow_lift) {
   auto it = tensors_.find(tensor.unsafeGetTensorImpl());
-  if (it != tensors_.end()) {
-    TensorRecord& record = it->second;
-    if (storage_it == storages_.end() || record.version == storage_it->second.version) return record.value;
-    // The storage was written through another alias since this value was taken.
-    MAGI_ASSIGN_OR_RETURN(Value * value, ViewOfStorage(storage_it->second, tensor));
-    record.value = value;
-    record.version = storage_it->second.version;
-    return value;
-  }
-  if (storage_it != storages_.end()) {
-    // A TensorImpl we have not seen over memory we have (a saved tensor unpacked by autograd).
-    MAGI_ASSIGN_OR_RETURN(Value * value, ViewOfStorage(storage_it->second, tensor));
-    tensors_[tensor.unsafeGetTensorImpl()] = {value, storage_it->second.version, tensor};
-    return value;
+  if (it != tensors_.end()) return it->second.alias;
+  if (tensor.has_storage()) {
+    auto storage_it = storages_.find(tensor.storage().unsafeGetStorageImpl());
+    if (storage_it != storages_.end()) {
+      // A TensorImpl we have not seen over memory we have (a saved tensor unpacked by autograd).
+      MAGI_ASSIGN_OR_RETURN(int alias, MemoryAlias(storage_it->second, tensor));
+      tensors_[tensor.unsafeGetTensorImpl()] = {alias, tensor};
+      return alias;
+    }
   }
   if (!allow_lift) {
     absl::StatusOr<TensorType> type = compat::TensorTypeOf(tensor);
@@ -183,8 +216,13 @@ absl::StatusOr<Value*> CaptureSession::ValueOf(const at::Tensor& tensor, bool al
   MAGI_ASSIGN_OR_RETURN(Type type, TypeOf(tensor));
   Value* value = graph_->AddInput(name, std::move(type), InputRole::kBuffer);
   constants_.emplace_back(name, tensor);
-  Register(tensor, value);
-  return value;
+  MAGI_RETURN_IF_ERROR(RegisterRoot(tensor, value));
+  return tensors_.at(tensor.unsafeGetTensorImpl()).alias;
+}
+
+absl::StatusOr<Value*> CaptureSession::ValueOf(const at::Tensor& tensor, bool allow_lift) {
+  MAGI_ASSIGN_OR_RETURN(int alias, AliasOf(tensor, allow_lift));
+  return tracker_.Read(alias);
 }
 
 absl::StatusOr<Value*> CaptureSession::OutputValueOf(const at::Tensor& tensor) {
@@ -194,8 +232,8 @@ absl::StatusOr<Value*> CaptureSession::OutputValueOf(const at::Tensor& tensor) {
 
 bool CaptureSession::WasMutated(const at::Tensor& tensor) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = storages_.find(tensor.storage().unsafeGetStorageImpl());
-  return it != storages_.end() && it->second.version > 0;
+  auto it = tensors_.find(tensor.unsafeGetTensorImpl());
+  return it != tensors_.end() && tracker_.Written(it->second.alias);
 }
 
 void CaptureSession::SnapshotInputBeforeWrite(const at::Tensor& tensor) {
@@ -217,29 +255,6 @@ void CaptureSession::RestoreWrittenInputs() {
     record.input_tensor.detach().copy_(record.snapshot);
     record.snapshot = at::Tensor();
   }
-}
-
-absl::Status CaptureSession::UpdateAfterMutation(const at::Tensor& tensor, Value* new_value) {
-  StorageRecord& storage = storages_.at(tensor.storage().unsafeGetStorageImpl());
-  Geometry geometry = GeometryOf(tensor);
-  if (geometry == storage.geometry) {
-    storage.base = new_value;
-  } else if (storage.base_is_full && tensor.scalar_type() == storage.geometry.dtype) {
-    // Write the mutated view back into the whole storage.
-    Type base_type = storage.base->type();
-    Node* node = AddRecordedNode("aten::as_strided_scatter",
-                                 {NodeArg(storage.base), NodeArg(new_value), NodeArg(Attribute(geometry.sizes)),
-                                  NodeArg(Attribute(geometry.strides)), NodeArg(Attribute(geometry.offset))},
-                                 {std::move(base_type)});
-    storage.base = node->result(0);
-  } else {
-    return absl::UnimplementedError("an in-place write to a view whose base is itself a partial view");
-  }
-  ++storage.version;
-  storage.aliases.push_back({storage.geometry, storage.base, storage.version});
-  storage.aliases.push_back({geometry, new_value, storage.version});
-  tensors_[tensor.unsafeGetTensorImpl()] = {new_value, storage.version, tensor};
-  return absl::OkStatus();
 }
 
 std::string CaptureSession::ModulePathForCurrentOp() {
@@ -302,6 +317,18 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
     copies.emplace_back(written, copy->result(0));
   }
 
+  // as_strided addresses its input's storage, not its elements: it reads the storage's
+  // root in the traced layout and becomes a view of the root (as in the FX importer).
+  std::optional<AliasTracker::StridedInput> strided;
+  if ((schema.name() == "aten::as_strided" || schema.name() == "aten::as_strided_") && !args.empty() &&
+      args[0].isTensor()) {
+    absl::StatusOr<int> alias = AliasOf(args[0].toTensor(), /*allow_lift=*/true);
+    if (!alias.ok()) return fail(alias.status().message());
+    absl::StatusOr<AliasTracker::StridedInput> input = tracker_.AsStridedInput(*alias, "its input");
+    if (!input.ok()) return fail(input.status().message());
+    strided = *input;
+  }
+
   // Arguments, in the (functional) schema's order (the shared ATen-argument converter).
   const Device* meta_device = options_.device_override ? &*options_.device_override : nullptr;
   auto resolve = [this, &copies](const at::Tensor& tensor) -> absl::StatusOr<Value*> {
@@ -313,6 +340,9 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
   absl::StatusOr<std::vector<NodeArg>> node_args =
       ConvertCallArguments(schema, functional ? node_schema : nullptr,
                            [&](size_t i) -> absl::StatusOr<std::optional<AtenArg>> {
+                             if (i == 0 && strided.has_value()) {
+                               return std::optional<AtenArg>(AtenArg::Tensor(strided->value));
+                             }
                              MAGI_ASSIGN_OR_RETURN(AtenArg value, AtenArgFromIValue(args[i], resolve, meta_device));
                              return std::optional<AtenArg>(std::move(value));
                            });
@@ -320,6 +350,8 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
 
   // Results: the tensors the op returned, or for a functionalized op the tensors it wrote.
   std::vector<at::Tensor> results;
+  std::vector<int> view_sources;  // per result: the argument it is a view of by its schema, or -1
+  const std::vector<int> sources = ViewSources(schema);
   if (!mutated.empty()) {
     for (size_t i : mutated) {
       if (args[i].isTensor()) {
@@ -335,11 +367,18 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
       const c10::IValue& value = stack[stack.size() - num_returns + r];
       // Undefined tensors (an absent optional gradient, an unused debug output) get no
       // value: no later op can use them, and the interpreter skips them the same way.
+      const int source = r < sources.size() ? sources[r] : -1;
       if (value.isTensor()) {
-        if (value.toTensor().defined()) results.push_back(value.toTensor());
+        if (value.toTensor().defined()) {
+          results.push_back(value.toTensor());
+          view_sources.push_back(source);
+        }
       } else if (value.isTensorList()) {
         for (const at::Tensor& t : value.toTensorVector()) {
-          if (t.defined()) results.push_back(t);
+          if (t.defined()) {
+            results.push_back(t);
+            view_sources.push_back(source);
+          }
         }
       } else if (value.isInt() || value.isDouble() || value.isBool() || compat::IsIntLike(value) || value.isNone()) {
         // Shape-like numbers: later ops receive them as constants.
@@ -356,21 +395,45 @@ absl::Status CaptureSession::RecordLocked(const c10::OperatorHandle& op, const s
   }
   Node* node = AddRecordedNode(name, *std::move(node_args), std::move(types));
   ++recorded_ops_;
+  // An in-place view op (as_strided_, transpose_, squeeze_, ...) changes which part of its
+  // storage the tensor shows, not the data: from here on the tensor is that view.
+  const bool inplace_view = !mutated.empty() && !ViewSources(*node_schema).empty() && ViewSources(*node_schema)[0] >= 0;
   for (size_t i = 0; i < results.size(); ++i) {
-    if (mutated.empty()) {
-      Register(results[i], node->result(static_cast<int>(i)));
+    const at::Tensor& result = results[i];
+    Value* value = node->result(static_cast<int>(i));
+    absl::Status status;
+    if (inplace_view) {
+      if (results.size() != 1) return fail("an in-place view op on more than one tensor");
+      absl::StatusOr<int> base = strided ? strided->base : AliasOf(result, /*allow_lift=*/false);
+      if (!base.ok()) return fail(base.status().message());
+      RegisterAlias(result, tracker_.AddView(*base, node, 0));
+    } else if (!mutated.empty()) {
+      absl::StatusOr<int> alias = AliasOf(result, /*allow_lift=*/true);
+      if (!alias.ok()) return fail(alias.status().message());
+      status = tracker_.Write(*alias, value);
+      // An out= op may have resized its (root) output: a new TensorImpl over it maps by geometry.
+      if (status.ok()) RegisterAlias(result, *alias);
+    } else if (view_sources[i] == 0 && args[0].isTensor() && result.has_storage() && args[0].toTensor().has_storage() &&
+               result.storage().unsafeGetStorageImpl() == args[0].toTensor().storage().unsafeGetStorageImpl()) {
+      // A view of argument 0 by its schema that really shares its memory (ops that return a
+      // view only sometimes, such as reshape, are roots when they copied).
+      absl::StatusOr<int> base = strided ? strided->base : AliasOf(args[0].toTensor(), /*allow_lift=*/false);
+      if (!base.ok()) return fail(base.status().message());
+      RegisterAlias(result, tracker_.AddView(*base, node, static_cast<int>(i)));
     } else {
-      absl::Status status = UpdateAfterMutation(results[i], node->result(static_cast<int>(i)));
-      if (!status.ok()) return fail(status.message());
+      status = RegisterRoot(result, value);
     }
+    if (!status.ok()) return fail(status.message());
     // Backward ops of this op's autograd node get this op's module path.
-    if (const auto& grad_fn = results[i].grad_fn()) {
+    if (const auto& grad_fn = result.grad_fn()) {
       module_path_of_sequence_nr_.emplace(static_cast<int64_t>(grad_fn->sequence_nr()),
                                           node->annotations().module_path);
     }
   }
   for (const auto& [written, copy] : copies) {
-    absl::Status status = UpdateAfterMutation(written, copy);
+    absl::StatusOr<int> alias = AliasOf(written, /*allow_lift=*/true);
+    if (!alias.ok()) return fail(alias.status().message());
+    absl::Status status = tracker_.Write(*alias, copy);
     if (!status.ok()) return fail(status.message());
   }
   return absl::OkStatus();
@@ -385,7 +448,15 @@ void CaptureSession::Record(const c10::OperatorHandle& op, c10::DispatchKeySet b
     std::vector<at::Tensor> written = WrittenTensors(schema, args);
     if (!written.empty()) {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (const at::Tensor& tensor : written) SnapshotInputBeforeWrite(tensor);
+      for (const at::Tensor& tensor : written) {
+        SnapshotInputBeforeWrite(tensor);
+        // A written TensorImpl not seen yet, over memory that was, is mapped by its geometry
+        // before the op can change it (an in-place view op, an out= resize). A failure
+        // here is reported when the op is recorded.
+        if (status_.ok() && !tensors_.contains(tensor.unsafeGetTensorImpl())) {
+          AliasOf(tensor, /*allow_lift=*/false).IgnoreError();
+        }
+      }
     }
   }
   {

@@ -11,9 +11,17 @@
 //    every tensor that autograd saves for backward is a value of the graph.
 //  - Ops nested inside a recorded op's kernel are not recorded (the key is excluded).
 //  - In-place and out= ops are functionalized: the node is the functional variant
-//    (add_ -> add, bernoulli_.float -> bernoulli.p), the mutated tensor takes the new
-//    value, and a mutated view writes back into its base with as_strided_scatter;
-//    aliases of a mutated storage are re-derived with as_strided when next used.
+//    (add_ -> add, bernoulli_.float -> bernoulli.p) and the written tensor takes the new
+//    value. Aliasing follows the shared AliasTracker (frontend/common), as in the FX
+//    importer: a result that its schema calls a view and that really shares its
+//    argument's memory is a view of it; a write to a view is written back into its
+//    storage's root with the inverse of each view step (select_scatter, slice_scatter,
+//    ..., as_strided_scatter for as_strided), and every other alias of that storage is
+//    regenerated from the root when next used. What capture adds is what it sees at run
+//    time: which memory tensors really share (StorageImpl identity), and each tensor's
+//    geometry, so that a TensorImpl it has not seen over memory it knows (autograd
+//    unpacks saved tensors as fresh TensorImpls) maps to the alias of that geometry, or
+//    else to an as_strided view of the root.
 //  - Batch norm in training writes running_mean / running_var inside its kernel, which
 //    LibTorch 1.13's schemas do not declare (native_batch_norm, cudnn_batch_norm). The
 //    node gets aten::clone copies of them instead, and the copies are the statistics'
@@ -42,6 +50,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "magi/frontend/common/alias_tracker.h"
 #include "magi/ir/graph.h"
 
 namespace magi {
@@ -100,46 +109,48 @@ class CaptureSession {
     }
   };
   struct TensorRecord {
-    Value* value = nullptr;
-    int64_t version = 0;  // storage version the value reflects
+    int alias = -1;         // in tracker_
     at::Tensor keep_alive;  // keeps the TensorImpl (and its address) alive during capture
   };
   struct StorageRecord {
-    Value* base = nullptr;  // current value of the whole storage
-    Geometry geometry;      // of `base`
-    bool base_is_full = false;  // base covers the storage from offset 0, contiguously
-    int64_t version = 0;
-    Value* input = nullptr;  // the graph input that owns this storage, if any
-    at::Tensor input_tensor;  // that input's tensor
+    int root = -1;  // the tracker's root alias: the first tensor seen over this memory
+    c10::ScalarType root_dtype = c10::ScalarType::Float;
+    at::Tensor input_tensor;  // the graph input that owns this storage, if any
     at::Tensor snapshot;      // its contents before the step first wrote it (set then)
-    // Values known to hold a view of this storage at `version`, so that a new TensorImpl
-    // over the same memory (autograd unpacks saved tensors as fresh TensorImpls) maps
-    // back to its value.
-    struct Alias {
-      Geometry geometry;
-      Value* value;
-      int64_t version;
-    };
-    std::vector<Alias> aliases;
+    // Every alias seen over this memory with its geometry, so that a new TensorImpl over
+    // the same memory (autograd unpacks saved tensors as fresh TensorImpls) maps back to one.
+    std::vector<std::pair<Geometry, int>> aliases;
   };
 
   static Geometry GeometryOf(const at::Tensor& tensor);
   absl::Status RecordLocked(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                             const torch::jit::Stack& stack, size_t num_returns);
+  // The tracker's alias for `tensor`: the one registered for its TensorImpl, else one of
+  // the memory it shares (MemoryAlias), else a lifted constant (when `allow_lift`).
+  absl::StatusOr<int> AliasOf(const at::Tensor& tensor, bool allow_lift);
+  // The current value of `tensor` (regenerated if its memory was written since).
   absl::StatusOr<Value*> ValueOf(const at::Tensor& tensor, bool allow_lift);
+  // The alias for `tensor` over the memory of `storage` that no recorded view made: one
+  // of the same geometry, else an as_strided view of the root (which must start its
+  // storage and have `tensor`'s dtype).
+  absl::StatusOr<int> MemoryAlias(StorageRecord& storage, const at::Tensor& tensor);
+  // `tensor`, holding `value` (a graph input or the result of an op that is no view),
+  // gets its alias: the root of a new storage, or, when its memory is one already seen
+  // (two inputs over one storage, an op returning memory its schema does not call a
+  // view), that memory's MemoryAlias (then `value` goes unused), or where there is none a
+  // root whose aliasing is uncertain, so that a write to either is refused.
+  absl::Status RegisterRoot(const at::Tensor& tensor, Value* value);
+  // Maps `tensor`'s TensorImpl (and its geometry over its storage) to `alias`.
+  void RegisterAlias(const at::Tensor& tensor, int alias);
   // Copies the graph input owning `tensor`'s storage, if any, unless already copied.
   void SnapshotInputBeforeWrite(const at::Tensor& tensor);
-  void Register(const at::Tensor& tensor, Value* value);
-  absl::Status UpdateAfterMutation(const at::Tensor& tensor, Value* new_value);
-  // The value for a view of `storage` with `geometry` at its current version, deriving it
-  // from the base with as_strided when no recorded value has that geometry.
-  absl::StatusOr<Value*> ViewOfStorage(StorageRecord& storage, const at::Tensor& tensor);
   absl::StatusOr<Type> TypeOf(const at::Tensor& tensor);
   std::string ModulePathForCurrentOp();
   Node* AddRecordedNode(std::string op, std::vector<NodeArg> args, std::vector<Type> types);
 
   Graph* graph_;
   Options options_;
+  AliasTracker tracker_;
   std::mutex mutex_;
   absl::Status status_;
   absl::flat_hash_map<const c10::TensorImpl*, TensorRecord> tensors_;

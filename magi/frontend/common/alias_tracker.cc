@@ -62,12 +62,34 @@ bool Is(const std::string& op, std::initializer_list<const char*> names) {
 
 }  // namespace
 
+bool IsDenseLayout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  if (strides.empty()) return true;
+  if (strides.size() != sizes.size()) return false;
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return true;  // no elements
+    if (sizes[d] != 1) dims.push_back(d);
+  }
+  // From the innermost (smallest stride) out, each stride is the product of the sizes inside it.
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t expected = 1;
+  for (size_t d : dims) {
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
 int AliasTracker::AddRoot(Value* value) { return AddRoot(value, RootOptions()); }
 
 int AliasTracker::AddRoot(Value* value, RootOptions options) {
   Storage storage;
   storage.value = value;
   storage.starts_storage = options.starts_storage;
+  if (value->type().is_tensor()) {
+    storage.traced_sizes = value->type().tensor().sizes;
+    storage.traced_strides = value->type().tensor().strides;
+  }
   storage.uncertain = std::move(options.uncertain);
   if (value->is_graph_input()) storage.input = value;
   storages_.push_back(std::move(storage));
@@ -100,21 +122,59 @@ bool AliasTracker::LayoutIsFaithful(int alias) const { return storages_[aliases_
 bool AliasTracker::StartsStorage(int alias) const { return storages_[aliases_.at(alias).storage].starts_storage; }
 
 absl::StatusOr<Value*> AliasTracker::StorageBase(int alias) {
-  int root = RootOf(alias);
+  MAGI_ASSIGN_OR_RETURN(RootMemory memory, MemoryOf(RootOf(alias), /*for_write=*/false));
+  return memory.value;
+}
+
+absl::StatusOr<AliasTracker::RootMemory> AliasTracker::MemoryOf(int root, bool for_write) {
   MAGI_ASSIGN_OR_RETURN(Value * value, Read(root));
   const Storage& storage = storages_[aliases_[root].storage];
-  if (storage.faithful) return value;
+  const TensorType& now = value->type().tensor();
+  const TensorType traced{now.dtype, storage.traced_sizes, storage.traced_strides, now.device};
+  // A root resized since it was traced (out= into it) is laid out contiguously, as resize_ does.
+  const bool permuted =
+      storage.starts_storage && !traced.strides.empty() && !traced.IsContiguous() && now.sizes == traced.sizes;
+  RootMemory memory;
+  memory.value = value;
+  // Reading through as_strided needs only the traced layout, which a faithful root has.
+  // Writing back needs a contiguous tensor too: LibTorch 1.13's as_strided_scatter asserts
+  // on a non-contiguous input that requires grad.
+  if (storage.faithful && (!for_write || !permuted)) return memory;
   if (!storage.starts_storage) {
     return absl::UnimplementedError(
         absl::StrCat("it addresses the memory of %", value->name(),
-                     " directly, whose layout after an in-place write Magi cannot reproduce (it does not start its "
-                     "storage contiguously)"));
+                     " directly, whose layout after an in-place write Magi cannot reproduce (it does not hold its "
+                     "storage densely from its start)"));
   }
-  Type type = Type::Tensor({value->type().tensor().dtype, value->type().tensor().sizes, {},
-                            value->type().tensor().device});
-  return Emit("aten::contiguous", {NodeArg(value), NodeArg(Attribute(int64_t{0}), "memory_format")}, type,
-              value->name())
-      ->result(0);
+  auto contiguous = [&](Value* input, std::vector<int64_t> sizes) {
+    Type type = Type::Tensor({now.dtype, std::move(sizes), {}, now.device});
+    return Emit("aten::contiguous", {NodeArg(input), NodeArg(Attribute(int64_t{0}), "memory_format")}, type,
+                value->name())
+        ->result(0);
+  };
+  if (!permuted) {
+    memory.value = contiguous(value, now.sizes);
+    return memory;
+  }
+  // A permuted dense layout: the root's dimensions in memory order (outermost first), made
+  // contiguous, hold its elements where the traced storage held them; as_strided and
+  // as_strided_scatter address that tensor as they addressed the traced root.
+  const int64_t rank = traced.rank();
+  std::vector<int64_t> order(rank);
+  for (int64_t d = 0; d < rank; ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return traced.strides[a] > traced.strides[b]; });
+  std::vector<int64_t> in_memory_order(rank);
+  memory.back.resize(rank);
+  for (int64_t i = 0; i < rank; ++i) {
+    memory.back[order[i]] = i;
+    in_memory_order[i] = traced.sizes[order[i]];
+  }
+  Type permuted_type = Type::Tensor({now.dtype, in_memory_order, {}, now.device});
+  Value* memory_order =
+      Emit("aten::permute", {NodeArg(value), NodeArg(Attribute(order))}, permuted_type, value->name())->result(0);
+  memory.value = contiguous(memory_order, in_memory_order);
+  return memory;
 }
 
 int AliasTracker::RootOf(int alias) const {
@@ -124,7 +184,30 @@ int AliasTracker::RootOf(int alias) const {
 
 Node* AliasTracker::Emit(std::string op, std::vector<NodeArg> args, const Type& type, const std::string& hint) {
   std::vector<Type> types = {type};
-  return graph_->AddNode(std::move(op), std::move(args), std::move(types), nullptr, {graph_->FreshName(hint + ".")});
+  Node* node =
+      graph_->AddNode(std::move(op), std::move(args), std::move(types), nullptr, {graph_->FreshName(hint + ".")});
+  if (hook_) hook_(node);
+  return node;
+}
+
+bool AliasTracker::Written(int alias) const { return storages_[aliases_.at(alias).storage].written; }
+
+absl::StatusOr<AliasTracker::StridedInput> AliasTracker::AsStridedInput(int alias, absl::string_view what) {
+  StridedInput input;
+  if (StartsStorage(alias)) {
+    input.base = RootOf(alias);
+    MAGI_ASSIGN_OR_RETURN(input.value, StorageBase(alias));
+    return input;
+  }
+  if (!LayoutIsFaithful(alias)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "as_strided of ", what,
+        ", whose storage was written in place and is not laid out densely from its start: its layout cannot be "
+        "reproduced"));
+  }
+  input.base = alias;
+  MAGI_ASSIGN_OR_RETURN(input.value, Read(alias));
+  return input;
 }
 
 absl::StatusOr<Value*> AliasTracker::Read(int id) {
@@ -149,6 +232,7 @@ absl::StatusOr<Value*> AliasTracker::Read(int id) {
     names.push_back(graph_->FreshName(result->name() + "."));
   }
   Node* replay = graph_->AddNode(view->op(), ArgsOnBase(view, parent), std::move(types), nullptr, std::move(names));
+  if (hook_) hook_(replay);
   current.value = replay->result(current.result_index);
   current.version = storages_[current.storage].version;
   return current.value;
@@ -162,16 +246,36 @@ absl::Status AliasTracker::Write(int id, Value* value) {
                      "); Magi cannot tell which other tensors see the write"));
   }
   const Alias alias = aliases_[id];
+  if (alias.parent >= 0 && value->type().is_tensor() && alias.value->type().is_tensor() &&
+      value->type().tensor().sizes != alias.value->type().tensor().sizes) {
+    // A view keeps its shape; an op that resizes a view it writes (out= into a slice) has
+    // no functional equivalent here.
+    return absl::UnimplementedError(absl::StrCat("it writes a ", value->type().ToString(), " into %",
+                                                 alias.value->name(), ", a view of another shape (",
+                                                 alias.value->type().ToString(), ")"));
+  }
   if (alias.parent < 0) {
     storage.value = value;
     storage.faithful = false;
   } else {
-    const bool addresses_memory = alias.view->op() == "aten::as_strided";
-    MAGI_ASSIGN_OR_RETURN(Value * parent_value, addresses_memory && aliases_[alias.parent].parent < 0
-                                                    ? StorageBase(alias.parent)
-                                                    : Read(alias.parent));
-    MAGI_ASSIGN_OR_RETURN(Value * new_parent, Inverse(alias, parent_value, value));
-    MAGI_RETURN_IF_ERROR(Write(alias.parent, new_parent));
+    if (alias.view->op() == "aten::as_strided" && aliases_[alias.parent].parent < 0) {
+      // as_strided_scatter into the root's memory, then back to the root's shape.
+      MAGI_ASSIGN_OR_RETURN(RootMemory memory, MemoryOf(alias.parent, /*for_write=*/true));
+      MAGI_ASSIGN_OR_RETURN(Value * scattered, Inverse(alias, memory.value, value));
+      Value* new_parent = scattered;
+      if (!memory.back.empty()) {
+        const TensorType& root = aliases_[alias.parent].value->type().tensor();
+        new_parent = Emit("aten::permute", {NodeArg(scattered), NodeArg(Attribute(memory.back))},
+                          Type::Tensor({root.dtype, root.sizes, storage.traced_strides, root.device}),
+                          aliases_[alias.parent].value->name())
+                         ->result(0);
+      }
+      MAGI_RETURN_IF_ERROR(Write(alias.parent, new_parent));
+    } else {
+      MAGI_ASSIGN_OR_RETURN(Value * parent_value, Read(alias.parent));
+      MAGI_ASSIGN_OR_RETURN(Value * new_parent, Inverse(alias, parent_value, value));
+      MAGI_RETURN_IF_ERROR(Write(alias.parent, new_parent));
+    }
   }
   Storage& written = storages_[alias.storage];
   if (alias.parent < 0) ++written.version;
@@ -298,8 +402,8 @@ absl::StatusOr<Value*> AliasTracker::Inverse(const Alias& alias, Value* base, Va
     const Storage& storage = storages_[alias.storage];
     if (aliases_[alias.parent].parent >= 0 || !storage.starts_storage) {
       return refuse(
-          "as_strided addresses the whole storage, and its input is not a tensor that starts its storage "
-          "contiguously (write through a view of the base instead)");
+          "as_strided addresses the whole storage, and its input is not a tensor that holds its storage "
+          "densely from its start (write through a view of the base instead)");
     }
     MAGI_ASSIGN_OR_RETURN(std::vector<int64_t> view_sizes, IntListArg(view, 1));
     MAGI_ASSIGN_OR_RETURN(std::vector<int64_t> view_strides, IntListArg(view, 2));

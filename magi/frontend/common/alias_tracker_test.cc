@@ -130,6 +130,59 @@ TEST_F(AliasTrackerTest, AsStridedAfterAWriteReadsTheRootInTheTracedLayout) {
   EXPECT_EQ(tracker_.StorageBase(partial).status().code(), absl::StatusCode::kUnimplemented);
 }
 
+// A root laid out densely but permuted (strides [1, 3]: a transpose's elementwise result).
+// as_strided addresses its memory, so a write through as_strided scatters into the root
+// permuted to memory order and made contiguous, then permutes back; after a write, reading
+// through as_strided reads that memory-order copy.
+TEST_F(AliasTrackerTest, AsStridedOfAPermutedDenseRootAddressesItsTracedMemory) {
+  Value* p = graph_.AddInput("p", Type::Tensor({DType::kFloat32, {3, 2}, {1, 3}}));
+  AliasTracker::RootOptions options;
+  options.starts_storage = IsDenseLayout({3, 2}, {1, 3});
+  ASSERT_TRUE(options.starts_storage);
+  int root = tracker_.AddRoot(p, options);
+  absl::StatusOr<Value*> faithful = tracker_.StorageBase(root);
+  ASSERT_TRUE(faithful.ok()) << faithful.status();
+  EXPECT_EQ(*faithful, p);  // its own layout while never written
+  int strided = View(root, "aten::as_strided",
+                     {NodeArg(Attribute(std::vector<int64_t>{2})), NodeArg(Attribute(std::vector<int64_t>{2})),
+                      NodeArg(Attribute(int64_t{1}))},
+                     {F32({2})});
+  ASSERT_TRUE(AddOneInPlace(strided).ok());
+  ASSERT_TRUE(AddOneInPlace(root).ok());  // makes the strided view stale
+  absl::StatusOr<Value*> reread = tracker_.Read(strided);
+  ASSERT_TRUE(reread.ok()) << reread.status();
+  graph_.AddOutput("strided", *reread);
+  EXPECT_EQ(Finish(), R"(  graph @g {
+    input %x: f32[2,3] {role = buffer}
+    input %p: f32[3,2]strides[1,3]
+    %v0 = aten::as_strided(%p, [2], [2], 1) : f32[2]
+    %add1 = aten::add.Scalar(%v0, 1) : f32[2]
+    %p.0 = aten::permute(%p, [1, 0]) : f32[2,3]
+    %p.1 = aten::contiguous(%p.0, memory_format = 0) : f32[2,3]
+    %p.1.2 = aten::as_strided_scatter(%p.1, %add1, [2], [2], 1) : f32[2,3]
+    %p.3 = aten::permute(%p.1.2, [1, 0]) : f32[3,2]strides[1,3]
+    %add2 = aten::add.Scalar(%p.3, 1) : f32[3,2]strides[1,3]
+    %add2.4 = aten::permute(%add2, [1, 0]) : f32[2,3]
+    %add2.5 = aten::contiguous(%add2.4, memory_format = 0) : f32[2,3]
+    %v0.6 = aten::as_strided(%add2.5, [2], [2], 1) : f32[2]
+    output strided = %v0.6
+    output p.updated = %add2
+  }
+)");
+}
+
+TEST(IsDenseLayoutTest, ContiguousAndPermutedLayoutsAreDenseGapsAndOverlapsAreNot) {
+  EXPECT_TRUE(IsDenseLayout({2, 3}, {}));
+  EXPECT_TRUE(IsDenseLayout({2, 3}, {3, 1}));
+  EXPECT_TRUE(IsDenseLayout({2, 3}, {1, 2}));            // transposed
+  EXPECT_TRUE(IsDenseLayout({2, 3, 4}, {1, 8, 2}));      // permuted
+  EXPECT_TRUE(IsDenseLayout({2, 1, 3}, {3, 99, 1}));     // a size-1 dimension's stride does not matter
+  EXPECT_TRUE(IsDenseLayout({2, 0}, {5, 7}));            // no elements
+  EXPECT_FALSE(IsDenseLayout({2, 3}, {4, 1}));           // a gap after each row
+  EXPECT_FALSE(IsDenseLayout({2, 3}, {0, 1}));           // expanded: rows overlap
+  EXPECT_FALSE(IsDenseLayout({2, 3}, {1}));              // malformed
+}
+
 TEST_F(AliasTrackerTest, WritesItCannotExpressAreRefusedNamingTheView) {
   int wide = View(root_, "aten::expand", {NodeArg(Attribute(std::vector<int64_t>{4, 2, 3}))}, {F32({4, 2, 3})});
   absl::Status expanded = AddOneInPlace(wide);

@@ -39,12 +39,10 @@ absl::StatusOr<DType> TorchDType(absl::string_view name) {
       {"int32", DType::kInt32},       {"int", DType::kInt32},       {"int16", DType::kInt16},
       {"int8", DType::kInt8},         {"uint8", DType::kUInt8},     {"bool", DType::kBool},
       {"complex64", DType::kComplex64}, {"cfloat", DType::kComplex64}, {"complex128", DType::kComplex128},
-      {"cdouble", DType::kComplex128}, {"uint64", DType::kUInt64},
+      {"cdouble", DType::kComplex128}, {"uint64", DType::kUInt64},   {"complex32", DType::kComplex32},
+      {"chalf", DType::kComplex32},
   };
   absl::string_view bare = absl::StripPrefix(name, "torch.");
-  if (bare == "complex32" || bare == "chalf") {
-    return absl::UnimplementedError("complex32 (chalf) tensors are not supported: the IR has no such dtype");
-  }
   auto it = names->find(bare);
   if (it == names->end()) return absl::InvalidArgumentError(absl::StrCat("unsupported dtype '", name, "'"));
   return it->second;
@@ -94,15 +92,14 @@ absl::StatusOr<double> FloatOf(const FxArg& arg) {
   return absl::InvalidArgumentError("expected a number");
 }
 
-bool IsContiguousFrom0(const FxTensorMeta& meta) {
+// The tensor lays out its storage densely from offset 0 (contiguous or permuted; the file
+// does not say how large the storage is, so covering all of it is assumed, as the exporter's
+// new tensors do): AliasTracker::RootOptions::starts_storage.
+bool IsDenseFrom0(const FxTensorMeta& meta) {
   if (meta.storage_offset() != 0) return false;
-  if (meta.stride_size() == 0) return true;
   std::vector<int64_t> sizes(meta.shape().begin(), meta.shape().end());
   std::vector<int64_t> strides(meta.stride().begin(), meta.stride().end());
-  TensorType type;
-  type.sizes = sizes;
-  type.strides = strides;
-  return type.IsContiguous();
+  return IsDenseLayout(sizes, strides);
 }
 
 class Importer {
@@ -206,7 +203,7 @@ class Importer {
     if (graph_->FindValue(node.name()) != nullptr) return absl::InvalidArgumentError("the name is used twice");
     Value* input = graph_->AddInput(node.name(), Type::Tensor(std::move(type)), role);
     AliasTracker::RootOptions options;
-    options.starts_storage = IsContiguousFrom0(node.meta(0));
+    options.starts_storage = IsDenseFrom0(node.meta(0));
     AddRoot(node.name(), input, &node.meta(0), options);
     return absl::OkStatus();
   }
@@ -361,14 +358,10 @@ class Importer {
         node.args(0).kind_case() == FxArg::kNode && values_.contains(node.args(0).node()) &&
         values_.at(node.args(0).node()).size() == 1 && values_.at(node.args(0).node())[0] >= 0) {
       int alias = values_.at(node.args(0).node())[0];
-      if (aliases_->StartsStorage(alias)) {
-        strided_base = aliases_->RootOf(alias);
-        MAGI_ASSIGN_OR_RETURN(strided_input, aliases_->StorageBase(alias));
-      } else if (!aliases_->LayoutIsFaithful(alias)) {
-        return absl::UnimplementedError(absl::StrCat(
-            "as_strided of '", node.args(0).node(),
-            "', whose storage was written in place and does not start contiguously: its layout cannot be reproduced"));
-      }
+      MAGI_ASSIGN_OR_RETURN(AliasTracker::StridedInput input,
+                            aliases_->AsStridedInput(alias, absl::StrCat("'", node.args(0).node(), "'")));
+      strided_base = input.base;
+      strided_input = input.value;
     }
     MAGI_ASSIGN_OR_RETURN(
         std::vector<NodeArg> args,
@@ -465,7 +458,7 @@ class Importer {
       Value* value = created->result(index);
       if (base < 0) {
         AliasTracker::RootOptions options;
-        options.starts_storage = metas[p] == nullptr || IsContiguousFrom0(*metas[p]);
+        options.starts_storage = metas[p] == nullptr || IsDenseFrom0(*metas[p]);
         AddRoot(node.name(), value, metas[p], options);
         continue;
       }
