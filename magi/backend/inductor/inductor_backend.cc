@@ -91,7 +91,9 @@ std::string CpuTarget() {
   return *target;
 }
 
-bool IsComplex(DType dtype) { return dtype == DType::kComplex64 || dtype == DType::kComplex128; }
+bool IsComplex(DType dtype) {
+  return dtype == DType::kComplex32 || dtype == DType::kComplex64 || dtype == DType::kComplex128;
+}
 
 // The devices of `graph`'s inputs and outputs.
 std::vector<Device> DevicesOf(const Graph& graph) {

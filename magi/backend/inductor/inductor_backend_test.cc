@@ -30,6 +30,7 @@ constexpr char kStep[] = R"(module @m {
     input %x: f32[4,8]
     input %w.shard: f32[4,8] {role = param}
     input %z: c64[4]
+    input %zh: c32[4]
     input %d: f32[?,8]
     input %g: f32[4,8]@cuda:0
     %f = magi::all_gather_start([%w.shard], group = "dp") : future<f32[8,8]>
@@ -39,6 +40,7 @@ constexpr char kStep[] = R"(module @m {
     %a = aten::add_.Tensor(%h, %h, alpha = 1) : f32[4,8]
     %n = aten::nonzero(%h) : i64[?,2]
     %zz = aten::mul.Tensor(%z, %z) : c64[4]
+    %zzh = aten::mul.Tensor(%zh, %zh) : c32[4]
     %dd = aten::relu(%d) : f32[?,8]
     %mixed = aten::add.Tensor(%h, %g, alpha = 1) : f32[4,8]@cuda:0
     %gone = aten::no_such_op(%h) : f32[4,8]
@@ -64,6 +66,7 @@ TEST(InductorBackendTest, DeclinesWithReasons) {
   EXPECT_EQ(why["a"], "writes memory in place (partitions return new tensors)");
   EXPECT_EQ(why["n"], "data-dependent: reads tensor values on the host");
   EXPECT_EQ(why["zz"], "%z is complex (Inductor has no complex kernels)");
+  EXPECT_EQ(why["zzh"], "%zh is complex (Inductor has no complex kernels)");
   EXPECT_EQ(why["dd"], "%d has a dynamic shape");
   EXPECT_EQ(why["mixed"], "mixes devices cpu and cuda:0");
   EXPECT_NE(why["gone"].find("has no operator aten::no_such_op"), std::string::npos) << why["gone"];
