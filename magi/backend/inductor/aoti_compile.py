@@ -27,7 +27,9 @@ processes) wait for one another instead of repeating the work; a worker first do
 nobody else is making and comes back to the locked ones last.
 
 Result files hold "ok", the export and compile seconds and the op count, one per line; or
-"error" and the message. Progress lines go to the original stderr; everything else the
+"error" and the message. With MAGI_AOTI_PROFILE=DIR, each task's export and compile run under
+cProfile, and DIR gets LABEL.PID.prof and LABEL.PID.txt (the 60 costliest functions by
+cumulative time): where a cold compile's minutes go, per partition and per process. Progress lines go to the original stderr; everything else the
 compile prints (Inductor, the C++ compiler) goes to stdout/stderr as redirected by the caller.
 """
 
@@ -86,6 +88,18 @@ def deterministic_configs(config):
     return {name: value for name, value in wanted.items() if hasattr(config, name)}
 
 
+def device_configs(inputs):
+    """Inductor settings that follow from where a partition runs (INPUTS entries: name, dtype,
+    sizes, strides, device). A partition whose inputs are all on CUDA has no CPU kernels: its
+    C++ is the host wrapper, which needs no CPU vector ISA, so Inductor's check of which ISA the
+    compiler can build (a g++ dry compile of vectorized ATen code per ISA, under a file lock
+    every compiling process waits on) is skipped: 52 of a first partition's 92 s in a cold
+    8-process compile on the GPU machine (MAGI_AOTI_PROFILE, session 8)."""
+    if inputs and all(str(entry[4]).startswith("cuda") for entry in inputs):
+        return {"cpp.vec_isa_ok": False}
+    return {}
+
+
 def _compile(torch, program_path, package_path, deterministic=False, precompile_headers=True):
     spec = importlib.util.spec_from_file_location("magi_partition", program_path)
     module = importlib.util.module_from_spec(spec)
@@ -104,10 +118,32 @@ def _compile(torch, program_path, package_path, deterministic=False, precompile_
         configs.update(deterministic_configs(inductor_config))
     if not precompile_headers:
         configs["aot_inductor.precompile_headers"] = False
+    configs.update(device_configs(module.INPUTS))
     torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
     os.replace(tmp, package_path)
     done = time.time()
     return ops, exported - start, done - exported
+
+
+def _profiled(label, function, *args):
+    """function(*args), under cProfile when MAGI_AOTI_PROFILE names a folder (see above)."""
+    folder = os.environ.get("MAGI_AOTI_PROFILE")
+    if not folder:
+        return function(*args)
+    import cProfile
+    import io
+    import pstats
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(function, *args)
+    finally:
+        os.makedirs(folder, exist_ok=True)
+        stem = os.path.join(folder, "%s.%d" % ("".join(c if c.isalnum() or c in "-_." else "_" for c in label),
+                                              os.getpid()))
+        profile.dump_stats(stem + ".prof")
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
+        _write_atomically(stem + ".txt", text.getvalue())
 
 
 def _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking):
@@ -126,7 +162,8 @@ def _compile_task(torch, task, deterministic, precompile_headers, worker, progre
                 progress.write("magi: inductor: %s: compiled meanwhile by another process\n" % label)
                 progress.flush()
                 return False
-            ops, export_s, compile_s = _compile(torch, program, package, deterministic, precompile_headers)
+            ops, export_s, compile_s = _profiled(label, _compile, torch, program, package, deterministic,
+                                                 precompile_headers)
             _write_atomically(result, "ok\n%.3f\n%.3f\n%d\n" % (export_s, compile_s, ops))
             progress.write("magi: inductor: %s: %d aten ops compiled in %.1f s (export %.1f s) [worker %s]\n"
                            % (label, ops, export_s + compile_s, export_s, worker))
@@ -169,8 +206,11 @@ def _run_job(job_path):
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    started = time.time()
     import torch
     import torch._inductor  # noqa: F401
+    if os.environ.get("MAGI_AOTI_PROFILE"):
+        progress.write("magi: inductor: worker %s imported torch in %.1f s\n" % (worker, time.time() - started))
     if expected_torch and torch.__version__.split("+")[0] != expected_torch.split("+")[0]:
         message = "this Python's torch is %s, but the process runs LibTorch %s" % (torch.__version__, expected_torch)
         for _, _, result, _ in tasks:

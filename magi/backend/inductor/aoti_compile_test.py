@@ -155,6 +155,15 @@ class AotiCompileJobTest(unittest.TestCase):
             compiled = self.run_tasks(d, ["a", "b"], locked=["a"])
         self.assertEqual([name.split(".")[1] for name in compiled], ["b", "a"])
 
+    def test_cuda_partitions_skip_the_cpu_vector_isa_check(self):
+        script = _load_script()
+        cuda = ("x", None, [2], [1], "cuda:0")
+        cpu = ("y", None, [2], [1], "cpu")
+        self.assertEqual(script.device_configs([cuda, cuda]), {"cpp.vec_isa_ok": False})
+        self.assertEqual(script.device_configs([cuda, cpu]), {})  # CPU kernels: Inductor picks the ISA
+        self.assertEqual(script.device_configs([cpu]), {})
+        self.assertEqual(script.device_configs([]), {})
+
     def test_deterministic_configs_takes_what_the_config_has(self):
         script = _load_script()
         config = types.SimpleNamespace(deterministic=False, max_autotune=True, max_autotune_gemm=True)

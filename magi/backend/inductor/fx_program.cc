@@ -57,6 +57,8 @@ std::string PythonDType(DType dtype) {
       return "torch.complex64";
     case DType::kComplex128:
       return "torch.complex128";
+    case DType::kComplex32:  // emitted for the FX source; the backend declines complex partitions
+      return "torch.complex32";
     case DType::kUInt64:
       return "torch.uint64";
   }
