@@ -10,7 +10,9 @@ for expected in "PASS training: two deterministic runs, bitwise-identical losses
     "PASS training: two deterministic runs, bitwise-identical final_weights" "PASS training: one plan hash" \
     "PASS generation: deterministic, batched bytes = one by one" \
     "PASS generation: deterministic, batched logits bitwise = one by one" \
-    "| training, 953M step, tokens/s |" "| batched inference (8 prompts, batch 8), tokens/s |" \
+    "PASS generation: deterministic, prefill unrolled, batched logits bitwise = one by one" \
+    "| training, 953M step, tokens/s |" "| batched inference (8 prompts, batch 8; unrolled), tokens/s |" \
+    "| batched inference, prefill unrolled (--unrolled_prefill), tokens/s |" \
     "0 bitwise check(s) failed"; do
   grep -qF "$expected" "$out.txt" || { echo "missing: $expected"; exit 1; }
 done

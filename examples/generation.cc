@@ -71,6 +71,25 @@ absl::Status ValidateGeneration(const GenerationOptions& options, const models::
   if (options.batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--batch_size must be >= 1, not ", options.batch));
   }
+  if (options.invariant_batch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--invariant_batch must be >= 0 (0: unrolled), not ", options.invariant_batch));
+  }
+  if (options.unrolled_prefill && options.invariant_batch == 0) {
+    return absl::InvalidArgumentError("--unrolled_prefill needs --invariant_batch > 0 (without it every graph is unrolled)");
+  }
+  if (options.invariant_batch > 0) {
+    if (!options.inference.deterministic || !options.kv_cache) {
+      return absl::InvalidArgumentError(
+          "--invariant_batch is a mode of deterministic generation with the KV cache: give --deterministic and "
+          "--kv_cache (or --invariant_batch=0)");
+    }
+    if (options.batch > options.invariant_batch) {
+      return absl::InvalidArgumentError(absl::StrCat("--batch_size=", options.batch, " does not fit --invariant_batch=",
+                                                     options.invariant_batch, " rows: give --invariant_batch >= ",
+                                                     options.batch, " (and the same value in every run compared)"));
+    }
+  }
   return ValidateSampling(options.sampling, config.vocab_size);
 }
 
@@ -97,7 +116,7 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(models::Lla
   const at::Tensor& weight = model.tok_embeddings->weight;
   generator->device_ = weight.device();
   generator->cache_options_ = weight.options().requires_grad(false);
-  const int64_t batch = options.batch, window = options.window;
+  const int64_t batch = generator->graph_rows(), window = options.window;
   at::TensorOptions ids = at::TensorOptions().dtype(at::kLong).device(generator->device_);
   at::Tensor example_window = at::full({batch, window}, kPadByte, ids);
   if (!options.kv_cache) {
@@ -126,8 +145,11 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(models::Lla
     }
     return in;
   };
+  if (options.invariant_batch > 0) inference.batch_invariance = BatchInvariance::kFixedBatch;
+  InferenceOptions prefill = inference;
+  if (options.unrolled_prefill) prefill.batch_invariance = BatchInvariance::kUnrolled;
   MAGI_ASSIGN_OR_RETURN(generator->prefill_,
-                        FsdpInference::Create(model, cached, inputs_for(example_window), communicator, inference));
+                        FsdpInference::Create(model, cached, inputs_for(example_window), communicator, prefill));
   MAGI_ASSIGN_OR_RETURN(generator->decode_, FsdpInference::Create(model, cached, inputs_for(at::full({batch, 1}, kPadByte, ids)),
                                                                   communicator, inference));
   MAGI_RETURN_IF_ERROR(generator->decode_->ShareWeightsWith(*generator->prefill_));
@@ -142,12 +164,12 @@ absl::Status TextGenerator::LoadShardsFromCheckpoint(const std::string& root) {
 
 int64_t TextGenerator::cache_bytes() const {
   if (forward_ != nullptr) return 0;
-  return 2 * config_.n_layers * options_.batch * config_.n_heads * options_.window * config_.head_dim() *
+  return 2 * config_.n_layers * graph_rows() * config_.n_heads * options_.window * config_.head_dim() *
          static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(cache_options_.dtype())));
 }
 
 absl::Status TextGenerator::Warmup(int runs) {
-  const int64_t batch = options_.batch, window = options_.window;
+  const int64_t batch = graph_rows(), window = options_.window;
   at::TensorOptions ids = at::TensorOptions().dtype(at::kLong).device(device_);
   for (int i = 0; i < runs; ++i) {
     if (forward_ != nullptr) {
@@ -303,13 +325,17 @@ absl::StatusOr<Generated> TextGenerator::Generate(const std::vector<std::string>
     row.needs_prefill = true;
     row.reprefill = true;
   };
-  for (size_t first = 0; first < prompts.size(); first += options_.batch) {
-    std::vector<Row> rows(options_.batch);
-    std::vector<size_t> prompt_of(options_.batch);
-    for (int r = 0; r < options_.batch; ++r) {
-      prompt_of[r] = std::min(first + r, prompts.size() - 1);
+  const size_t batch = static_cast<size_t>(options_.batch);
+  for (size_t first = 0; first < prompts.size(); first += batch) {
+    // Rows past this batch's prompts (the last batch's, and with invariant_batch every batch's
+    // rows past `batch`) repeat its last prompt and are discarded.
+    const size_t last = std::min(first + batch, prompts.size()) - 1;
+    std::vector<Row> rows(static_cast<size_t>(graph_rows()));
+    std::vector<size_t> prompt_of(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      prompt_of[r] = std::min(first + r, last);
       rows[r].text = prompts[prompt_of[r]];
-      rows[r].padding = first + r >= prompts.size();
+      rows[r].padding = first + r > last;
       fit(rows[r]);
       rows[r].reprefill = false;  // a long prompt's first prefill is no re-prefill
     }

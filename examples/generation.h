@@ -36,7 +36,13 @@
 // graphs are captured for one sequence and unrolled (batch-invariant pass), so every
 // sequence's logits are bitwise independent of the batch on either path; the unrolled
 // decode step concatenates the sequences' caches, so there the cache is donated (freed
-// after its last read) but not written in place.
+// after its last read) but not written in place. With invariant_batch = B the graphs
+// have B rows whatever the batch (padding rows fill them), and both graphs run batched at
+// that fixed shape (BatchInvariance::kFixedBatch; the prefill unrolled instead with
+// unrolled_prefill): they keep their batched speed and the decode its in-place cache
+// update, and the invariance rests on row-position invariance of the device's kernels at
+// that shape (checked bitwise on the GPU by tools/deterministic_gpu.sh and on the CPU by
+// examples:deterministic_test).
 //
 // Sampling (SamplingOptions): greedy, or softmax(logits / temperature) restricted to the
 // top_k most likely bytes, drawn from one CPU generator per prompt (seeded seed + the
@@ -78,14 +84,27 @@ int64_t SampleNext(const at::Tensor& logits, const SamplingOptions& options, at:
 struct GenerationOptions {
   int64_t window = 64;         // context window in bytes: the cache's length (<= the model's max_seq_len)
   int64_t overflow_keep = 0;   // bytes of context kept when the window is full; 0: window / 2
-  int batch = 1;               // sequences per graph run
+  int batch = 1;               // prompts per graph run
+  // Deterministic with the KV cache only. > 0: every graph has this many rows whatever
+  // `batch` (<= it; the rest are padding rows), and the decode step runs them batched
+  // (BatchInvariance::kFixedBatch: one weight read per step for all rows) while the
+  // prefill stays unrolled. Two runs must use the same value to be compared. 0: every
+  // graph unrolled to `batch` rows (BatchInvariance::kUnrolled, the CPU answer: see
+  // docs/deterministic.md).
+  int invariant_batch = 0;
+  // With invariant_batch: the prefill unrolled (one-sequence copies, each sequence's
+  // shapes alone) instead of batched at the fixed rows like the decode step. Batched, the
+  // prefill's GEMMs have invariant_batch x window rows over many tiles, so its invariance
+  // rests on every tile being computed alike (tools/deterministic_gpu.sh checks both).
+  bool unrolled_prefill = false;
   bool kv_cache = true;        // false: recompute the whole window every byte (the reference)
   SamplingOptions sampling;
   InferenceOptions inference;  // backend, deterministic mode
 };
 
 // InvalidArgument naming the flag for a window < 2, an overflow_keep outside
-// [1, window - 1] or a batch < 1.
+// [1, window - 1], a batch < 1, or an invariant_batch that is negative, smaller than the
+// batch, or given without deterministic mode and the KV cache.
 absl::Status ValidateGeneration(const GenerationOptions& options, const models::LlamaConfig& config);
 
 // What the graphs ran, for tokens/s. Bytes count one per sequence (padding rows of the
@@ -149,6 +168,8 @@ class TextGenerator {
   // The window tokens [batch, window]: each row's context right-padded (rows not in
   // `take`: all padding).
   at::Tensor WindowTokens(const std::vector<Row>& rows, const std::vector<bool>& take) const;
+  // Rows of every graph: invariant_batch when set, else batch.
+  int64_t graph_rows() const { return options_.invariant_batch > 0 ? options_.invariant_batch : options_.batch; }
 
   GenerationOptions options_;
   models::LlamaConfig config_;

@@ -346,6 +346,27 @@ TEST(GenerationTest, BadSamplingOptionsAreRefusedNamingTheFlag) {
   EXPECT_EQ(ValidateSampling(k, 256).message(), "--top_k=300 is more than the vocabulary (256 tokens)");
 }
 
+TEST(GenerationTest, BadInvariantBatchesAreRefusedNamingTheFlags) {
+  const models::LlamaConfig config = models::LlamaConfig::Tiny();
+  GenerationOptions options;
+  options.inference.deterministic = true;
+  options.batch = 3;
+  options.invariant_batch = 4;
+  EXPECT_TRUE(ValidateGeneration(options, config).ok());
+  options.invariant_batch = 2;
+  EXPECT_EQ(ValidateGeneration(options, config).message(),
+            "--batch_size=3 does not fit --invariant_batch=2 rows: give --invariant_batch >= 3 (and the same value in "
+            "every run compared)");
+  options.invariant_batch = -2;
+  EXPECT_EQ(ValidateGeneration(options, config).message(), "--invariant_batch must be >= 0 (0: unrolled), not -2");
+  options.invariant_batch = 4;
+  options.kv_cache = false;
+  EXPECT_EQ(ValidateGeneration(options, config).code(), absl::StatusCode::kInvalidArgument);
+  options.kv_cache = true;
+  options.inference.deterministic = false;
+  EXPECT_EQ(ValidateGeneration(options, config).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(GenerationTest, SampleNextKeepsToTheTopK) {
   at::Tensor logits = torch::tensor({1.0f, 5.0f, 4.0f, -2.0f, 4.5f});
   SamplingOptions options;

@@ -75,13 +75,21 @@ generate() {  # generate NAME BATCH FLAGS...
       2> "$OUT_DIR/$name.log" ||
     { echo "FAILED: $OUT_DIR/$name.log"; tail -20 "$OUT_DIR/$name.log"; failures=$((failures + 1)); }
 }
+# On the GPU deterministic generation defaults to --invariant_batch=8 (every graph 8 rows, batched at
+# that fixed shape; the CPU's default is unrolled); the other deterministic forms for the table:
+# the prefill unrolled (the decode step batched) and everything unrolled.
 generate gen_det_b1 1 --deterministic
 generate gen_det_b8 8 --deterministic
+generate gen_det_uprefill_b1 1 --deterministic --invariant_batch=8 --unrolled_prefill
+generate gen_det_uprefill_b8 8 --deterministic --invariant_batch=8 --unrolled_prefill
+generate gen_det_unrolled_b8 8 --deterministic --invariant_batch=0
 generate gen_default_b1 1
 generate gen_default_b8 8
 check "generation: deterministic, batched bytes = one by one" cmp "$OUT_DIR/gen_det_b1.txt" "$OUT_DIR/gen_det_b8.txt"
 check "generation: deterministic, batched logits bitwise = one by one" \
   "$COMPARE" "$OUT_DIR/gen_det_b1" "$OUT_DIR/gen_det_b8"
+check "generation: deterministic, prefill unrolled, batched logits bitwise = one by one" \
+  "$COMPARE" "$OUT_DIR/gen_det_uprefill_b1" "$OUT_DIR/gen_det_uprefill_b8"
 # Not a check: whether the default mode's batched logits differ here (they may not).
 echo "default mode, batched vs one by one: $("$COMPARE" "$OUT_DIR/gen_default_b1" "$OUT_DIR/gen_default_b8" 2>&1)"
 
@@ -90,14 +98,18 @@ echo "default mode, batched vs one by one: $("$COMPARE" "$OUT_DIR/gen_default_b1
 train_rate() { json "$OUT_DIR/$1.json" 'tokens_per_step / step_seconds' 2> /dev/null || echo nan; }
 gen_rate() { sed -n 's/.*bytes in [0-9.]* s (\([0-9.]*\) bytes\/s.*/\1/p' "$OUT_DIR/$1.log" | head -1; }
 python3 - "$OUT_DIR" "$(train_rate default)" "$(train_rate det1)" "$(train_rate det2)" \
-    "$(gen_rate gen_default_b8)" "$(gen_rate gen_det_b8)" "$(gen_rate gen_default_b1)" "$(gen_rate gen_det_b1)" <<'PY'
+    "$(gen_rate gen_default_b8)" "$(gen_rate gen_det_b8)" "$(gen_rate gen_default_b1)" "$(gen_rate gen_det_b1)" \
+    "$(gen_rate gen_det_unrolled_b8)" "$(gen_rate gen_det_uprefill_b8)" "$(sed -n 's/.*, batch-invariant: \([^)]*\)).*/\1/p' "$OUT_DIR/gen_det_b8.log" | head -1)" <<'PY'
 import math, sys
 out = sys.argv[1]
-v = [float(x) if x not in ("", "nan") else math.nan for x in sys.argv[2:]]
+mode = sys.argv[11] or "unknown"  # how gen_det_b8 was batch-invariant (its "magi: generated" line)
+v = [float(x) if x not in ("", "nan") else math.nan for x in sys.argv[2:11]]
 train_default, train_det = v[0], max(v[1], v[2])  # the better of the two deterministic runs
 rows = [("training, 953M step, tokens/s", train_default, train_det, 0.10),
-        ("batched inference (8 prompts, batch 8), tokens/s", v[3], v[4], 0.25),
-        ("one-by-one inference (batch 1), tokens/s", v[5], v[6], None)]
+        (f"batched inference (8 prompts, batch 8; {mode}), tokens/s", v[3], v[4], 0.25),
+        ("one-by-one inference (batch 1), tokens/s", v[5], v[6], None),
+        ("batched inference, prefill unrolled (--unrolled_prefill), tokens/s", v[3], v[8], None),
+        ("batched inference, unrolled (--invariant_batch=0), tokens/s", v[3], v[7], None)]
 lines = ["| measurement | default | deterministic | slowdown | target |", "|---|---|---|---|---|"]
 for name, default, det, target in rows:
     slowdown = 1 - det / default if default > 0 else math.nan

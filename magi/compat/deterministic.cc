@@ -95,6 +95,16 @@ void FillUninitialized(at::Tensor& tensor) {
 
 bool DeterministicAlgorithmsOn() { return at::globalContext().deterministicAlgorithms(); }
 
+DeterministicAlgorithmsSuspended::DeterministicAlgorithmsSuspended()
+    : was_on_(at::globalContext().deterministicAlgorithms()),
+      was_warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()) {
+  if (was_on_) at::globalContext().setDeterministicAlgorithms(false, /*warn_only=*/false);
+}
+
+DeterministicAlgorithmsSuspended::~DeterministicAlgorithmsSuspended() {
+  if (was_on_) at::globalContext().setDeterministicAlgorithms(true, was_warn_only_);
+}
+
 bool DeterministicAlgorithmsEnabled() {
   const at::Context& context = at::globalContext();
   return context.deterministicAlgorithms() && !context.deterministicAlgorithmsWarnOnly() &&

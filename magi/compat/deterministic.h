@@ -59,6 +59,26 @@ std::string DescribeDeterministicAlgorithms();
 // nobody turned them on.
 absl::Status CheckDeterministicAlgorithms(absl::string_view backend);
 
+// Turns ATen's deterministic-algorithm check off for one op call whose plain kernel the
+// caller has shown to be deterministic for its arguments, and restores the previous
+// setting (error or warn mode) when it goes out of scope. Why: ATen picks a kernel by the
+// op, not by its arguments, e.g. aten::scatter.src on CUDA always takes its sort-based
+// index_put_ path while deterministic algorithms are on (a host copy, a sort and ~10
+// kernels per call, not capturable in a CUDA graph), although a scatter whose index has
+// one entry along `dim` writes every target once. Not thread-safe across threads that
+// dispatch ops (the switch is process-wide), as none of Magi's executors do.
+class DeterministicAlgorithmsSuspended {
+ public:
+  DeterministicAlgorithmsSuspended();
+  ~DeterministicAlgorithmsSuspended();
+  DeterministicAlgorithmsSuspended(const DeterministicAlgorithmsSuspended&) = delete;
+  DeterministicAlgorithmsSuspended& operator=(const DeterministicAlgorithmsSuspended&) = delete;
+
+ private:
+  bool was_on_;
+  bool was_warn_only_;
+};
+
 }  // namespace magi::compat
 
 #endif  // MAGI_COMPAT_DETERMINISTIC_H_

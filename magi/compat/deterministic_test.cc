@@ -34,6 +34,23 @@ TEST(DeterministicCompatTest, SwitchesAtensAlgorithmsCudnnAndBenchmarkTogether) 
   EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
 }
 
+TEST(DeterministicCompatTest, SuspensionRestoresTheModeItFound) {
+  SetDeterministicAlgorithms(true);
+  {
+    DeterministicAlgorithmsSuspended suspended;
+    EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
+    EXPECT_TRUE(at::globalContext().deterministicCuDNN());  // only ATen's algorithm check is suspended
+  }
+  EXPECT_TRUE(DeterministicAlgorithmsEnabled());
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  { DeterministicAlgorithmsSuspended suspended; }
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithmsWarnOnly());
+  SetDeterministicAlgorithms(false);
+  { DeterministicAlgorithmsSuspended suspended; }  // off stays off
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
+}
+
 TEST(DeterministicCompatTest, BackendsAskedForDeterminismSayWhatIsMissing) {
   SetDeterministicAlgorithms(false);
   absl::Status status = CheckDeterministicAlgorithms("interpreter");

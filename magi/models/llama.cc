@@ -117,8 +117,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionImpl::ForwardWithCache(c
   at::Tensor new_keys, new_values, attended;
   {
     ScopedModulePath scope("kv_cache");
-    new_keys = keys.scatter(2, step.write_index, k);
-    new_values = values.scatter(2, step.write_index, v);
+    if (seq == keys.size(2)) {
+      // The whole window from position 0 (a prefill): every cache position is rewritten, so
+      // the new cache is the block's keys and values, the same bits a scatter would give.
+      // No scatter, whose deterministic CUDA path sorts its index (docs/deterministic.md).
+      new_keys = k.contiguous();
+      new_values = v.contiguous();
+    } else {
+      new_keys = keys.scatter(2, step.write_index, k);
+      new_values = values.scatter(2, step.write_index, v);
+    }
   }
   {
     ScopedModulePath scope("sdpa");

@@ -79,7 +79,9 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
   // x [batch, T, dim] of new tokens; writes their rotated keys and values into copies of
   // the layer's cache at their positions (aten::scatter, functional) and attends over
-  // the whole cache under `step.visible`. Returns {output, keys', values'}.
+  // the whole cache under `step.visible`. Returns {output, keys', values'}. T == the
+  // cache's length (a prefill of the whole window) must start at position 0: the new
+  // cache is then the block's keys and values (no scatter).
   std::tuple<at::Tensor, at::Tensor, at::Tensor> ForwardWithCache(const at::Tensor& x, const CacheStep& step,
                                                                   const at::Tensor& keys, const at::Tensor& values);
   int64_t n_heads;

@@ -2,7 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <c10/core/WrapDimMinimal.h>
+
 #include <functional>
+#include <optional>
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
@@ -228,6 +231,7 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
       plan.op = op;
       plan.index_check = FindIndexCheck(node->op());
       plan.uninitialized = GetOpTraits(node->op()).uninitialized;
+      plan.scatter_src = node->op() == "aten::scatter.src" || node->op() == "aten::scatter_.src";
       MAGI_RETURN_IF_ERROR(PlanOpArguments(*node, op.schema(), slot, plan));
       if (node->num_results() == 1 && InPlaceOperandOfResult(node->op(), 0) >= 0) {
         plan_in_place();
@@ -308,6 +312,20 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
   }
 }
 
+namespace {
+
+// aten::scatter(_).src's arguments (self, dim, index, src) on `stack`: whether the index has
+// size 1 along dim, so that no two source elements share a target (NodePlan::scatter_src).
+bool OneIndexEntryAlongDim(const torch::jit::Stack& stack) {
+  if (stack.size() != 4 || !stack[0].isTensor() || !stack[1].isInt() || !stack[2].isTensor()) return false;
+  const at::Tensor& index = stack[2].toTensor();
+  if (index.dim() == 0) return false;
+  const int64_t dim = c10::maybe_wrap_dim(stack[1].toInt(), index.dim());
+  return index.size(dim) == 1;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
                                                      torch::jit::Stack& stack,
                                                      const std::function<void(torch::jit::Stack&)>& before_call,
@@ -319,6 +337,8 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
     absl::Status checked = RunIndexCheck(plan.index_check, plan.op->schema(), stack);
     if (!checked.ok()) return absl::Status(checked.code(), absl::StrCat(Where(*plan.node), ": ", checked.message()));
   }
+  std::optional<compat::DeterministicAlgorithmsSuspended> suspended;
+  if (plan.scatter_src && compat::DeterministicAlgorithmsOn() && OneIndexEntryAlongDim(stack)) suspended.emplace();
   try {
     (in_place && plan.in_place_op ? *plan.in_place_op : *plan.op).callBoxed(&stack);
   } catch (const c10::Error& error) {

@@ -62,6 +62,11 @@ struct NodePlan {
   // (compat::FillUninitialized), as LibTorch would if Magi had not turned its global
   // fill off (magi/compat/deterministic.h says why).
   bool uninitialized = false;
+  // kOp aten::scatter.src / aten::scatter_.src: when its index has ONE entry along `dim`
+  // (a KV cache's one-position update), every target element is written at most once, so
+  // the plain kernel is deterministic; CallOperator then runs it with ATen's deterministic
+  // check suspended (compat::DeterministicAlgorithmsSuspended says why).
+  bool scatter_src = false;
   // kOp: schema arguments; starts, calls, adamw and local_shard: one kOperandList with every operand.
   std::vector<ArgPlan> args;
   std::vector<int> result_slots;

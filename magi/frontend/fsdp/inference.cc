@@ -76,10 +76,13 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   options.expected_plan_hash = inference_options.expected_plan_hash;
   std::vector<at::Tensor> capture_inputs = example_inputs;
   if (inference_options.deterministic) {
-    // Batch invariance: capture one sequence (row 0), compile it unrolled to the batch.
     MAGI_ASSIGN_OR_RETURN(int64_t batch, BatchOf(example_inputs));
-    for (at::Tensor& input : capture_inputs) input = input.narrow(0, 0, 1).contiguous();
-    options.batch_invariant_sequences = batch;
+    if (inference_options.batch_invariance == BatchInvariance::kUnrolled) {
+      // Capture one sequence (row 0), compile it unrolled to the batch.
+      for (at::Tensor& input : capture_inputs) input = input.narrow(0, 0, 1).contiguous();
+      options.batch_invariant_sequences = batch;
+    }
+    // kFixedBatch: compiled batched as given; the static shapes make every run this batch.
   }
   MAGI_ASSIGN_OR_RETURN(CapturedGraph captured, CaptureForward(root, forward_fn, capture_inputs));
   MAGI_RETURN_IF_ERROR(MarkDonatedInputs(*captured.graph(), inference_options.donated_inputs));

@@ -11,6 +11,19 @@
 // of a run holding it alone, whatever the batch size and the other sequences. Every
 // input must then have the batch on dim 0, and so must every output.
 //
+// Unrolling costs the batched kernels: B one-sequence copies of every op, so a decode
+// step reads every weight B times. BatchInvariance::kFixedBatch keeps them: the forward
+// is compiled batched for the example's batch B, and the CALLER makes every run that
+// shape (fewer sequences padded to B rows). Every kernel then sees one shape whatever the
+// number of real sequences, so it picks one algorithm, split and reduction order; what
+// the mode relies on is row-position invariance (row b of a [B, ...] op computes what
+// row 0 would for the same data), which holds for kernels that do not reduce across
+// rows and treat every row alike: tools/deterministic_gpu.sh checks it bitwise on the
+// GPU for the decode step, where M = B rows fit one GEMM tile. It is the decode step's
+// mode (weight-bound: batching is its speed); a prefill of many rows per sequence stays
+// unrolled (compute-bound: unrolling costs it little, and a GEMM of B x window rows
+// spans tiles that a stream-K kernel may split differently).
+//
 // Donation (InferenceOptions::donated_inputs; GraphOutput::aliases in the IR): a forward
 // that returns a new version of one of its inputs (a KV cache) can be told that output
 // i reuses data input j; RunDonating then takes the inputs by value, and the backend
@@ -40,11 +53,19 @@
 
 namespace magi {
 
+// How deterministic inference makes each sequence's result independent of the batch.
+enum class BatchInvariance {
+  kUnrolled,    // one-sequence copies of every op (any device; the default)
+  kFixedBatch,  // batched at the example's fixed batch; the caller pads (see above)
+};
+
 struct InferenceOptions {
   std::string backend = "interpreter";  // the primary backend (see `magi registry`)
   // Deterministic and batch-invariant (see above). The process must have called
   // magi::EnableDeterministicMode() first; the ranks check they compiled one plan.
   bool deterministic = false;
+  // Only read when deterministic.
+  BatchInvariance batch_invariance = BatchInvariance::kUnrolled;
   // Non-empty: the plan hash the forward must compile to, else Create fails.
   std::string expected_plan_hash;
   // {i, j}: the forward function's output i reuses the storage of its input j (same
