@@ -288,6 +288,13 @@ int Generate(const magi::DistributedEnv& env) {
   const double progress_s = absl::GetFlag(FLAGS_progress_s);
   const int64_t total = static_cast<int64_t>(prompts->size()) * length;
   int64_t done = 0;
+  // Started before the clock: Kineto's start-up is not generation time.
+  std::unique_ptr<magi::compat::KernelTrace> kernel_trace;
+  if (!absl::GetFlag(FLAGS_kernel_trace).empty() && rank == 0) {
+    absl::StatusOr<std::unique_ptr<magi::compat::KernelTrace>> started = magi::compat::KernelTrace::Start(device.is_cuda());
+    if (!started.ok()) return Fail(rank, started.status().message());
+    kernel_trace = *std::move(started);
+  }
   auto start = std::chrono::steady_clock::now();
   auto last_progress = start;
   auto on_byte = [&](size_t, char byte) {
@@ -307,12 +314,6 @@ int Generate(const magi::DistributedEnv& env) {
                    100.0 * done / total, done / elapsed, (total - done) / (done / elapsed));
     }
   };
-  std::unique_ptr<magi::compat::KernelTrace> kernel_trace;
-  if (!absl::GetFlag(FLAGS_kernel_trace).empty() && rank == 0) {
-    absl::StatusOr<std::unique_ptr<magi::compat::KernelTrace>> started = magi::compat::KernelTrace::Start(device.is_cuda());
-    if (!started.ok()) return Fail(rank, started.status().message());
-    kernel_trace = *std::move(started);
-  }
   absl::StatusOr<magi::examples::Generated> generated = (*generator)->Generate(*prompts, length, on_byte);
   if (!generated.ok()) return Fail(rank, generated.status().message());
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -73,10 +73,8 @@ absl::Status ValidateGeneration(const GenerationOptions& options, const models::
   }
   if (options.invariant_batch < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--invariant_batch must be >= 0 (0: unrolled), not ", options.invariant_batch));
-  }
-  if (options.unrolled_prefill && options.invariant_batch == 0) {
-    return absl::InvalidArgumentError("--unrolled_prefill needs --invariant_batch > 0 (without it every graph is unrolled)");
+        absl::StrCat("--invariant_batch must be >= 0 (0: unrolled; the flag's -1 picks the device's default), not ",
+                     options.invariant_batch));
   }
   if (options.invariant_batch > 0) {
     if (!options.inference.deterministic || !options.kv_cache) {
@@ -89,6 +87,11 @@ absl::Status ValidateGeneration(const GenerationOptions& options, const models::
                                                      options.invariant_batch, " rows: give --invariant_batch >= ",
                                                      options.batch, " (and the same value in every run compared)"));
     }
+  }
+  if (options.unrolled_prefill && options.invariant_batch == 0) {
+    return absl::InvalidArgumentError(
+        "--unrolled_prefill is a form of --invariant_batch > 0 (deterministic, with the KV cache); without it every "
+        "graph is unrolled already");
   }
   return ValidateSampling(options.sampling, config.vocab_size);
 }
@@ -129,11 +132,15 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(models::Lla
   }
   // Both graphs: (tokens, positions, keys[0], values[0], ...) -> (logits, keys[0]', values[0]', ...),
   // output 1 + i over input 2 + i.
-  ForwardFunction cached = [&](const std::vector<at::Tensor>& in) {
-    models::LlamaImpl::CachedOutput out = model.ForwardWithCache(in[0], in[1], models::KvCache::FromFlat(in, 2));
-    std::vector<at::Tensor> results = {out.logits};
-    for (const at::Tensor& t : out.cache.Flat()) results.push_back(t);
-    return results;
+  // The prefill fills the whole window from position 0 (its positions input is not read).
+  auto cached = [&](models::CacheWrite write) -> ForwardFunction {
+    return [&model, write](const std::vector<at::Tensor>& in) {
+      models::LlamaImpl::CachedOutput out =
+          model.ForwardWithCache(in[0], in[1], models::KvCache::FromFlat(in, 2), write);
+      std::vector<at::Tensor> results = {out.logits};
+      for (const at::Tensor& t : out.cache.Flat()) results.push_back(t);
+      return results;
+    };
   };
   InferenceOptions inference = options.inference;
   for (int i = 0; i < 2 * model.config.n_layers; ++i) inference.donated_inputs.push_back({1 + i, 2 + i});
@@ -149,9 +156,11 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(models::Lla
   InferenceOptions prefill = inference;
   if (options.unrolled_prefill) prefill.batch_invariance = BatchInvariance::kUnrolled;
   MAGI_ASSIGN_OR_RETURN(generator->prefill_,
-                        FsdpInference::Create(model, cached, inputs_for(example_window), communicator, prefill));
-  MAGI_ASSIGN_OR_RETURN(generator->decode_, FsdpInference::Create(model, cached, inputs_for(at::full({batch, 1}, kPadByte, ids)),
-                                                                  communicator, inference));
+                        FsdpInference::Create(model, cached(models::CacheWrite::kWholeWindow), inputs_for(example_window),
+                                              communicator, prefill));
+  MAGI_ASSIGN_OR_RETURN(generator->decode_,
+                        FsdpInference::Create(model, cached(models::CacheWrite::kAtPositions),
+                                              inputs_for(at::full({batch, 1}, kPadByte, ids)), communicator, inference));
   MAGI_RETURN_IF_ERROR(generator->decode_->ShareWeightsWith(*generator->prefill_));
   return generator;
 }
@@ -204,7 +213,8 @@ absl::StatusOr<std::vector<at::Tensor>> TextGenerator::StepRecompute(std::vector
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, forward_->Run({WindowTokens(rows, all)}));
   std::vector<at::Tensor> logits;
   for (size_t r = 0; r < rows.size(); ++r) {
-    logits.push_back(LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1));
+    logits.push_back(rows[r].padding ? at::Tensor()
+                                     : LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1));
     if (!rows[r].padding) ++stats_.decode_bytes;
   }
   ++stats_.decode_runs;
@@ -248,7 +258,7 @@ absl::StatusOr<std::vector<at::Tensor>> TextGenerator::StepWithCache(std::vector
     cache_.assign(out.begin() + 1, out.end());
     for (size_t r = 0; r < rows.size(); ++r) {
       if (prefill[r]) continue;
-      logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), 0);
+      if (!rows[r].padding) logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), 0);
       rows[r].cached = rows[r].context_length();
       if (!rows[r].padding) ++stats_.decode_bytes;
     }
@@ -279,7 +289,7 @@ absl::StatusOr<std::vector<at::Tensor>> TextGenerator::StepWithCache(std::vector
     }
     for (size_t r = 0; r < rows.size(); ++r) {
       if (!prefill[r]) continue;
-      logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1);
+      if (!rows[r].padding) logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1);
       rows[r].cached = rows[r].context_length();
       if (!rows[r].padding) {
         ++stats_.prefill_sequences;
@@ -344,9 +354,10 @@ absl::StatusOr<Generated> TextGenerator::Generate(const std::vector<std::string>
       MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> logits, Step(rows));
       for (size_t r = 0; r < rows.size(); ++r) {
         const size_t p = prompt_of[r];
-        // Padding rows decode greedily: they are discarded, and must not draw from a prompt's generator.
-        int64_t next = rows[r].padding ? logits[r].argmax().item<int64_t>()
-                                       : SampleNext(logits[r], sampling, generators[p]);
+        // Padding rows are discarded: they read no logits back (a device sync each) and draw from no
+        // prompt's generator; what they hold does not reach the other rows, only their length
+        // (the overflow schedule) follows the batch.
+        int64_t next = rows[r].padding ? kPadByte : SampleNext(logits[r], sampling, generators[p]);
         rows[r].text.push_back(static_cast<char>(next));
         fit(rows[r]);
         if (rows[r].padding) continue;

@@ -86,9 +86,9 @@ struct GenerationOptions {
   int64_t overflow_keep = 0;   // bytes of context kept when the window is full; 0: window / 2
   int batch = 1;               // prompts per graph run
   // Deterministic with the KV cache only. > 0: every graph has this many rows whatever
-  // `batch` (<= it; the rest are padding rows), and the decode step runs them batched
-  // (BatchInvariance::kFixedBatch: one weight read per step for all rows) while the
-  // prefill stays unrolled. Two runs must use the same value to be compared. 0: every
+  // `batch` (<= it; the rest are padding rows), run batched at that fixed shape
+  // (BatchInvariance::kFixedBatch: one weight read per decode step for all rows; the
+  // prefill too unless unrolled_prefill). Two runs must use the same value to be compared. 0: every
   // graph unrolled to `batch` rows (BatchInvariance::kUnrolled, the CPU answer: see
   // docs/deterministic.md).
   int invariant_batch = 0;
@@ -161,7 +161,8 @@ class TextGenerator {
  private:
   TextGenerator() = default;
   struct Row;
-  // The next-byte logits ([vocab] fp32 CPU) of every row, updating their cache state.
+  // The next-byte logits ([vocab] fp32 CPU) of every row but padding rows (undefined there),
+  // updating their cache state.
   absl::StatusOr<std::vector<at::Tensor>> Step(std::vector<Row>& rows);
   absl::StatusOr<std::vector<at::Tensor>> StepWithCache(std::vector<Row>& rows);
   absl::StatusOr<std::vector<at::Tensor>> StepRecompute(std::vector<Row>& rows);

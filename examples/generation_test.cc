@@ -358,13 +358,21 @@ TEST(GenerationTest, BadInvariantBatchesAreRefusedNamingTheFlags) {
             "--batch_size=3 does not fit --invariant_batch=2 rows: give --invariant_batch >= 3 (and the same value in "
             "every run compared)");
   options.invariant_batch = -2;
-  EXPECT_EQ(ValidateGeneration(options, config).message(), "--invariant_batch must be >= 0 (0: unrolled), not -2");
+  EXPECT_EQ(ValidateGeneration(options, config).message(),
+            "--invariant_batch must be >= 0 (0: unrolled; the flag's -1 picks the device's default), not -2");
   options.invariant_batch = 4;
   options.kv_cache = false;
   EXPECT_EQ(ValidateGeneration(options, config).code(), absl::StatusCode::kInvalidArgument);
   options.kv_cache = true;
   options.inference.deterministic = false;
   EXPECT_EQ(ValidateGeneration(options, config).code(), absl::StatusCode::kInvalidArgument);
+  options.inference.deterministic = true;
+  options.unrolled_prefill = true;
+  EXPECT_TRUE(ValidateGeneration(options, config).ok());
+  options.invariant_batch = 0;
+  EXPECT_EQ(ValidateGeneration(options, config).message(),
+            "--unrolled_prefill is a form of --invariant_batch > 0 (deterministic, with the KV cache); without it "
+            "every graph is unrolled already");
 }
 
 TEST(GenerationTest, SampleNextKeepsToTheTopK) {

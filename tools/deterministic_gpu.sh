@@ -9,7 +9,7 @@
 #
 # On the GPU machine, after tools/device_sysroot.sh here (device tool, carry [".device"]):
 #   source .device/start.sh && bash tools/deterministic_gpu.sh
-# GPU time after the build: ~3 minutes (7 short processes). Exit status 0 only if every
+# GPU time after the build: ~2 minutes (10 short processes). Exit status 0 only if every
 # bitwise check passed; the table is printed either way.
 #
 # Environment: OUT_DIR (default /tmp/magi_det), BUILD=0 to use existing binaries (TRAIN, GENERATE,

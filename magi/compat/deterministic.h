@@ -65,8 +65,9 @@ absl::Status CheckDeterministicAlgorithms(absl::string_view backend);
 // op, not by its arguments, e.g. aten::scatter.src on CUDA always takes its sort-based
 // index_put_ path while deterministic algorithms are on (a host copy, a sort and ~10
 // kernels per call, not capturable in a CUDA graph), although a scatter whose index has
-// one entry along `dim` writes every target once. Not thread-safe across threads that
-// dispatch ops (the switch is process-wide), as none of Magi's executors do.
+// one entry along `dim` writes every target once. The switch is process-wide: an op
+// another thread dispatches meanwhile (Gloo's worker allocates and clones its buffers)
+// runs with the check off too; those ops have no nondeterministic kernel to guard.
 class DeterministicAlgorithmsSuspended {
  public:
   DeterministicAlgorithmsSuspended();

@@ -117,10 +117,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionImpl::ForwardWithCache(c
   at::Tensor new_keys, new_values, attended;
   {
     ScopedModulePath scope("kv_cache");
-    if (seq == keys.size(2)) {
-      // The whole window from position 0 (a prefill): every cache position is rewritten, so
-      // the new cache is the block's keys and values, the same bits a scatter would give.
-      // No scatter, whose deterministic CUDA path sorts its index (docs/deterministic.md).
+    if (step.whole_window) {
       new_keys = k.contiguous();
       new_values = v.contiguous();
     } else {
@@ -250,19 +247,26 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens) {
 }
 
 LlamaImpl::CachedOutput LlamaImpl::ForwardWithCache(const at::Tensor& tokens, const at::Tensor& positions,
-                                                     const KvCache& cache) {
+                                                     const KvCache& cache, CacheWrite write) {
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   const int64_t cache_len = cache.cache_len();
   const int64_t half = config.head_dim() / 2;
   CacheStep step;
+  step.whole_window = write == CacheWrite::kWholeWindow;
+  TORCH_CHECK(!step.whole_window || seq == cache_len, "a whole-window cache write needs ", cache_len,
+              " tokens per sequence (the cache's length), got ", seq);
   // Each new token's position, [batch, seq]; the mask and the cache writes follow from it.
-  at::Tensor where = positions.view({batch, 1}) + torch::arange(seq, positions.options()).view({1, seq});
+  at::Tensor where = step.whole_window
+                         ? torch::arange(seq, positions.options()).view({1, seq}).expand({batch, seq})
+                         : positions.view({batch, 1}) + torch::arange(seq, positions.options()).view({1, seq});
   at::Tensor flat = where.reshape({-1});
   step.cos = rope_cos.index_select(0, flat).view({batch, 1, seq, half});
   step.sin = rope_sin.index_select(0, flat).view({batch, 1, seq, half});
   step.visible = torch::arange(cache_len, positions.options()).view({1, 1, 1, cache_len}) <=
                  where.view({batch, 1, seq, 1});
-  step.write_index = where.view({batch, 1, seq, 1}).expand({batch, config.n_heads, seq, config.head_dim()});
+  if (!step.whole_window) {
+    step.write_index = where.view({batch, 1, seq, 1}).expand({batch, config.n_heads, seq, config.head_dim()});
+  }
 
   CachedOutput out;
   at::Tensor h = CallScoped("tok_embeddings", tok_embeddings, tokens);

@@ -71,6 +71,19 @@ struct CacheStep {
   at::Tensor cos, sin;      // [batch, 1, T, head_dim / 2]: the rotary angles of each token's position
   at::Tensor visible;       // bool [batch, 1, T, cache_len]: key j is visible to a token at p iff j <= p
   at::Tensor write_index;   // int64 [batch, n_heads, T, head_dim]: each token's position (scatter on dim 2)
+  // The block is the whole window from position 0 (CacheWrite::kWholeWindow): its keys and
+  // values ARE the new cache, no scatter (write_index unset).
+  bool whole_window = false;
+};
+
+// How LlamaImpl::ForwardWithCache writes the new positions into the cache.
+enum class CacheWrite {
+  kAtPositions,  // scatter at positions[b] + 0 .. T-1 (decode steps, any block)
+  // The block fills the whole cache from position 0 (a prefill: T == cache length,
+  // `positions` not read): the new cache is the block's keys and values, the bits a
+  // scatter would write, without one (ATen's deterministic CUDA scatter sorts its index:
+  // docs/deterministic.md).
+  kWholeWindow,
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -79,9 +92,8 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
   // x [batch, T, dim] of new tokens; writes their rotated keys and values into copies of
   // the layer's cache at their positions (aten::scatter, functional) and attends over
-  // the whole cache under `step.visible`. Returns {output, keys', values'}. T == the
-  // cache's length (a prefill of the whole window) must start at position 0: the new
-  // cache is then the block's keys and values (no scatter).
+  // the whole cache under `step.visible` (with step.whole_window the block's keys and
+  // values are the new cache). Returns {output, keys', values'}.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> ForwardWithCache(const at::Tensor& x, const CacheStep& step,
                                                                   const at::Tensor& keys, const at::Tensor& values);
   int64_t n_heads;
@@ -129,7 +141,9 @@ class LlamaImpl : public torch::nn::Module, public ResetsParameters {
   // The caller keeps positions[b] + T <= cache.cache_len() <= config.max_seq_len: ATen's
   // scatter fails on the CPU and asserts on CUDA otherwise. Functional: `cache` is not
   // written (a compiled graph that is given the cache as donated inputs writes in place).
-  CachedOutput ForwardWithCache(const at::Tensor& tokens, const at::Tensor& positions, const KvCache& cache);
+  // CacheWrite::kWholeWindow (T == cache_len, else c10::Error): a prefill from position 0.
+  CachedOutput ForwardWithCache(const at::Tensor& tokens, const at::Tensor& positions, const KvCache& cache,
+                                CacheWrite write = CacheWrite::kAtPositions);
   // Its own tensors are the rotary tables (rope_cos, rope_sin).
   void ResetParameter(const std::string& name, at::Tensor& tensor) override;
 

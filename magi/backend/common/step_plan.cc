@@ -2,11 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <c10/core/WrapDimMinimal.h>
-
 #include <functional>
-#include <optional>
 #include <mutex>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -319,9 +317,11 @@ namespace {
 bool OneIndexEntryAlongDim(const torch::jit::Stack& stack) {
   if (stack.size() != 4 || !stack[0].isTensor() || !stack[1].isInt() || !stack[2].isTensor()) return false;
   const at::Tensor& index = stack[2].toTensor();
-  if (index.dim() == 0) return false;
-  const int64_t dim = c10::maybe_wrap_dim(stack[1].toInt(), index.dim());
-  return index.size(dim) == 1;
+  const int64_t rank = index.dim();
+  int64_t dim = stack[1].toInt();
+  if (dim < 0) dim += rank;
+  // Out of range: not ours to diagnose; the op's own check reports it in the call below.
+  return dim >= 0 && dim < rank && index.size(dim) == 1;
 }
 
 }  // namespace
@@ -337,9 +337,9 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
     absl::Status checked = RunIndexCheck(plan.index_check, plan.op->schema(), stack);
     if (!checked.ok()) return absl::Status(checked.code(), absl::StrCat(Where(*plan.node), ": ", checked.message()));
   }
-  std::optional<compat::DeterministicAlgorithmsSuspended> suspended;
-  if (plan.scatter_src && compat::DeterministicAlgorithmsOn() && OneIndexEntryAlongDim(stack)) suspended.emplace();
   try {
+    std::optional<compat::DeterministicAlgorithmsSuspended> suspended;  // for this call only
+    if (plan.scatter_src && compat::DeterministicAlgorithmsOn() && OneIndexEntryAlongDim(stack)) suspended.emplace();
     (in_place && plan.in_place_op ? *plan.in_place_op : *plan.op).callBoxed(&stack);
   } catch (const c10::Error& error) {
     return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));

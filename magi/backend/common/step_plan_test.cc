@@ -98,6 +98,9 @@ TEST(StepPlanTest, ScattersWithOneIndexEntryAlongDimRunInDeterministicMode) {
   std::vector<at::Tensor> slots(step->num_slots);
   for (int i = 0; i < 4; ++i) slots[step->input_slots[i]] = std::vector<at::Tensor>{cache, one, two, src}[i];
   compat::SetDeterministicAlgorithms(true);
+  struct ModeOffAtExit {
+    ~ModeOffAtExit() { compat::SetDeterministicAlgorithms(false); }  // also when an ASSERT returns early
+  } mode_off_at_exit;
   torch::jit::Stack stack;
   std::vector<at::Tensor> results;
   for (const NodePlan& node : step->nodes) {
@@ -106,7 +109,6 @@ TEST(StepPlanTest, ScattersWithOneIndexEntryAlongDimRunInDeterministicMode) {
     results.push_back((*out)[0]);
     EXPECT_TRUE(compat::DeterministicAlgorithmsEnabled());  // restored after the call
   }
-  compat::SetDeterministicAlgorithms(false);
   EXPECT_TRUE(at::equal(results[0], cache.scatter(1, one, src.narrow(1, 0, 1))));
   EXPECT_TRUE(at::equal(results[1], cache.scatter(1, two, src)));
 }

@@ -90,8 +90,9 @@ def deterministic_configs(config):
 
 def device_configs(inputs):
     """Inductor settings that follow from where a partition runs (INPUTS entries: name, dtype,
-    sizes, strides, device). A partition whose inputs are all on CUDA has no CPU kernels: its
-    C++ is the host wrapper, which needs no CPU vector ISA, so Inductor's check of which ISA the
+    sizes, strides, device). A partition whose inputs are all on CUDA runs its kernels on the
+    GPU: its C++ is the host wrapper (and at most scalar code for CPU scalars), which needs no
+    CPU vectorization (the flag drops only that, never correctness), so Inductor's check of which ISA the
     compiler can build (a g++ dry compile of vectorized ATen code per ISA, under a file lock
     every compiling process waits on) is skipped: 52 of a first partition's 92 s in a cold
     8-process compile on the GPU machine (MAGI_AOTI_PROFILE, session 8)."""
@@ -137,13 +138,17 @@ def _profiled(label, function, *args):
     try:
         return profile.runcall(function, *args)
     finally:
-        os.makedirs(folder, exist_ok=True)
-        stem = os.path.join(folder, "%s.%d" % ("".join(c if c.isalnum() or c in "-_." else "_" for c in label),
-                                              os.getpid()))
-        profile.dump_stats(stem + ".prof")
-        text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
-        _write_atomically(stem + ".txt", text.getvalue())
+        # A profile that cannot be written is reported, never the compile's failure.
+        try:
+            os.makedirs(folder, exist_ok=True)
+            stem = os.path.join(folder, "%s.%d" % ("".join(c if c.isalnum() or c in "-_." else "_" for c in label),
+                                                  os.getpid()))
+            profile.dump_stats(stem + ".prof")
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
+            _write_atomically(stem + ".txt", text.getvalue())
+        except Exception as e:  # noqa: BLE001
+            sys.stderr.write("magi: inductor: %s: MAGI_AOTI_PROFILE: profile not written: %s\n" % (label, e))
 
 
 def _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking):

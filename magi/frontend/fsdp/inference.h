@@ -19,10 +19,9 @@
 // the mode relies on is row-position invariance (row b of a [B, ...] op computes what
 // row 0 would for the same data), which holds for kernels that do not reduce across
 // rows and treat every row alike: tools/deterministic_gpu.sh checks it bitwise on the
-// GPU for the decode step, where M = B rows fit one GEMM tile. It is the decode step's
-// mode (weight-bound: batching is its speed); a prefill of many rows per sequence stays
-// unrolled (compute-bound: unrolling costs it little, and a GEMM of B x window rows
-// spans tiles that a stream-K kernel may split differently).
+// GPU for the decode step (M = B rows: one GEMM tile) and for a prefill of B x window
+// rows, whose GEMMs span many tiles (a kernel that split tiles differently, e.g. stream-K,
+// would break it: examples:generate --unrolled_prefill keeps such a prefill unrolled).
 //
 // Donation (InferenceOptions::donated_inputs; GraphOutput::aliases in the IR): a forward
 // that returns a new version of one of its inputs (a KV cache) can be told that output
