@@ -213,9 +213,10 @@ absl::StatusOr<std::vector<at::Tensor>> TextGenerator::StepRecompute(std::vector
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, forward_->Run({WindowTokens(rows, all)}));
   std::vector<at::Tensor> logits;
   for (size_t r = 0; r < rows.size(); ++r) {
-    logits.push_back(rows[r].padding ? at::Tensor()
-                                     : LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1));
-    if (!rows[r].padding) ++stats_.decode_bytes;
+    logits.emplace_back();
+    if (rows[r].padding) continue;
+    logits.back() = LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1);
+    ++stats_.decode_bytes;
   }
   ++stats_.decode_runs;
   stats_.decode_seconds += SecondsSince(start);
@@ -258,9 +259,10 @@ absl::StatusOr<std::vector<at::Tensor>> TextGenerator::StepWithCache(std::vector
     cache_.assign(out.begin() + 1, out.end());
     for (size_t r = 0; r < rows.size(); ++r) {
       if (prefill[r]) continue;
-      if (!rows[r].padding) logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), 0);
       rows[r].cached = rows[r].context_length();
-      if (!rows[r].padding) ++stats_.decode_bytes;
+      if (rows[r].padding) continue;
+      logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), 0);
+      ++stats_.decode_bytes;
     }
     ++stats_.decode_runs;
     stats_.decode_seconds += SecondsSince(start);
@@ -289,9 +291,9 @@ absl::StatusOr<std::vector<at::Tensor>> TextGenerator::StepWithCache(std::vector
     }
     for (size_t r = 0; r < rows.size(); ++r) {
       if (!prefill[r]) continue;
-      if (!rows[r].padding) logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1);
       rows[r].cached = rows[r].context_length();
       if (!rows[r].padding) {
+        logits[r] = LogitsAt(out[0], static_cast<int64_t>(r), rows[r].context_length() - 1);
         ++stats_.prefill_sequences;
         stats_.prefill_bytes += rows[r].context_length();
         stats_.prefill_positions += options_.window;
