@@ -665,7 +665,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"model\": \"%s\", \"dtype\": \"%s\", \"tokens_per_step\": %d, \"timed_steps\": %d, "
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
         "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
-        "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, \"timed_step_seconds\": [%s], "
+        "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, "
+        "\"calibrated_kernels_from_steps\": %d, \"timed_step_seconds\": [%s], "
         "\"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
@@ -674,7 +675,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
-        each_step_json, losses_json);
+        (*trainer)->calibration_stats().from_steps, each_step_json, losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);
@@ -689,6 +690,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
     if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);
+    if (!(*trainer)->step_calibration_note().empty()) {
+      std::fprintf(stderr, "magi: %s\n", (*trainer)->step_calibration_note().c_str());
+    }
     std::fprintf(stderr, "step graph: %.1f ms measured (predicted %.1f), peak %.3f MB measured (predicted %.3f%s)\n",
                  timed_steps > 0 ? step_seconds_sum / timed_steps * 1e3 : 0.0, predicted.step_seconds * 1e3,
                  peak_bytes / 1e6, predicted.peak_bytes / 1e6,

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,11 +28,24 @@
 
 namespace magi {
 
+// When a collective ran, as the communicator saw it (steady clock).
+struct CollectiveTiming {
+  // When it could start: issued, and the communicator done with the collectives issued
+  // before it (they run one at a time, in order). Time spent waiting for a peer rank to
+  // arrive counts as the collective's, as it does in a step.
+  std::chrono::steady_clock::time_point ready;
+  std::chrono::steady_clock::time_point done;  // its results complete
+};
+
 class CollectiveHandle {
  public:
   virtual ~CollectiveHandle() = default;
   // The results, one per input (see magi/ir/collectives.h for shapes).
   virtual absl::StatusOr<std::vector<at::Tensor>> Wait() = 0;
+  // After a successful Wait, when the collective ran, where the communicator knows it on
+  // the host (Gloo runs collectives on a worker thread); nullopt otherwise (NCCL: its
+  // kernels' times are CUDA events of the stream that runs them).
+  virtual std::optional<CollectiveTiming> timing() const { return std::nullopt; }
 };
 
 class Communicator {

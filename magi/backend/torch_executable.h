@@ -25,9 +25,12 @@ struct RunStats {
   double seconds = 0;
   // Host time spent issuing the step (before any wait for the device to finish it).
   double host_seconds = 0;
-  // Wall time of each node in program order, when profiling is on (set_profile_nodes);
-  // a collective start's is the enqueue, its wait's the blocking. On CUDA these are
-  // host times (kernels are asynchronous), so calibrate on CPU or synchronize.
+  // Wall time of each node in program order, when profiling is on (set_profile_nodes).
+  // A collective whose communicator reports when it ran (CollectiveHandle::timing) has
+  // its duration on its start and 0 on its wait, wherever the two are in the program (the
+  // nccl_stream runtime times its collectives so too); otherwise a start's time is the
+  // enqueue and its wait's the blocking. On CUDA the interpreter's are host times
+  // (kernels are asynchronous), so calibrate on CPU or synchronize.
   std::vector<double> node_seconds;
 };
 

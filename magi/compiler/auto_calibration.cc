@@ -20,9 +20,13 @@ AutoCalibration::AutoCalibration(std::shared_ptr<KernelCalibrator> calibrator, c
     : calibrator_(std::move(calibrator)),
       table_(table),
       cache_(CalibrationCache::Open(cache_dir.empty() ? CalibrationCache::DefaultDir() : cache_dir,
-                                    calibrator_->DeviceKey())) {
+                                    calibrator_->DeviceKey())),
+      steps_cache_(CalibrationCache::Open(cache_dir.empty() ? CalibrationCache::DefaultDir() : cache_dir,
+                                          calibrator_->DeviceKey(), CalibrationSource::kSteps)) {
   MAGI_CHECK(table_ != nullptr);
-  if (!cache_.warning().empty()) warnings_.push_back(absl::StrCat("warning: calibration cache ", cache_.warning()));
+  for (const CalibrationCache* cache : {&cache_, &steps_cache_}) {
+    if (!cache->warning().empty()) warnings_.push_back(absl::StrCat("warning: calibration cache ", cache->warning()));
+  }
 }
 
 absl::Status AutoCalibration::Calibrate(const Graph& graph) {
@@ -39,7 +43,13 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
     if (table_->Find(key) || unmeasurable_.count(key) || !seen.insert(key).second) continue;
     KernelRequest request;
     request.node = node;
-    request.known = cache_.table().Find(key);
+    // What real steps took beats a micro-run of the kernel alone.
+    request.known = steps_cache_.table().Find(key);
+    if (request.known) {
+      known_from_steps_.insert(key);
+    } else {
+      request.known = cache_.table().Find(key);
+    }
     const bool collective = IsCollectiveStart(node->op());
     (collective ? collectives : compute).push_back(request);
     (collective ? collective_keys : compute_keys).push_back(std::move(key));
@@ -106,6 +116,8 @@ absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests
       ++stats_.measured;
       ++*measured_now;
       cache_.Set(keys[i], *time.seconds, std::max<int64_t>(1, time.runs));
+    } else if (known_from_steps_.count(keys[i])) {
+      ++stats_.from_steps;
     } else {
       ++stats_.from_cache;
     }
@@ -114,9 +126,12 @@ absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests
 }
 
 std::string AutoCalibration::Summary() const {
-  std::string text = absl::StrFormat("calibration (%s): %d kernels, %d cached in %s, %d measured in %.1f s",
-                                     cache_.device_key(), stats_.kernels, stats_.from_cache, cache_.path(),
-                                     stats_.measured, stats_.measure_seconds);
+  std::string text = absl::StrFormat("calibration (%s): %d kernels, ", cache_.device_key(), stats_.kernels);
+  if (stats_.from_steps > 0) {
+    absl::StrAppendFormat(&text, "%d from earlier steps in %s, ", stats_.from_steps, steps_cache_.path());
+  }
+  absl::StrAppendFormat(&text, "%d cached in %s, %d measured in %.1f s", stats_.from_cache, cache_.path(),
+                        stats_.measured, stats_.measure_seconds);
   if (stats_.unmeasured > 0) {
     absl::StrAppend(&text, ", ", stats_.unmeasured, " not measurable (timed by the formula)");
   }

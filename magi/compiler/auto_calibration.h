@@ -2,14 +2,17 @@
 // distinct kernel of it gets a measured time.
 //
 // For each distinct CalibrationTable key of a graph (compute nodes and collective
-// starts; not waits or calls) that the cost model's table lacks, the time comes from the
-// device's cache (calibration_cache.h: one file per KernelCalibrator::DeviceKey()), else
-// the KernelCalibrator measures it (short micro-runs, on every rank in lockstep) and the
-// cache gets it. Compute kernels are timed first; each collective is then measured
-// after as much compute as the step runs before it (the median over its occurrences,
-// from the times just measured): collectives issued after compute take longer than back
-// to back (KernelRequest::compute_before_seconds says why). The compile driver calls Calibrate on the graph it is about to search or
-// run passes on, and again on the optimized graph, whose fused collectives and new
+// starts; not waits or calls) that the cost model's table lacks, the time comes from
+// what earlier runs' steps took on this device (the ".steps.csv" file that
+// StepTimeFeedback writes), else from the device's micro-run cache (calibration_cache.h:
+// one file per KernelCalibrator::DeviceKey()), else the KernelCalibrator measures it
+// (short micro-runs, on every rank in lockstep) and the micro-run cache gets it. Compute
+// kernels are timed first; each collective is then measured after as much compute as the
+// step runs before it (the median over its occurrences, from the times just measured):
+// collectives issued after compute take longer than back to back
+// (KernelRequest::compute_before_seconds says why). The compile driver calls Calibrate on
+// the graph it is about to search or run passes on, and again on the optimized graph,
+// whose fused collectives and new
 // shapes were not there before. The table is filled with the times the calibrator
 // returns (the same on every rank), never straight from this machine's file, so all
 // ranks plan with one table even when their caches differ.
@@ -39,7 +42,8 @@ namespace magi {
 
 struct CalibrationStats {
   int kernels = 0;       // distinct keys looked at, over every Calibrate call
-  int from_cache = 0;    // of those, timed from the cache file
+  int from_steps = 0;    // of those, timed from earlier runs' steps (step_time_feedback.h)
+  int from_cache = 0;    // of those, timed from the micro-run cache file
   int measured = 0;      // measured by the calibrator
   int unmeasured = 0;    // neither: the cost model's formula times them
   double measure_seconds = 0;  // wall time of the calibrator's calls
@@ -59,7 +63,9 @@ class AutoCalibration {
 
   const CalibrationStats& stats() const { return stats_; }
   const CalibrationCache& cache() const { return cache_; }
-  // One line: "calibration (cpu ...): 93 kernels, 80 cached in PATH, 13 measured in 0.8 s".
+  const CalibrationCache& steps_cache() const { return steps_cache_; }
+  // One line: "calibration (cpu ...): 93 kernels, 70 from earlier steps in PATH, 10
+  // cached in PATH, 13 measured in 0.8 s".
   std::string Summary() const;
   // What went wrong with the cache file (read or write), each once, in order.
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -72,6 +78,8 @@ class AutoCalibration {
   std::shared_ptr<KernelCalibrator> calibrator_;
   CalibrationTable* table_;
   CalibrationCache cache_;
+  CalibrationCache steps_cache_;  // read only here (StepTimeFeedback writes it)
+  std::set<std::string> known_from_steps_;  // keys whose cached time came from steps_cache_
   CalibrationStats stats_;
   std::vector<std::string> warnings_;
   std::set<std::string> unmeasurable_;  // keys the calibrator returned no time for

@@ -1,5 +1,6 @@
 #include "magi/cost/calibration_cache.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -26,7 +27,7 @@ std::string CalibrationCache::DefaultDir() {
   return "/tmp/magi-cache/calibration";
 }
 
-std::string CalibrationCache::FileNameFor(const std::string& device_key) {
+std::string CalibrationCache::FileNameFor(const std::string& device_key, CalibrationSource source) {
   std::string name;
   for (char c : device_key) {
     if (std::isalnum(static_cast<unsigned char>(c))) {
@@ -38,13 +39,15 @@ std::string CalibrationCache::FileNameFor(const std::string& device_key) {
   while (!name.empty() && name.back() == '-') name.pop_back();
   if (name.empty()) name = "device";
   if (name.size() > 200) name.resize(200);  // file names have limits; the header keeps the key
-  return name + ".csv";
+  return name + (source == CalibrationSource::kSteps ? ".steps.csv" : ".csv");
 }
 
 std::string CalibrationCache::Comment() const {
   // The second line is what Read checks; ToCsv prefixes each line with "# ".
   return absl::StrCat(kFormatLine, "\ndevice: ", device_key_,
-                      "\nkernel times Magi measured (micro-runs); delete the file to measure again");
+                      source_ == CalibrationSource::kSteps
+                          ? "\nkernel times of real steps (later runs fold theirs in); delete the file to forget them"
+                          : "\nkernel times Magi measured (micro-runs); delete the file to measure again");
 }
 
 std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, const std::string& device_key,
@@ -79,10 +82,12 @@ std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, 
   return *std::move(table);
 }
 
-CalibrationCache CalibrationCache::Open(const std::string& dir, const std::string& device_key) {
+CalibrationCache CalibrationCache::Open(const std::string& dir, const std::string& device_key,
+                                        CalibrationSource source) {
   CalibrationCache cache;
   cache.device_key_ = device_key;
-  cache.path_ = absl::StrCat(dir, "/", FileNameFor(device_key));
+  cache.source_ = source;
+  cache.path_ = absl::StrCat(dir, "/", FileNameFor(device_key, source));
   bool exists = false;
   std::string why;
   std::optional<CalibrationTable> table = Read(cache.path_, device_key, &exists, &why);
@@ -98,6 +103,19 @@ CalibrationCache CalibrationCache::Open(const std::string& dir, const std::strin
 void CalibrationCache::Set(const std::string& key, double seconds, int64_t count) {
   table_.Set(key, seconds, count);
   added_.Set(key, seconds, count);
+}
+
+void CalibrationCache::Fold(const std::string& key, double seconds, int64_t count, int64_t max_old_count) {
+  if (count < 1) return;
+  std::optional<double> old = table_.Find(key);
+  if (!old) {
+    Set(key, seconds, count);
+    return;
+  }
+  const int64_t old_count = std::min(table_.entries().at(key).count, std::max<int64_t>(0, max_old_count));
+  const double total = static_cast<double>(old_count + count);
+  const double mean = *old * (static_cast<double>(old_count) / total) + seconds * (static_cast<double>(count) / total);
+  Set(key, mean, old_count + count);
 }
 
 absl::Status CalibrationCache::Save() {

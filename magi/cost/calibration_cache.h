@@ -30,18 +30,27 @@
 
 namespace magi {
 
+// What a cache file's times are.
+enum class CalibrationSource {
+  kMicroRuns,  // KernelCalibrator micro-runs (<key>.csv)
+  kSteps,      // node times of real steps, folded run after run (<key>.steps.csv; step_time_feedback.h)
+};
+
 class CalibrationCache {
  public:
   // ${MAGI_CACHE_DIR}/calibration, else $HOME/.cache/magi/calibration, else
   // /tmp/magi-cache/calibration (no HOME: a service account).
   static std::string DefaultDir();
   // The file name of `device_key`: its letters and digits in lower case, other runs of
-  // characters as one '-', and ".csv" ("cpu-intel-r-xeon-r-...-libtorch-1-13-1.csv").
-  static std::string FileNameFor(const std::string& device_key);
+  // characters as one '-', and ".csv" ("cpu-intel-r-xeon-r-...-libtorch-1-13-1.csv"), or
+  // ".steps.csv" for the times of real steps.
+  static std::string FileNameFor(const std::string& device_key,
+                                 CalibrationSource source = CalibrationSource::kMicroRuns);
 
   // The cache of `device_key` in folder `dir` (which need not exist yet). Never fails:
   // see warning().
-  static CalibrationCache Open(const std::string& dir, const std::string& device_key);
+  static CalibrationCache Open(const std::string& dir, const std::string& device_key,
+                               CalibrationSource source = CalibrationSource::kMicroRuns);
 
   const std::string& device_key() const { return device_key_; }
   const std::string& path() const { return path_; }
@@ -54,6 +63,9 @@ class CalibrationCache {
 
   // Records a measured time (replacing an older one of the same key).
   void Set(const std::string& key, double seconds, int64_t count);
+  // Folds `count` new samples of mean `seconds` into `key`'s entry, the entry weighing at
+  // most `max_old_count` samples: older runs fade instead of outvoting the newest forever.
+  void Fold(const std::string& key, double seconds, int64_t count, int64_t max_old_count);
   // Writes the entries Set since the last Save to path() (creating the folder), merged
   // with what the file holds by then. Nothing new: OK without touching the file.
   absl::Status Save();
@@ -66,6 +78,7 @@ class CalibrationCache {
   std::string Comment() const;
 
   std::string device_key_;
+  CalibrationSource source_ = CalibrationSource::kMicroRuns;
   std::string path_;
   CalibrationTable table_;
   CalibrationTable added_;  // what Set recorded since Open (merged on Save)

@@ -3,6 +3,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <chrono>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -30,8 +31,7 @@ class InterpreterExecutable : public TorchExecutable {
     auto exe = std::unique_ptr<InterpreterExecutable>(new InterpreterExecutable());
     MAGI_ASSIGN_OR_RETURN(exe->step_, BuildStepPlan(graph));
     for (const NodePlan& plan : exe->step_.nodes) {
-      exe->writes_operands_.push_back(plan.kind == NodePlan::Kind::kOp &&
-                                      GetOpTraits(plan.node->op()).side_effects);
+      exe->writes_operands_.push_back(plan.kind == NodePlan::Kind::kOp && GetOpTraits(plan.node->op()).side_effects);
     }
     for (const std::string& callee : exe->step_.callees) {
       auto it = context.callees.find(callee);
@@ -103,6 +103,7 @@ class InterpreterExecutable : public TorchExecutable {
     in_flight_.clear();
     torch::jit::Stack stack;
     if (profile_nodes_) stats_.node_seconds.assign(step_.nodes.size(), 0.0);
+    collective_seconds_.clear();
     auto node_start = std::chrono::steady_clock::now();
     for (size_t index = 0; index < step_.nodes.size(); ++index) {
       const NodePlan& plan = step_.nodes[index];
@@ -138,6 +139,12 @@ class InterpreterExecutable : public TorchExecutable {
         stats_.node_seconds[index] = std::chrono::duration<double>(now - node_start).count();
         node_start = now;
       }
+    }
+    // A collective the communicator timed: its start holds how long it ran, its wait
+    // nothing (as nccl_stream reports them), whatever the compute between the two.
+    for (const TimedCollective& timed : collective_seconds_) {
+      stats_.node_seconds[timed.start] = timed.seconds;
+      stats_.node_seconds[timed.wait] = 0;
     }
     std::vector<at::Tensor> outputs;
     outputs.reserve(step_.output_slots.size());
@@ -193,9 +200,9 @@ class InterpreterExecutable : public TorchExecutable {
     std::vector<at::Tensor> results;
     try {
       // In place only over donated inputs: a caller of Run keeps its tensors unchanged.
-      results = AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
-                               o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw,
-                               donated_ ? plan.adamw_in_place : nullptr);
+      results =
+          AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
+                         o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw, donated_ ? plan.adamw_in_place : nullptr);
     } catch (const c10::Error& error) {
       return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
     }
@@ -234,7 +241,18 @@ class InterpreterExecutable : public TorchExecutable {
     }
     std::unique_ptr<CollectiveHandle>& handle = handles_[plan.start_plan];
     if (handle == nullptr) return absl::InternalError(absl::StrCat(Where(*plan.node), ": its start did not run"));
+    const std::chrono::steady_clock::time_point wait_called = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<at::Tensor>> results = handle->Wait();
+    if (profile_nodes_ && results.ok()) {
+      if (std::optional<CollectiveTiming> timing = handle->timing()) {
+        // The results reached this thread when they were done, or, where this wait
+        // blocked, when it returned (the waking up is part of what a step pays).
+        const std::chrono::steady_clock::time_point visible =
+            timing->done > wait_called ? std::chrono::steady_clock::now() : timing->done;
+        collective_seconds_.push_back(
+            {plan.start_plan, index, std::chrono::duration<double>(visible - timing->ready).count()});
+      }
+    }
     handle.reset();
     auto in_flight = in_flight_.find(plan.start_plan);
     if (in_flight != in_flight_.end()) {
@@ -293,6 +311,12 @@ class InterpreterExecutable : public TorchExecutable {
   absl::flat_hash_map<std::string, std::shared_ptr<TorchExecutable>> callees_;
   absl::flat_hash_map<std::string, std::shared_ptr<Communicator>> communicators_;
   std::vector<std::unique_ptr<CollectiveHandle>> handles_;
+  struct TimedCollective {
+    size_t start;  // node indices
+    size_t wait;
+    double seconds;
+  };
+  std::vector<TimedCollective> collective_seconds_;  // this run's, when profiling
   std::vector<at::Tensor> slots_;
   absl::flat_hash_map<const c10::StorageImpl*, int> storage_refs_;
   int64_t live_bytes_ = 0;

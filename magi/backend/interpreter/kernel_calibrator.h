@@ -59,7 +59,7 @@ struct TorchKernelCalibratorOptions {
   double seconds_per_kernel = 0.004;
   int min_runs = 3;
   int max_runs = 30;
-  int collective_runs = 6;  // timed runs of each collective, after one warm-up
+  int collective_runs = 18;  // timed runs of each collective, after one warm-up
   // A collective is measured after as much compute as the step runs before it
   // (KernelRequest::compute_before_seconds), up to this much: the effect grows little
   // beyond tens of milliseconds (below), and this bounds the calibration's time.

@@ -197,10 +197,12 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
   EXPECT_NE((*times[0])[2].seconds, 0.5);
   ASSERT_TRUE((*times[0])[gather].seconds.has_value());
   EXPECT_GT(*(*times[0])[gather].seconds, 0);
-  EXPECT_EQ((*times[0])[gather].runs, 2 * 6);  // 6 timed runs on each rank
+  const int runs = TorchKernelCalibratorOptions().collective_runs;
+  EXPECT_EQ(runs, 18);
+  EXPECT_EQ((*times[0])[gather].runs, 2 * runs);  // the timed runs on each rank
   // The request check, agreement (missing kernels, then the times), the ranks' time per
-  // unit of compute work, one warm-up and 6 runs of the gather.
-  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 7);
+  // unit of compute work, one warm-up and the timed runs of the gather.
+  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + runs);
 }
 
 TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNotHang) {

@@ -29,4 +29,28 @@ absl::Status SetStepCalibration(const std::string& calibration,
   return absl::OkStatus();
 }
 
+std::unique_ptr<StepTimeRecorder> StepTimeRecorder::Create(const CostModelOptions& cost_model,
+                                                           const at::Device& device) {
+  if (cost_model.calibrator == nullptr || !device.is_cpu()) return nullptr;
+  return std::unique_ptr<StepTimeRecorder>(new StepTimeRecorder(
+      std::make_unique<StepTimeFeedback>(cost_model.calibration_cache_dir, cost_model.calibrator->DeviceKey())));
+}
+
+void StepTimeRecorder::BeforeRun(TorchExecutable& executable, bool profile_requested) {
+  ++runs_;
+  const bool was_recording = recording_;
+  recording_ = feedback_->Wants(runs_);
+  if (recording_ || was_recording) executable.set_profile_nodes(profile_requested || recording_);
+}
+
+void StepTimeRecorder::AfterRun(const TorchExecutable& executable, const Graph& graph) {
+  if (!recording_) return;
+  absl::Status added = feedback_->Add(runs_, graph, executable.last_run_stats().node_seconds);
+  if (!added.ok()) {
+    note_ = absl::StrCat("warning: calibration from the steps not saved: ", added.message());
+  } else if (feedback_->saved()) {
+    note_ = feedback_->summary();
+  }
+}
+
 }  // namespace magi

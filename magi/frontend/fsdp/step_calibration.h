@@ -12,12 +12,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 #include "magi/backend/communicator.h"
+#include "magi/backend/torch_executable.h"
 #include "magi/compiler/compile_options.h"
+#include "magi/compiler/step_time_feedback.h"
+#include "magi/ir/graph.h"
 
 namespace magi {
 
@@ -28,6 +32,34 @@ namespace magi {
 absl::Status SetStepCalibration(const std::string& calibration,
                                 const std::map<std::string, std::shared_ptr<Communicator>>& communicators,
                                 const at::Device& device, CostModelOptions& cost_model);
+
+// Calibration from the steps (magi/compiler/step_time_feedback.h) for a front end's step
+// executable: with calibration by default on CPU, runs 3-66 are profiled and their node
+// times folded into the device's ".steps.csv" cache (written after 8, 16, 32 and 64 of
+// them), which the next compile prefers to micro-runs. Front ends call BeforeRun/AfterRun
+// around every run of the step.
+class StepTimeRecorder {
+ public:
+  // Null unless `cost_model` calibrates by default (SetStepCalibration "auto") and the
+  // step runs on the CPU, where the interpreter's node times are the nodes' durations.
+  static std::unique_ptr<StepTimeRecorder> Create(const CostModelOptions& cost_model, const at::Device& device);
+
+  // Turns node profiling on for a run to record (and keeps it on where the caller asked,
+  // `profile_requested`).
+  void BeforeRun(TorchExecutable& executable, bool profile_requested);
+  // After a successful run: records it when wanted. A cache that cannot be written is
+  // not the step's failure: note() says so.
+  void AfterRun(const TorchExecutable& executable, const Graph& graph);
+  // "" until the file is written (or fails to be): then one line for the user.
+  const std::string& note() const { return note_; }
+
+ private:
+  explicit StepTimeRecorder(std::unique_ptr<StepTimeFeedback> feedback) : feedback_(std::move(feedback)) {}
+  std::unique_ptr<StepTimeFeedback> feedback_;
+  int64_t runs_ = 0;
+  bool recording_ = false;
+  std::string note_;
+};
 
 }  // namespace magi
 

@@ -129,6 +129,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     std::map<std::string, std::shared_ptr<Communicator>> groups = {{plan.process_group, trainer->communicator_}};
     if (replicate != nullptr) groups[plan.replicate_group] = replicate;
     MAGI_RETURN_IF_ERROR(SetStepCalibration(optimization.calibration, groups, device, options.cost_model));
+    trainer->step_times_ = StepTimeRecorder::Create(options.cost_model, device);
   }
   options.partitioning.backends = optimization.partition_backends;
   options.partitioning.min_nodes = optimization.partition_min_nodes;
@@ -311,8 +312,10 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
   named["adamw.decay"] = at::scalar_tensor(1.0 - lr * o.weight_decay, scalar);
   named["adamw.step_size"] = at::scalar_tensor(lr / bias1, scalar);
   named["adamw.bc2_sqrt"] = at::scalar_tensor(std::sqrt(bias2), scalar);
+  if (step_times_ != nullptr) step_times_->BeforeRun(*executable_, profile_nodes_);
   absl::StatusOr<std::map<std::string, at::Tensor>> outputs =
       RunGraph(*executable_, graph(), std::move(named), micro[n - 1]);
+  if (outputs.ok() && step_times_ != nullptr) step_times_->AfterRun(*executable_, graph());
   if (!outputs.ok()) {
     // Collectives fail before AdamW runs (it is the graph's tail), so the state is unchanged.
     state_ = std::move(saved);

@@ -43,6 +43,7 @@
 #include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/fully_shard.h"
 #include "magi/frontend/fsdp/mesh_communicators.h"
+#include "magi/frontend/fsdp/step_calibration.h"
 
 namespace magi {
 
@@ -150,7 +151,10 @@ class FsdpTrainer {
   int64_t steps_taken() const { return step_; }
   const RunStats& last_run_stats() const { return executable_->last_run_stats(); }
   // Records per-node times in last_run_stats() from the next step on (for calibration).
-  void set_profile_nodes(bool on) { executable_->set_profile_nodes(on); }
+  void set_profile_nodes(bool on) {
+    profile_nodes_ = on;
+    executable_->set_profile_nodes(on);
+  }
   // Writes a Chrome/Perfetto timeline of the next step to `path` (backends that can).
   absl::Status TraceNextStep(const std::string& path) { return executable_->TraceNextRun(path); }
 
@@ -163,6 +167,9 @@ class FsdpTrainer {
   // What calibration by default did for the step ("" unless StepOptimization::calibration is "auto").
   const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
   const CalibrationStats& calibration_stats() const { return compiled_.optimized.calibration_stats; }
+  // What calibration from the steps did (step_calibration.h, StepTimeRecorder): "" until
+  // this run's steps from the third on were folded into the device's cache (CPU steps only).
+  std::string step_calibration_note() const { return step_times_ ? step_times_->note() : ""; }
   const std::vector<Partition>& partitions() const { return compiled_.partitions; }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h): two runs that print the
   // same hash ran the same buckets, collective sizes, schedule and backends.
@@ -219,6 +226,8 @@ class FsdpTrainer {
   std::map<std::string, at::Tensor> state_;  // "<p>.shard", "<p>.exp_avg", "<p>.exp_avg_sq"
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
+  bool profile_nodes_ = false;  // set_profile_nodes
+  std::unique_ptr<StepTimeRecorder> step_times_;  // null unless calibrating by default on CPU
 };
 
 // Compiles a captured graph (taken over) with `options` and checks that the result runs

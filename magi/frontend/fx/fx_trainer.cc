@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
   at::Device device = params.empty() ? at::Device(at::kCPU) : params.begin()->second.device();
   MAGI_RETURN_IF_ERROR(SetStepCalibration(options.optimization.calibration,
                                           {{trainer->plan_.process_group, communicator}}, device, compile.cost_model));
+  trainer->step_times_ = StepTimeRecorder::Create(compile.cost_model, device);
   compile.partitioning.backends = options.optimization.partition_backends;
   compile.partitioning.min_nodes = options.optimization.partition_min_nodes;
   compile.partitioning.max_nodes = options.optimization.partition_max_nodes;
@@ -165,7 +166,9 @@ absl::StatusOr<double> FxTrainer::Step(const std::vector<at::Tensor>& local_batc
   }
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, GatherStepInputs(graph(), named, data));
   named.clear();
+  if (step_times_ != nullptr) step_times_->BeforeRun(*executable_, /*profile_requested=*/false);
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->Run(inputs));
+  if (step_times_ != nullptr) step_times_->AfterRun(*executable_, graph());
   ++step_;
   double loss = 0;
   const auto& graph_outputs = graph().outputs();

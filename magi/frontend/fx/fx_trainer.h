@@ -38,6 +38,7 @@
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
 #include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fsdp/step_calibration.h"
 #include "magi/frontend/fsdp/trainer.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/passes/fsdp/shard_for_fsdp.h"
@@ -92,6 +93,9 @@ class FxTrainer {
   int64_t steps_taken() const { return step_; }
   // The learning rate the next Step() uses (adamw.lr under options.lr_schedule).
   double next_learning_rate() const;
+  // What calibration from the steps did (FsdpTrainer's; "" until steps from the third on
+  // were folded into the device's cache, CPU steps only).
+  std::string step_calibration_note() const { return step_times_ ? step_times_->note() : ""; }
 
   // Collective: this rank's master shards, AdamW moments, buffers, step and CPU generator as
   // one committed checkpoint step under `root`, the format and guarantees of FsdpTrainer's
@@ -117,6 +121,7 @@ class FxTrainer {
   std::map<std::string, at::Tensor> state_;
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
+  std::unique_ptr<StepTimeRecorder> step_times_;  // null unless calibrating by default on CPU
 };
 
 }  // namespace magi

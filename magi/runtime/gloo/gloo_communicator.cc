@@ -8,6 +8,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -94,14 +96,25 @@ void AllreduceTyped(const std::shared_ptr<gloo::Context>& context, at::Tensor& t
 
 class Handle : public CollectiveHandle {
  public:
-  explicit Handle(std::future<absl::StatusOr<std::vector<at::Tensor>>> future) : future_(std::move(future)) {}
+  // The worker writes `*timing` before it sets the future's value, so a Wait that
+  // returned sees it.
+  Handle(std::future<absl::StatusOr<std::vector<at::Tensor>>> future, std::shared_ptr<CollectiveTiming> timing)
+      : future_(std::move(future)), timing_(std::move(timing)) {}
   absl::StatusOr<std::vector<at::Tensor>> Wait() override {
     if (!future_.valid()) return absl::FailedPreconditionError("a collective handle was waited on twice");
-    return future_.get();
+    absl::StatusOr<std::vector<at::Tensor>> results = future_.get();
+    waited_ok_ = results.ok();
+    return results;
+  }
+  std::optional<CollectiveTiming> timing() const override {
+    if (!waited_ok_) return std::nullopt;
+    return *timing_;
   }
 
  private:
   std::future<absl::StatusOr<std::vector<at::Tensor>>> future_;
+  std::shared_ptr<CollectiveTiming> timing_;
+  bool waited_ok_ = false;
 };
 
 class GlooCommunicator : public Communicator {
@@ -128,15 +141,23 @@ class GlooCommunicator : public Communicator {
     for (const at::Tensor& t : inputs) {
       if (!t.device().is_cpu()) return absl::InvalidArgumentError("the Gloo communicator takes CPU tensors");
     }
+    auto timing = std::make_shared<CollectiveTiming>();
+    const std::chrono::steady_clock::time_point issued = std::chrono::steady_clock::now();
     auto task = std::make_shared<std::packaged_task<absl::StatusOr<std::vector<at::Tensor>>()>>(
-        [this, kind, inputs = std::move(inputs), reduce_op]() { return Run(kind, inputs, reduce_op); });
+        [this, kind, inputs = std::move(inputs), reduce_op, timing, issued]() {
+          // Worker thread: ready when issued and the previous collective is done.
+          timing->ready = std::max(issued, previous_done_);
+          absl::StatusOr<std::vector<at::Tensor>> results = Run(kind, inputs, reduce_op);
+          timing->done = previous_done_ = std::chrono::steady_clock::now();
+          return results;
+        });
     auto future = task->get_future();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back([task] { (*task)(); });
     }
     ready_.notify_one();
-    return std::unique_ptr<CollectiveHandle>(new Handle(std::move(future)));
+    return std::unique_ptr<CollectiveHandle>(new Handle(std::move(future), std::move(timing)));
   }
 
  private:
@@ -225,6 +246,7 @@ class GlooCommunicator : public Communicator {
   std::string group_;
   std::chrono::milliseconds timeout_;
   absl::Status failure_;  // touched by the worker thread only
+  std::chrono::steady_clock::time_point previous_done_;  // worker thread only
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::function<void()>> queue_;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -35,6 +36,41 @@ void Report(const std::string& text) {
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
+void WaitForRank1Report() {
+  std::string report = std::string(std::getenv("MAGI_GLOO_TEST_OUT")) + "/rank1.txt";
+  for (int i = 0; i < 600 && ::access(report.c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// CollectiveHandle::timing: rank 0 starts 300 ms late; rank 1 issues two all-reduces at
+// once and reports (seconds) the first one's ready-to-done time (it waited for rank 0:
+// counted), the gap from the first's done to the second's ready (queued behind it: ~0),
+// and whether timing() was empty before the wait.
+int RunTimingWorker(Communicator& communicator, int rank) {
+  if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto first = communicator.Start(CollectiveKind::kAllReduce, {torch::ones({1024})}, "sum");
+  auto second = communicator.Start(CollectiveKind::kAllReduce, {torch::ones({1024})}, "sum");
+  if (!first.ok() || !second.ok()) return 5;
+  const bool empty_before = !(*first)->timing().has_value();
+  if (!(*first)->Wait().ok() || !(*second)->Wait().ok()) return 6;
+  if (rank == 0) {
+    WaitForRank1Report();
+    return 0;
+  }
+  std::optional<CollectiveTiming> a = (*first)->timing(), b = (*second)->timing();
+  std::ostringstream report;
+  if (!a || !b) {
+    report << "MISSING\n-1\n";
+  } else {
+    auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+    report << "OK\n" << seconds(a->done - a->ready) << "\n" << seconds(b->ready - a->done) << " "
+           << seconds(b->done - b->ready) << " " << (empty_before ? "empty-before-wait" : "set-before-wait");
+  }
+  Report(report.str());
+  return 0;
+}
+
 // Rank 0 connects and then dies (SIGKILL) or hangs; rank 1 runs an all-reduce and
 // reports the status it gets and how long that took.
 int RunWorker(const std::string& scenario) {
@@ -47,13 +83,10 @@ int RunWorker(const std::string& scenario) {
   auto timeout = std::chrono::milliseconds(scenario == "hung" ? 2000 : 20000);
   auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", timeout);
   if (!communicator.ok()) return 4;
+  if (scenario == "timing") return RunTimingWorker(**communicator, env->rank);
   if (env->rank == 0) {
     if (scenario == "dead") ::raise(SIGKILL);
-    // Hung: no collective, until rank 1 has reported (at most a minute).
-    std::string report = std::string(std::getenv("MAGI_GLOO_TEST_OUT")) + "/rank1.txt";
-    for (int i = 0; i < 600 && ::access(report.c_str(), F_OK) != 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    WaitForRank1Report();  // hung: no collective, until rank 1 has reported (at most a minute)
     return 0;
   }
   auto start = std::chrono::steady_clock::now();
@@ -121,6 +154,24 @@ TEST(GlooCommunicatorTest, AHungPeerIsATimeout) {
             0u)
       << outcome.message;
   EXPECT_GE(outcome.seconds, 1.9);
+}
+
+// The worker thread records when each collective could start and when it was done.
+TEST(GlooCommunicatorTest, AHandleSaysWhenItsCollectiveRanAfterTheWait) {
+  Outcome outcome = RunScenario("timing");
+  EXPECT_EQ(outcome.launch.exit_code, 0);
+  ASSERT_EQ(outcome.code, "OK") << outcome.message;
+  EXPECT_GT(outcome.seconds, 0.2) << "waiting for the late peer is part of the collective";
+  EXPECT_LT(outcome.seconds, 5);
+  std::istringstream rest(outcome.message);
+  double gap = -1, second = -1;
+  std::string before;
+  rest >> gap >> second >> before;
+  EXPECT_GE(gap, 0) << "the second collective is ready when the first is done";
+  EXPECT_LT(gap, 0.05);
+  EXPECT_GE(second, 0);
+  EXPECT_LT(second, outcome.seconds);
+  EXPECT_EQ(before, "empty-before-wait");
 }
 
 }  // namespace
