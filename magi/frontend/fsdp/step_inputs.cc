@@ -66,6 +66,112 @@ std::map<std::string, at::Tensor> TakeBuffers(torch::nn::Module& root) {
   return buffers;
 }
 
+absl::StatusOr<StepBindings> StepBindings::Bind(const Graph& graph, std::map<std::string, at::Tensor>& state,
+                                                std::map<std::string, at::Tensor>& buffers,
+                                                const std::vector<std::pair<std::string, at::Tensor>>& constants,
+                                                const std::map<std::string, at::Tensor*>& scalars) {
+  StepBindings bindings;
+  for (const Value* input : graph.inputs()) {
+    const std::string& name = input->name();
+    Input bound{Source::kPerStep, nullptr, 0, name};
+    size_t index = 0;
+    if (input->role() == InputRole::kRng) {
+      bound.source = Source::kRng;
+    } else if (absl::StartsWith(name, "input.") && absl::SimpleAtoi(name.substr(6), &index)) {
+      bound.source = Source::kData;
+      bound.index = index;
+    } else {
+      // The last match wins, as in the named map GatherStepInputs reads.
+      for (const auto& [constant_name, tensor] : constants) {
+        if (constant_name == name) bound.tensor = &tensor;
+      }
+      if (bound.tensor == nullptr) {
+        if (auto it = buffers.find(name); it != buffers.end()) {
+          bound.tensor = &it->second;
+        } else if (auto it = scalars.find(name); it != scalars.end()) {
+          bound.tensor = it->second;
+        } else if (auto it = state.find(name); it != state.end()) {
+          bound.tensor = &it->second;
+        }
+      }
+      if (bound.tensor != nullptr) bound.source = Source::kTensor;
+    }
+    bindings.inputs_.push_back(std::move(bound));
+  }
+  constexpr absl::string_view kUpdated = ".updated";  // capture's name for a written input
+  for (const GraphOutput& output : graph.outputs()) {
+    Output bound;
+    if (output.name == "loss") {
+      bound.sink = Sink::kLoss;
+    } else if (output.name == "grad_norm") {
+      bound.sink = Sink::kGradNorm;
+    } else if (auto it = state.find(output.name); it != state.end()) {
+      bound = {Sink::kTensor, &it->second};
+    } else if (absl::EndsWith(output.name, kUpdated)) {
+      auto buffer = buffers.find(output.name.substr(0, output.name.size() - kUpdated.size()));
+      if (buffer != buffers.end()) bound = {Sink::kTensor, &buffer->second};
+    }
+    bindings.outputs_.push_back(bound);
+  }
+  return bindings;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> StepBindings::Gather(const std::vector<at::Tensor>& data,
+                                                             std::map<std::string, at::Tensor>& per_step) const {
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(inputs_.size());
+  for (const Input& input : inputs_) {
+    switch (input.source) {
+      case Source::kTensor:
+        inputs.push_back(*input.tensor);
+        break;
+      case Source::kData:
+        if (input.index >= data.size()) {
+          return absl::InvalidArgumentError(absl::StrCat("the graph needs ", input.name, "; ", data.size(), " given"));
+        }
+        inputs.push_back(data[input.index]);
+        break;
+      case Source::kPerStep: {
+        auto it = per_step.find(input.name);
+        if (it == per_step.end()) return absl::InternalError(absl::StrCat("no tensor for graph input %", input.name));
+        inputs.push_back(std::move(it->second));
+        break;
+      }
+      case Source::kRng: {
+        at::Generator generator = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        inputs.push_back(generator.get_state());
+        break;
+      }
+    }
+  }
+  return inputs;
+}
+
+absl::StatusOr<StepBindings::Scalars> StepBindings::Take(std::vector<at::Tensor> outputs) const {
+  if (outputs.size() != outputs_.size()) {
+    return absl::InternalError(
+        absl::StrCat("the step returned ", outputs.size(), " outputs, its graph has ", outputs_.size()));
+  }
+  Scalars scalars;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    switch (outputs_[i].sink) {
+      case Sink::kIgnore:
+        break;
+      case Sink::kLoss:
+        scalars.loss = std::move(outputs[i]);
+        break;
+      case Sink::kGradNorm:
+        scalars.grad_norm = std::move(outputs[i]);
+        break;
+      case Sink::kTensor:
+        *outputs_[i].tensor = std::move(outputs[i]);
+        break;
+    }
+  }
+  return scalars;
+}
+
 void AddBuffersAndConstants(const std::map<std::string, at::Tensor>& buffers,
                             const std::vector<std::pair<std::string, at::Tensor>>& constants,
                             std::map<std::string, at::Tensor>& named) {

@@ -300,39 +300,34 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
   const double lr = ScheduledLearningRate(training_.lr_schedule, o.lr, t);
   double bias1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
   double bias2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
-  at::TensorOptions scalar = at::TensorOptions().dtype(at::kFloat);
-  for (const Value* input : graph().inputs()) {
-    if (input->name() == "adamw.decay") scalar = scalar.device(compat::ToTorchDevice(input->type().tensor().device));
-  }
-  // The state is donated: the trainer keeps no reference while the step runs (AdamW
-  // updates it in place), and takes it back from the outputs.
-  std::map<std::string, at::Tensor> named = std::move(accumulated);
-  std::map<std::string, at::Tensor> saved = state_;  // references only, for a failed step
-  for (auto& [name, tensor] : state_) named[name] = std::move(tensor);
-  named["adamw.decay"] = at::scalar_tensor(1.0 - lr * o.weight_decay, scalar);
-  named["adamw.step_size"] = at::scalar_tensor(lr / bias1, scalar);
-  named["adamw.bc2_sqrt"] = at::scalar_tensor(std::sqrt(bias2), scalar);
-  if (step_times_ != nullptr) step_times_->BeforeRun(*executable_, profile_nodes_);
-  absl::StatusOr<std::map<std::string, at::Tensor>> outputs =
-      RunGraph(*executable_, graph(), std::move(named), micro[n - 1]);
-  if (outputs.ok() && step_times_ != nullptr) step_times_->AfterRun(*executable_, graph());
-  if (!outputs.ok()) {
-    // Collectives fail before AdamW runs (it is the graph's tail), so the state is unchanged.
-    state_ = std::move(saved);
-    return outputs.status();
-  }
-  saved.clear();
-  for (auto& [name, tensor] : *outputs) {
-    if (name == "loss") {
-      loss_sum += tensor.item<double>();
-    } else if (name == "grad_norm") {
-      last_grad_norm_ = tensor.item<double>();
-    } else if (state_.count(name)) {
-      state_[name] = std::move(tensor);
-    } else {
-      TakeUpdatedBuffer(name, std::move(tensor));  // running statistics: the next step reads these
+  if (!step_bindings_) {
+    // The AdamW scalars are the same tensors every step, written in place: a CUDA graph
+    // reads them where it captured them (no copy into it, no allocation).
+    at::TensorOptions scalar = at::TensorOptions().dtype(at::kFloat);
+    for (const Value* input : graph().inputs()) {
+      if (input->name() == "adamw.decay") scalar = scalar.device(compat::ToTorchDevice(input->type().tensor().device));
     }
+    for (at::Tensor* tensor : {&adamw_decay_, &adamw_step_size_, &adamw_bc2_sqrt_}) *tensor = at::empty({}, scalar);
+    MAGI_ASSIGN_OR_RETURN(step_bindings_,
+                          StepBindings::Bind(graph(), state_, buffers_, constants_,
+                                             {{"adamw.decay", &adamw_decay_},
+                                              {"adamw.step_size", &adamw_step_size_},
+                                              {"adamw.bc2_sqrt", &adamw_bc2_sqrt_}}));
   }
+  adamw_decay_.fill_(1.0 - lr * o.weight_decay);
+  adamw_step_size_.fill_(lr / bias1);
+  adamw_bc2_sqrt_.fill_(std::sqrt(bias2));
+  // The state is donated (AdamW updates it in place); the trainer's references stay, and
+  // a failed step leaves them as they were: collectives fail before AdamW runs (it is the
+  // graph's tail).
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, step_bindings_->Gather(micro[n - 1], accumulated));
+  if (step_times_ != nullptr) step_times_->BeforeRun(*executable_, profile_nodes_);
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable_->RunDonating(std::move(inputs)));
+  if (step_times_ != nullptr) step_times_->AfterRun(*executable_, graph());
+  // New state and running statistics (the next step reads these), then the two numbers.
+  MAGI_ASSIGN_OR_RETURN(StepBindings::Scalars scalars, step_bindings_->Take(std::move(outputs)));
+  if (scalars.loss.defined()) loss_sum += scalars.loss.item<double>();
+  if (scalars.grad_norm.defined()) last_grad_norm_ = scalars.grad_norm.item<double>();
   step_ = t;
   return loss_sum / n;
 }
@@ -366,6 +361,7 @@ absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::str
   MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, CheckpointState(), config, *communicator_,
                                                                   compute_device_));
   MAGI_ASSIGN_OR_RETURN(step_, RestoreTrainerRankState(std::move(loaded), state_, buffers_));
+  step_bindings_.reset();  // the state and buffer maps were replaced
   if (plan_.cpu_offload && at::globalContext().hasCUDA()) {  // host state is pinned, as Create leaves it
     for (auto& [name, tensor] : state_) {
       if (tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();

@@ -44,6 +44,7 @@
 #include "magi/frontend/fsdp/fully_shard.h"
 #include "magi/frontend/fsdp/mesh_communicators.h"
 #include "magi/frontend/fsdp/step_calibration.h"
+#include "magi/frontend/fsdp/step_inputs.h"
 
 namespace magi {
 
@@ -227,6 +228,8 @@ class FsdpTrainer {
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
   bool profile_nodes_ = false;  // set_profile_nodes
+  std::optional<StepBindings> step_bindings_;  // bound at the first step; reset when the maps are replaced
+  at::Tensor adamw_decay_, adamw_step_size_, adamw_bc2_sqrt_;  // step inputs, rewritten in place each step
   std::unique_ptr<StepTimeRecorder> step_times_;  // null unless calibrating by default on CPU
 };
 
