@@ -62,11 +62,21 @@ std::vector<double> RunTimes(double scale) {
   return {1e-6 * scale, 50e-6 * scale, 2e-6 * scale, 4e-6 * scale, 0.0, 5e-6 * scale};
 }
 
-TEST(StepTimeFeedbackTest, RecordsTheRunsAfterTheWarmUpAndWritesAtDoublingPoints) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
-  ASSERT_TRUE(module.ok()) << module.status();
-  const Graph& graph = *(*module)->FindGraph("g");
-  const Keys keys = KeysOf(graph);
+class StepTimeFeedbackTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Module>> parsed = ParseModule(kStep);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    module = *std::move(parsed);
+    graph = module->FindGraph("g");
+    keys = KeysOf(*graph);
+  }
+  std::unique_ptr<Module> module;
+  const Graph* graph = nullptr;
+  Keys keys;
+};
+
+TEST_F(StepTimeFeedbackTest, RecordsTheRunsAfterTheWarmUpAndWritesAtDoublingPoints) {
   const std::string dir = FreshDir("doubling");
 
   StepTimeFeedback feedback(dir, kDevice, {/*skip_steps=*/1, /*first_save=*/2, /*max_steps=*/5});
@@ -76,11 +86,11 @@ TEST(StepTimeFeedbackTest, RecordsTheRunsAfterTheWarmUpAndWritesAtDoublingPoints
   EXPECT_NE(feedback.path(), dir + "/" + CalibrationCache::FileNameFor(kDevice));
   auto steps_file = [&] { return CalibrationCache::Open(dir, kDevice, CalibrationSource::kSteps); };
 
-  ASSERT_TRUE(feedback.Add(1, graph, RunTimes(100)).ok());  // not wanted: ignored
-  ASSERT_TRUE(feedback.Add(2, graph, RunTimes(1)).ok());
+  ASSERT_TRUE(feedback.Add(1, *graph, RunTimes(100)).ok());  // not wanted: ignored
+  ASSERT_TRUE(feedback.Add(2, *graph, RunTimes(1)).ok());
   EXPECT_FALSE(feedback.saved());
   EXPECT_FALSE(std::filesystem::exists(feedback.path()));
-  ASSERT_TRUE(feedback.Add(3, graph, RunTimes(3)).ok());  // 2 recorded: written
+  ASSERT_TRUE(feedback.Add(3, *graph, RunTimes(3)).ok());  // 2 recorded: written
   EXPECT_TRUE(feedback.saved());
   EXPECT_EQ(feedback.summary(), absl::StrCat("calibration: 4 kernel times of steps 2-3 folded into ", feedback.path()));
   {
@@ -94,16 +104,16 @@ TEST(StepTimeFeedbackTest, RecordsTheRunsAfterTheWarmUpAndWritesAtDoublingPoints
     EXPECT_DOUBLE_EQ(*steps.table().Find(keys.sum), 10e-6);
     EXPECT_EQ(steps.table().size(), 4u);
   }
-  ASSERT_TRUE(feedback.Add(4, graph, RunTimes(5)).ok());  // 3 recorded: next write at 4
+  ASSERT_TRUE(feedback.Add(4, *graph, RunTimes(5)).ok());  // 3 recorded: next write at 4
   EXPECT_DOUBLE_EQ(*steps_file().table().Find(keys.neg), 2e-6);
-  ASSERT_TRUE(feedback.Add(5, graph, RunTimes(7)).ok());  // 4: written again, replacing the first write
+  ASSERT_TRUE(feedback.Add(5, *graph, RunTimes(7)).ok());  // 4: written again, replacing the first write
   {
     CalibrationCache steps = steps_file();
     EXPECT_DOUBLE_EQ(*steps.table().Find(keys.neg), 4e-6);
     EXPECT_EQ(steps.table().entries().at(keys.neg).count, 4);
     EXPECT_EQ(steps.table().entries().at(keys.exp).count, 8);
   }
-  ASSERT_TRUE(feedback.Add(6, graph, RunTimes(9)).ok());  // 5 = max_steps: the last, written
+  ASSERT_TRUE(feedback.Add(6, *graph, RunTimes(9)).ok());  // 5 = max_steps: the last, written
   EXPECT_FALSE(feedback.Wants(7));
   EXPECT_DOUBLE_EQ(*steps_file().table().Find(keys.neg), 5e-6);
   EXPECT_EQ(feedback.summary(), absl::StrCat("calibration: 4 kernel times of steps 2-6 folded into ", feedback.path()));
@@ -111,50 +121,42 @@ TEST(StepTimeFeedbackTest, RecordsTheRunsAfterTheWarmUpAndWritesAtDoublingPoints
   EXPECT_FALSE(std::filesystem::exists(dir + "/" + CalibrationCache::FileNameFor(kDevice)));
 }
 
-TEST(StepTimeFeedbackTest, ALaterRunFoldsInWithOlderSamplesWeighingAtMostFourTimesTheNew) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
-  ASSERT_TRUE(module.ok()) << module.status();
-  const Graph& graph = *(*module)->FindGraph("g");
-  const Keys keys = KeysOf(graph);
+TEST_F(StepTimeFeedbackTest, ALaterRunFoldsInWithOlderSamplesWeighingAtMostFourTimesTheNew) {
   const std::string dir = FreshDir("fold");
   {
     StepTimeFeedback first(dir, kDevice, {0, 8, 8});
-    for (int run = 1; run <= 8; ++run) ASSERT_TRUE(first.Add(run, graph, RunTimes(1)).ok());
+    for (int run = 1; run <= 8; ++run) ASSERT_TRUE(first.Add(run, *graph, RunTimes(1)).ok());
     ASSERT_TRUE(first.saved());
   }
   // One new sample of neg (2 us) against 8 old ones (1 us), capped at 4: (4 * 1 + 2) / 5.
   StepTimeFeedback second(dir, kDevice, {0, 1, 2});
-  ASSERT_TRUE(second.Add(1, graph, RunTimes(2)).ok());
+  ASSERT_TRUE(second.Add(1, *graph, RunTimes(2)).ok());
   ASSERT_TRUE(second.saved());
   CalibrationCache steps = CalibrationCache::Open(dir, kDevice, CalibrationSource::kSteps);
   EXPECT_DOUBLE_EQ(*steps.table().Find(keys.neg), 1.2e-6);
   EXPECT_EQ(steps.table().entries().at(keys.neg).count, 5);
   EXPECT_DOUBLE_EQ(*steps.table().Find(keys.gather), 60e-6);
   // Its second write folds both of its samples into the same 8 old ones (cap 8), once.
-  ASSERT_TRUE(second.Add(2, graph, RunTimes(2)).ok());
+  ASSERT_TRUE(second.Add(2, *graph, RunTimes(2)).ok());
   steps = CalibrationCache::Open(dir, kDevice, CalibrationSource::kSteps);
   EXPECT_DOUBLE_EQ(*steps.table().Find(keys.neg), 1.2e-6);  // (8 * 1 + 2 * 2) / 10
   EXPECT_EQ(steps.table().entries().at(keys.neg).count, 10);
   EXPECT_DOUBLE_EQ(*steps.table().Find(keys.gather), (8 * 50e-6 + 2 * 100e-6) / 10);
 }
 
-TEST(StepTimeFeedbackTest, TimesThatDoNotMatchTheGraphAreRefused) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
-  ASSERT_TRUE(module.ok()) << module.status();
+TEST_F(StepTimeFeedbackTest, TimesThatDoNotMatchTheGraphAreRefused) {
   StepTimeFeedback feedback(FreshDir("mismatch"), kDevice, {0, 1, 1});
-  absl::Status added = feedback.Add(1, *(*module)->FindGraph("g"), {1e-6, 2e-6});
+  absl::Status added = feedback.Add(1, *graph, {1e-6, 2e-6});
   EXPECT_EQ(added.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(added.message().find("2 times for a graph of 6 nodes"), std::string::npos) << added;
   EXPECT_FALSE(feedback.saved());
 }
 
-TEST(StepTimeFeedbackTest, AnUnwritableFolderIsAnErrorAndNotRetried) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
-  ASSERT_TRUE(module.ok()) << module.status();
+TEST_F(StepTimeFeedbackTest, AnUnwritableFolderIsAnErrorAndNotRetried) {
   const std::string blocker = FreshDir("blocker");
   ASSERT_TRUE(WriteFileAtomically(blocker, "a file where the folder would be").ok());
   StepTimeFeedback feedback(blocker + "/calibration", kDevice, {0, 1, 4});
-  absl::Status added = feedback.Add(1, *(*module)->FindGraph("g"), RunTimes(1));
+  absl::Status added = feedback.Add(1, *graph, RunTimes(1));
   EXPECT_FALSE(added.ok());
   EXPECT_NE(added.message().find("cannot create the calibration cache folder"), std::string::npos) << added;
   EXPECT_FALSE(feedback.Wants(1));
@@ -180,11 +182,7 @@ class RecordingCalibrator : public KernelCalibrator {
   std::vector<std::string> measured;
 };
 
-TEST(StepTimeFeedbackTest, AutoCalibrationTakesStepTimesBeforeMicroRunsAndMeasuresTheRest) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
-  ASSERT_TRUE(module.ok()) << module.status();
-  const Graph& graph = *(*module)->FindGraph("g");
-  const Keys keys = KeysOf(graph);
+TEST_F(StepTimeFeedbackTest, AutoCalibrationTakesStepTimesBeforeMicroRunsAndMeasuresTheRest) {
   const std::string dir = FreshDir("prefer");
   // Micro-runs knew neg and exp; the steps knew neg and the gather.
   CalibrationCache micro = CalibrationCache::Open(dir, kDevice);
@@ -199,7 +197,7 @@ TEST(StepTimeFeedbackTest, AutoCalibrationTakesStepTimesBeforeMicroRunsAndMeasur
   auto calibrator = std::make_shared<RecordingCalibrator>();
   CalibrationTable table;
   AutoCalibration calibration(calibrator, dir, &table);
-  ASSERT_TRUE(calibration.Calibrate(graph).ok());
+  ASSERT_TRUE(calibration.Calibrate(*graph).ok());
   EXPECT_EQ(table.Find(keys.neg), 1e-6);      // the steps' time, not the micro-run's
   EXPECT_EQ(table.Find(keys.gather), 90e-6);  // the steps'
   EXPECT_EQ(table.Find(keys.exp), 8e-6);      // the micro-run's
