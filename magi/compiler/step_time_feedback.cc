@@ -29,7 +29,10 @@ bool StepTimeFeedback::Wants(int64_t run) const {
 
 absl::Status StepTimeFeedback::Add(int64_t run, const Graph& graph, const std::vector<double>& node_seconds) {
   if (!Wants(run)) return absl::OkStatus();
-  MAGI_RETURN_IF_ERROR(recorded_.AddRun(graph, node_seconds));
+  if (absl::Status added = recorded_.AddRun(graph, node_seconds); !added.ok()) {
+    failed_ = true;  // e.g. a runtime that recorded no node times: not asked again every step
+    return added;
+  }
   if (first_recorded_ == 0) first_recorded_ = run;
   last_recorded_ = run;
   ++recorded_steps_;

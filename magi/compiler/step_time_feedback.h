@@ -12,8 +12,9 @@
 // micro-run cache (CalibrationCache::Fold: the entries the file held when this run began
 // weigh at most 4x this run's samples, so it follows the machine as it changes), and
 // writes the file after 8, 16, 32, ... recorded runs, each time folding all of this run's
-// samples into those older entries again (so a run counts once, however long it ran, and
-// a short run still leaves its times). AutoCalibration then takes a
+// samples into those older entries again (so a run counts once, however long it ran; the
+// runs after the last write are not kept, and a run of fewer than skip + 8 steps leaves
+// nothing). AutoCalibration then takes a
 // kernel's time from that file before the micro-run file, so the next compile on this
 // device predicts with what the steps took. The prediction of the run that records is
 // unchanged (it was made at compile time, before any step).
@@ -55,8 +56,9 @@ class StepTimeFeedback {
   bool Wants(int64_t run) const;
   // Records run `run`'s node times (`node_seconds[i]` belongs to graph.nodes()[i]) and,
   // at a saving point, writes the file. InvalidArgument for times that do not match the
-  // graph; a file that cannot be written is an error the caller may report as a warning
-  // (the run itself is unaffected), after which nothing more is recorded.
+  // graph (none: a runtime that does not profile); a file that cannot be written is an
+  // error too. The caller may report either as a warning (the run itself is unaffected);
+  // after one, nothing more is recorded.
   absl::Status Add(int64_t run, const Graph& graph, const std::vector<double>& node_seconds);
 
   // Whether the file has been written (with this run's times so far).

@@ -249,8 +249,8 @@ class InterpreterExecutable : public TorchExecutable {
         // blocked, when it returned (the waking up is part of what a step pays).
         const std::chrono::steady_clock::time_point visible =
             timing->done > wait_called ? std::chrono::steady_clock::now() : timing->done;
-        collective_seconds_.push_back(
-            {plan.start_plan, index, std::chrono::duration<double>(visible - timing->ready).count()});
+        collective_seconds_.push_back({static_cast<size_t>(plan.start_plan), index,
+                                       std::chrono::duration<double>(visible - timing->ready).count()});
       }
     }
     handle.reset();

@@ -616,10 +616,20 @@ class NcclStreamExecutable : public TorchExecutable {
     if (lanes_.empty()) return CudaStatus(cudaEventSynchronize(done), "the step failed on the device");
     std::chrono::milliseconds timeout(120000);
     for (const CommLane& lane : lanes_) timeout = std::min(timeout, lane.base->timeout());
-    auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto start = std::chrono::steady_clock::now();
+    auto deadline = start + timeout;
+    // Short sleeps until most of the previous wait has passed, then polling without
+    // sleeping: a 20 us sleep_for takes ~75 us (timer slack), which a step's end would be
+    // seen late by (Kineto trace of the 953M step, session 9), and polling the whole step
+    // would keep a core busy that NCCL's proxy threads or other ranks may need.
+    const auto poll_from = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       std::chrono::duration<double>(0.9 * previous_wait_seconds_));
     while (true) {
       cudaError_t status = cudaEventQuery(done);
-      if (status == cudaSuccess) return absl::OkStatus();
+      if (status == cudaSuccess) {
+        previous_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return absl::OkStatus();
+      }
       if (status != cudaErrorNotReady) return CudaStatus(status, "the step failed on the device");
       for (CommLane& lane : lanes_) {
         ncclResult_t async_error = ncclSuccess;
@@ -638,9 +648,11 @@ class NcclStreamExecutable : public TorchExecutable {
               " (a peer rank may be dead or hung)"));
         }
       }
-      // Not a sleep: a 20 us sleep_for took ~75 us (timer slack), a step's end seen that
-      // much later with the device idle (Kineto trace of the 953M step, session 9).
-      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() < poll_from) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      } else {
+        std::this_thread::yield();
+      }
     }
   }
 
@@ -869,6 +881,7 @@ class NcclStreamExecutable : public TorchExecutable {
   int64_t runs_ = 0;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
   bool graph_failed_ = false;
+  double previous_wait_seconds_ = 0;  // WaitForDevice's last wait with communicators to watch
   std::vector<at::Tensor> static_inputs_;
   std::vector<at::Tensor> static_outputs_;
   bool profile_nodes_ = false;

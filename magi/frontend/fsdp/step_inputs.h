@@ -5,8 +5,8 @@
 #include <torch/nn/module.h>
 
 #include <map>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"

@@ -307,7 +307,9 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
     for (const Value* input : graph().inputs()) {
       if (input->name() == "adamw.decay") scalar = scalar.device(compat::ToTorchDevice(input->type().tensor().device));
     }
-    for (at::Tensor* tensor : {&adamw_decay_, &adamw_step_size_, &adamw_bc2_sqrt_}) *tensor = at::empty({}, scalar);
+    for (at::Tensor* tensor : {&adamw_decay_, &adamw_step_size_, &adamw_bc2_sqrt_}) {
+      if (!tensor->defined()) *tensor = at::empty({}, scalar);  // kept across rebinds: a graph captured them
+    }
     MAGI_ASSIGN_OR_RETURN(step_bindings_,
                           StepBindings::Bind(graph(), state_, buffers_, constants_,
                                              {{"adamw.decay", &adamw_decay_},
@@ -360,8 +362,8 @@ absl::Status FsdpTrainer::SaveCheckpoint(const std::string& root, const Checkpoi
 absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::string& config) {
   MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, CheckpointState(), config, *communicator_,
                                                                   compute_device_));
+  step_bindings_.reset();  // the state and buffer maps are replaced (even if the restore fails late)
   MAGI_ASSIGN_OR_RETURN(step_, RestoreTrainerRankState(std::move(loaded), state_, buffers_));
-  step_bindings_.reset();  // the state and buffer maps were replaced
   if (plan_.cpu_offload && at::globalContext().hasCUDA()) {  // host state is pinned, as Create leaves it
     for (auto& [name, tensor] : state_) {
       if (tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();

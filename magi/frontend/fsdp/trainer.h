@@ -109,6 +109,10 @@ struct TrainingOptions {
 
 class FsdpTrainer {
  public:
+  // Not copyable or movable: its step bindings point into its own members.
+  FsdpTrainer(const FsdpTrainer&) = delete;
+  FsdpTrainer& operator=(const FsdpTrainer&) = delete;
+
   // Captures one step of `loss_fn` on `example_local_batch` (the shapes every step will
   // have), compiles it with the FullyShard plan on `backend` and takes this rank's
   // shards of the module's current parameters.
