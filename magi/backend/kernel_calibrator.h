@@ -41,6 +41,11 @@ struct KernelRequest {
   // issued back to back: the ranks have drifted apart and, on shared cores, the threads
   // that run it wake up later. It is measured after as much compute.
   double compute_before_seconds = 0;
+  // For a collective: the compute the step runs between its start and its wait (a
+  // prefetched or bucketed schedule overlaps the two). On CPU that compute and the
+  // communicator's threads share the cores, and the collective takes longer than alone
+  // (about 2x on 2 cores, docs/passes.md): it is measured with that much compute running.
+  double compute_during_seconds = 0;
 };
 
 // The time of one kernel as every rank agrees on it.

@@ -35,11 +35,9 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
   std::vector<KernelRequest> compute, collectives;
   std::vector<std::string> compute_keys, collective_keys;
   std::set<std::string> seen;
-  std::vector<std::pair<const Node*, std::string>> keyed;  // every kernel node, for the compute before collectives
   for (const Node* node : graph.nodes()) {
     if (node->op() == kWaitOp || node->op() == kCallOp) continue;
     std::string key = CalibrationTable::KeyOf(*node);
-    keyed.emplace_back(node, key);
     if (table_->Find(key) || unmeasurable_.count(key) || !seen.insert(key).second) continue;
     KernelRequest request;
     request.node = node;
@@ -63,20 +61,36 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
     // The compute before each collective (since the previous one), by the table just
     // filled (agreed across ranks, so every rank asks for the same); the median over a
     // key's occurrences.
-    std::map<std::string, std::vector<double>> before;
-    double since = 0;
-    for (const auto& [node, key] : keyed) {
+    // And the compute between each collective's start and its wait (what it overlaps).
+    std::map<std::string, std::vector<double>> before, during;
+    std::map<const Node*, double> compute_at_start;  // compute so far, when each start ran
+    double since = 0, so_far = 0;
+    for (const Node* node : graph.nodes()) {
+      if (node->op() == kWaitOp) {
+        const Node* start = StartOfWait(*node);
+        auto it = compute_at_start.find(start);
+        if (it != compute_at_start.end()) during[CalibrationTable::KeyOf(*start)].push_back(so_far - it->second);
+        continue;
+      }
+      if (node->op() == kCallOp) continue;
+      const std::string key = CalibrationTable::KeyOf(*node);
       if (IsCollectiveStart(node->op())) {
         before[key].push_back(since);
+        compute_at_start[node] = so_far;
         since = 0;
       } else {
-        since += table_->Find(key).value_or(0.0);
+        const double seconds = table_->Find(key).value_or(0.0);
+        since += seconds;
+        so_far += seconds;
       }
     }
-    for (size_t i = 0; i < collectives.size(); ++i) {
-      std::vector<double>& times = before[collective_keys[i]];
+    auto median = [](std::vector<double>& times) {
       std::sort(times.begin(), times.end());
-      collectives[i].compute_before_seconds = times.empty() ? 0.0 : times[times.size() / 2];
+      return times.empty() ? 0.0 : times[times.size() / 2];
+    };
+    for (size_t i = 0; i < collectives.size(); ++i) {
+      collectives[i].compute_before_seconds = median(before[collective_keys[i]]);
+      collectives[i].compute_during_seconds = median(during[collective_keys[i]]);
     }
     MAGI_RETURN_IF_ERROR(Measure(collectives, collective_keys, &measured_now));
   }

@@ -57,6 +57,7 @@ class CountingCalibrator : public KernelCalibrator {
       measured.push_back(CalibrationTable::KeyOf(*request.node));
       if (request.node->op().find("_start") != std::string::npos) {
         compute_before[measured.back()] = request.compute_before_seconds;
+        compute_during[measured.back()] = request.compute_during_seconds;
       }
       times.push_back({3 * formula.Cost(*request.node).seconds + 1e-6, true, 3});
     }
@@ -65,6 +66,7 @@ class CountingCalibrator : public KernelCalibrator {
   int calls = 0;
   std::vector<std::string> measured;
   std::map<std::string, double> compute_before;  // of each collective measured
+  std::map<std::string, double> compute_during;
 };
 
 std::string FreshDir(const std::string& name) {
@@ -129,6 +131,13 @@ TEST(AutoCalibrationTest, TheFirstCompileMeasuresAndCachesTheSecondReusesIt) {
   std::sort(occurrences.begin(), occurrences.end());
   EXPECT_EQ(first->compute_before.at(first_key), occurrences[occurrences.size() / 2]);
   EXPECT_GT(first->compute_before.at(first_key), 0);
+  // The sharded step waits for each collective right after starting it: nothing overlaps.
+  // The collectives bucketing and prefetching made run beside compute, and were measured
+  // with what they overlap: the compute between their start and their wait.
+  EXPECT_EQ(first->compute_during.at(first_key), 0);
+  int overlapped = 0;
+  for (const auto& [key, seconds] : first->compute_during) overlapped += seconds > 0;
+  EXPECT_GT(overlapped, 0);
 
   // The table the prediction used: every kernel of the compiled graph, the cached values.
   ASSERT_NE(a->calibration, nullptr);

@@ -356,7 +356,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     switch (plan.kind) {
       case NodePlan::Kind::kCollectiveStart:
-        return MeasureCollective(plan, slots, request.compute_before_seconds);
+        return MeasureCollective(plan, slots, request.compute_before_seconds, request.compute_during_seconds);
       case NodePlan::Kind::kOp:
       case NodePlan::Kind::kAdamW:
         return MeasureCompute(plan, slots, device);
@@ -509,9 +509,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // Each run: as much compute as the step runs before the collective (`compute_before`,
   // at most options_.max_compute_before_seconds; the same work on every rank, a loop of
   // small matmuls), then the collective, timed from its start to the end of its wait.
-  // Run 0 warms the transport up and is not counted.
+  // On CPU, a collective the schedule overlaps with compute runs with as much compute
+  // (`compute_during`, the same bound) between its start and its wait, and is timed to
+  // when its results were there (CollectiveHandle::timing; the wait's end where it
+  // blocked), as a profiled step times it. Run 0 warms the transport up and is not counted.
   absl::StatusOr<std::optional<Timing>> MeasureCollective(const NodePlan& plan, const std::vector<at::Tensor>& slots,
-                                                          double compute_before) {
+                                                          double compute_before, double compute_during) {
     auto it = options_.communicators.find(plan.group);
     // Same on every rank (the same communicators for the same graph): nobody measures it.
     if (it == options_.communicators.end() || it->second == nullptr) {
@@ -526,11 +529,16 @@ class TorchKernelCalibrator : public KernelCalibrator {
     std::vector<at::Tensor> inputs;
     for (int s : plan.args[0].slots) inputs.push_back(slots[s]);
     const double burst = std::min(std::max(0.0, compute_before), options_.max_compute_before_seconds);
-    int64_t iterations = 0;
+    // On CUDA the compute between a start and its wait runs on another stream than NCCL's
+    // kernels: not what shares cores with the collective, and not replayed here.
+    const double overlapped = options_.device.is_cuda()
+                                  ? 0.0
+                                  : std::min(std::max(0.0, compute_during), options_.max_compute_before_seconds);
+    int64_t iterations = 0, overlapped_iterations = 0;
     // A step's kind of compute: matmuls that allocate a fresh 256 KB result each.
     at::Tensor a = at::rand({256, 128}, at::TensorOptions().device(options_.device));
     at::Tensor b = at::rand({128, 256}, at::TensorOptions().device(options_.device));
-    if (burst > 0) {
+    if (burst > 0 || overlapped > 0) {
       // The same work on every rank (their mean time per matmul), so the drift between
       // ranks is the real one.
       constexpr int kProbe = 8;
@@ -542,7 +550,10 @@ class TorchKernelCalibrator : public KernelCalibrator {
       MAGI_ASSIGN_OR_RETURN(std::vector<double> probe, GatherOver(communicator, SecondsSince(probe_start) / kProbe));
       double per_iteration = 0;
       for (double p : probe) per_iteration += p / static_cast<double>(probe.size());
-      iterations = std::max<int64_t>(1, std::llround(burst / std::max(per_iteration, 1e-9)));
+      if (burst > 0) iterations = std::max<int64_t>(1, std::llround(burst / std::max(per_iteration, 1e-9)));
+      if (overlapped > 0) {
+        overlapped_iterations = std::max<int64_t>(1, std::llround(overlapped / std::max(per_iteration, 1e-9)));
+      }
     }
     std::vector<double> samples;
     for (int run = 0; run <= options_.collective_runs; ++run) {
@@ -553,12 +564,20 @@ class TorchKernelCalibrator : public KernelCalibrator {
       if (!handle.ok()) {
         return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
       }
+      for (int64_t k = 0; k < overlapped_iterations; ++k) (void)at::mm(a, b);
+      const Clock::time_point wait_called = Clock::now();
       absl::StatusOr<std::vector<at::Tensor>> results = (*handle)->Wait();
       if (!results.ok()) {
         return absl::Status(results.status().code(), absl::StrCat(Where(*plan.node), ": ", results.status().message()));
       }
       Synchronize(options_.device);
-      if (run > 0) samples.push_back(SecondsSince(start));
+      double seconds = SecondsSince(start);
+      if (overlapped_iterations > 0) {
+        if (std::optional<CollectiveTiming> timing = (*handle)->timing(); timing && timing->done <= wait_called) {
+          seconds = std::chrono::duration<double>(timing->done - start).count();  // done before the wait
+        }
+      }
+      if (run > 0) samples.push_back(seconds);
     }
     return Timing{Mean(samples), static_cast<int>(samples.size())};
   }
