@@ -1,10 +1,10 @@
 // Calibration from the steps themselves: the node times of a few real steps, folded into
 // a second cache file per device key, which later compiles prefer to micro-runs.
 //
-// Calibration by default (auto_calibration.h) times each kernel of a step in isolation
-// before the step first runs. On a few shared CPU cores that misses what a step really
-// pays: compute slowed by the communicator's threads, collectives that wait for the other
-// ranks' scheduling. The runtime's per-node times of real steps have it (RunStats::
+// Calibration by default (auto_calibration.h) times each kernel of a step in micro-runs
+// before the step first runs. On a few shared CPU cores that misses part of what a step
+// really pays: collectives that wait for the other ranks' scheduling or for cores busy with
+// compute, run-to-run changes of the machine. The runtime's per-node times of real steps have it (RunStats::
 // node_seconds: compute nodes as they ran; a Gloo collective from when it could start to
 // when its results reached the step, CollectiveHandle::timing). This class takes those of
 // the runs after the first `skip_steps` (which warm up allocators and transports), up to
@@ -14,9 +14,8 @@
 // writes the file after 8, 16, 32, ... recorded runs, each time folding all of this run's
 // samples into those older entries again (so a run counts once, however long it ran; the
 // runs after the last write are not kept, and a run of fewer than skip + 8 steps leaves
-// nothing). AutoCalibration then takes a
-// kernel's time from that file before the micro-run file, so the next compile on this
-// device predicts with what the steps took. The prediction of the run that records is
+// nothing). AutoCalibration then takes a kernel's time from that file before the
+// micro-run file, so the next compile on this device predicts with what the steps took. The prediction of the run that records is
 // unchanged (it was made at compile time, before any step).
 //
 // Only for runtimes whose node times are the nodes' real durations: the interpreter on
