@@ -1,5 +1,6 @@
 #include "magi/runtime/distributed/rendezvous.h"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -122,6 +123,9 @@ absl::StatusOr<DistributedEnv> DistributedEnvFromEnvironment() {
 
 absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DistributedEnv& env,
                                                              std::chrono::milliseconds timeout) {
+  if (env.source == "single" && env.world_size == 1) {
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>());
+  }
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
   options.isServer = env.rank == 0 && !env.use_agent_store;

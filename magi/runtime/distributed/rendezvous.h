@@ -46,6 +46,8 @@ absl::StatusOr<DistributedEnv> DistributedEnvFromEnvironment();
 absl::StatusOr<std::string> FirstHostOfSlurmNodeList(absl::string_view node_list);
 
 // Connects to (rank 0, unless the agent hosts it: starts) the store; DeadlineExceeded after `timeout`.
+// A lone process (source "single", world size 1) gets an in-memory store: nobody else
+// connects, and a fixed default port clashed between such processes running side by side.
 absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DistributedEnv& env,
                                                              std::chrono::milliseconds timeout);
 

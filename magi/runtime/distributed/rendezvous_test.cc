@@ -1,7 +1,9 @@
 // The environment the launchers set up, read without starting anything.
 #include "magi/runtime/distributed/rendezvous.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -13,8 +15,7 @@ class EnvTest : public ::testing::Test {
   void SetUp() override {
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
                              "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "SLURM_PROCID",
-                             "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-                             "SLURM_JOB_ID"}) {
+                             "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID"}) {
       ::unsetenv(name);
     }
   }
@@ -27,6 +28,20 @@ TEST_F(EnvTest, NothingSetIsOneProcess) {
   EXPECT_EQ(env->rank, 0);
   EXPECT_EQ(env->world_size, 1);
   EXPECT_EQ(env->source, "single");
+}
+
+// A lone process's store is in memory: two of them side by side do not fight over a port
+// (two tests of one CI run both took the default 29500 and one failed with EADDRINUSE).
+TEST_F(EnvTest, LoneProcessesGetStoresWithoutAPort) {
+  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> a = ConnectStore(*env, std::chrono::seconds(5));
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> b = ConnectStore(*env, std::chrono::seconds(5));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  (*a)->set("key", std::vector<uint8_t>{1, 2});
+  EXPECT_EQ((*a)->get("key"), (std::vector<uint8_t>{1, 2}));
+  EXPECT_FALSE((*b)->check({"key"}));  // each its own
 }
 
 TEST_F(EnvTest, TorchrunAgentStore) {
