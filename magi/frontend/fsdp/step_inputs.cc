@@ -3,12 +3,30 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace magi {
+namespace {
+
+// N of a batch input "input.N"; nullopt for any other name.
+std::optional<size_t> DataInputIndex(const std::string& name) {
+  size_t index = 0;
+  if (absl::StartsWith(name, "input.") && absl::SimpleAtoi(name.substr(6), &index)) return index;
+  return std::nullopt;
+}
+
+// What the step's rng input takes: the default CPU generator's current state.
+at::Tensor DefaultGeneratorState() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
                                                          const std::map<std::string, at::Tensor>& named,
@@ -17,17 +35,14 @@ absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
   for (const Value* input : graph.inputs()) {
     const std::string& name = input->name();
     if (input->role() == InputRole::kRng) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      inputs.push_back(generator.get_state());
+      inputs.push_back(DefaultGeneratorState());
       continue;
     }
-    size_t index = 0;
-    if (absl::StartsWith(name, "input.") && absl::SimpleAtoi(name.substr(6), &index)) {
-      if (index >= data.size()) {
+    if (std::optional<size_t> index = DataInputIndex(name)) {
+      if (*index >= data.size()) {
         return absl::InvalidArgumentError(absl::StrCat("the graph needs ", name, "; ", data.size(), " given"));
       }
-      inputs.push_back(data[index]);
+      inputs.push_back(data[*index]);
       continue;
     }
     auto it = named.find(name);
@@ -74,12 +89,11 @@ absl::StatusOr<StepBindings> StepBindings::Bind(const Graph& graph, std::map<std
   for (const Value* input : graph.inputs()) {
     const std::string& name = input->name();
     Input bound{Source::kPerStep, nullptr, 0, name};
-    size_t index = 0;
     if (input->role() == InputRole::kRng) {
       bound.source = Source::kRng;
-    } else if (absl::StartsWith(name, "input.") && absl::SimpleAtoi(name.substr(6), &index)) {
+    } else if (std::optional<size_t> index = DataInputIndex(name)) {
       bound.source = Source::kData;
-      bound.index = index;
+      bound.index = *index;
     } else {
       // The last match wins, as in the named map GatherStepInputs reads.
       for (const auto& [constant_name, tensor] : constants) {
@@ -137,12 +151,9 @@ absl::StatusOr<std::vector<at::Tensor>> StepBindings::Gather(const std::vector<a
         inputs.push_back(std::move(it->second));
         break;
       }
-      case Source::kRng: {
-        at::Generator generator = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> lock(generator.mutex());
-        inputs.push_back(generator.get_state());
+      case Source::kRng:
+        inputs.push_back(DefaultGeneratorState());
         break;
-      }
     }
   }
   return inputs;
