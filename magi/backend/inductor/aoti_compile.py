@@ -11,7 +11,8 @@ JOB is a text file of tab-separated lines: first "magi-aoti-job 1", then "torch"
 deterministic algorithms on while Inductor lowers, so it emits no atomic-add reductions, and no
 autotuning or benchmark-driven choices); optionally "precompile_headers", "0" (AOTInductor compiles
 each package's C++ wrapper without its shared precompiled header: no process waits for the one that
-makes it); and one line per task: "task", the program (.py written by fx_program.cc),
+makes it); optionally lines "config", NAME, VALUE (Inductor settings for every package: the
+backend's config.NAME options; see user_configs); and one line per task: "task", the program (.py written by fx_program.cc),
 the package to write (.pt2), the result file to write, and a label for progress lines.
 Every worker of one compile gets the same task list, largest first, and takes the next task
 nobody has claimed yet (a claim is the file RESULT.claim, created exclusively): the partitions
@@ -88,6 +89,46 @@ def deterministic_configs(config):
     return {name: value for name, value in wanted.items() if hasattr(config, name)}
 
 
+def _config_value(text):
+    """A config.NAME option's value as Python: true/false, an integer, a decimal, else the word."""
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def user_configs(config, pairs, deterministic, version):
+    """The Inductor settings a job asks for (NAME, VALUE text pairs), checked against this
+    torch's `config` module: a NAME it lacks, a value of another type than the setting's
+    (an integer may set a decimal one), or in deterministic mode a value other than the one
+    deterministic mode sets, is a ValueError naming it: a misspelt setting must not pass
+    silently as a package compiled without it."""
+    wanted = deterministic_configs(config) if deterministic else {}
+    settings = {}
+    for name, text in pairs:
+        current = config
+        for part in name.split("."):
+            if not hasattr(current, part):
+                raise ValueError("Inductor (torch %s) has no setting %r (config.%s=%s)" % (version, name, name, text))
+            current = getattr(current, part)
+        if current is not None and not isinstance(current, (bool, int, float, str)):
+            raise ValueError("Inductor setting %r is a %s, which a config.NAME option cannot set (config.%s=%s)"
+                             % (name, type(current).__name__, name, text))
+        value = text if isinstance(current, str) else _config_value(text)
+        if not (current is None or type(value) is type(current) or (type(current) is float and type(value) is int)):
+            raise ValueError("Inductor setting %r is a %s (now %r), got config.%s=%s"
+                             % (name, type(current).__name__, current, name, text))
+        if name in wanted and wanted[name] != value:
+            raise ValueError("config.%s=%s contradicts deterministic mode, which sets %s=%r"
+                             % (name, text, name, wanted[name]))
+        settings[name] = value
+    return settings
+
+
 def device_configs(inputs):
     """Inductor settings that follow from where a partition runs (INPUTS entries: name, dtype,
     sizes, strides, device). A partition whose inputs are all on CUDA runs its kernels on the
@@ -101,7 +142,7 @@ def device_configs(inputs):
     return {}
 
 
-def _compile(torch, program_path, package_path, deterministic=False, precompile_headers=True):
+def _compile(torch, program_path, package_path, deterministic=False, precompile_headers=True, settings=None):
     spec = importlib.util.spec_from_file_location("magi_partition", program_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -120,6 +161,7 @@ def _compile(torch, program_path, package_path, deterministic=False, precompile_
     if not precompile_headers:
         configs["aot_inductor.precompile_headers"] = False
     configs.update(device_configs(module.INPUTS))
+    configs.update(settings or {})
     torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
     os.replace(tmp, package_path)
     done = time.time()
@@ -151,7 +193,7 @@ def _profiled(label, function, *args):
             sys.stderr.write("magi: inductor: %s: MAGI_AOTI_PROFILE: profile not written: %s\n" % (label, e))
 
 
-def _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking):
+def _compile_task(torch, task, deterministic, precompile_headers, settings, worker, progress, blocking):
     """Compiles one claimed task under its package's lock. Returns None when not blocking
     and another process holds the lock (it is making the same package), else whether the
     compile failed."""
@@ -168,7 +210,7 @@ def _compile_task(torch, task, deterministic, precompile_headers, worker, progre
                 progress.flush()
                 return False
             ops, export_s, compile_s = _profiled(label, _compile, torch, program, package, deterministic,
-                                                 precompile_headers)
+                                                 precompile_headers, settings)
             _write_atomically(result, "ok\n%.3f\n%.3f\n%d\n" % (export_s, compile_s, ops))
             progress.write("magi: inductor: %s: %d aten ops compiled in %.1f s (export %.1f s) [worker %s]\n"
                            % (label, ops, export_s + compile_s, export_s, worker))
@@ -191,6 +233,7 @@ def _run_job(job_path):
     if not lines or lines[0] != "magi-aoti-job\t1":
         sys.exit("aoti_compile.py: %s is not a job file" % job_path)
     expected_torch, worker, tasks, deterministic, precompile_headers = None, "1/1", [], False, True
+    config_pairs = []
     for line in lines[1:]:
         fields = line.split("\t")
         if fields[0] == "torch":
@@ -201,6 +244,8 @@ def _run_job(job_path):
             deterministic = fields[1] == "1"
         elif fields[0] == "precompile_headers":
             precompile_headers = fields[1] != "0"
+        elif fields[0] == "config":
+            config_pairs.append((fields[1], fields[2]))
         elif fields[0] == "task":
             tasks.append(fields[1:5])
     # Progress lines go to the caller's stderr; the compile's own output to the log.
@@ -216,8 +261,15 @@ def _run_job(job_path):
     import torch._inductor  # noqa: F401
     if os.environ.get("MAGI_AOTI_PROFILE"):
         progress.write("magi: inductor: worker %s imported torch in %.1f s\n" % (worker, time.time() - started))
+    message = None
     if expected_torch and torch.__version__.split("+")[0] != expected_torch.split("+")[0]:
         message = "this Python's torch is %s, but the process runs LibTorch %s" % (torch.__version__, expected_torch)
+    else:
+        try:
+            settings = user_configs(torch._inductor.config, config_pairs, deterministic, torch.__version__)
+        except ValueError as e:
+            message = str(e)
+    if message:
         for _, _, result, _ in tasks:
             _write_atomically(result, "error\n%s\n" % message)
         progress.write("magi: inductor: %s\n" % message)
@@ -236,13 +288,15 @@ def _run_job(job_path):
             os.close(os.open(result + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:
             continue
-        failed = _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking=False)
+        failed = _compile_task(torch, task, deterministic, precompile_headers, settings, worker, progress,
+                               blocking=False)
         if failed is None:
             deferred.append(task)
         else:
             failures += failed
     for task in deferred:
-        failures += _compile_task(torch, task, deterministic, precompile_headers, worker, progress, blocking=True)
+        failures += _compile_task(torch, task, deterministic, precompile_headers, settings, worker, progress,
+                                   blocking=True)
     return 1 if failures else 0
 
 

@@ -21,6 +21,8 @@ def _fake_torch(calls):
     config = types.ModuleType("torch._inductor.config")
     config.max_autotune = True  # this torch's config has these and no `deterministic`
     config.coordinate_descent_tuning = True
+    config.combo_kernels = False
+    config.triton = types.SimpleNamespace(max_tiles=2)
 
     def aoti_compile_and_package(program, package_path, inductor_configs):
         calls.append(("compile", dict(inductor_configs)))
@@ -49,7 +51,7 @@ class GraphModule:
 
 
 class AotiCompileJobTest(unittest.TestCase):
-    def run_job(self, deterministic, extra=""):
+    def run_job(self, deterministic, extra="", expect=("ok\n", 0)):
         calls = []
         saved = {name: sys.modules.get(name) for name in _fake_torch(calls)}
         sys.modules.update(_fake_torch(calls))
@@ -67,9 +69,10 @@ class AotiCompileJobTest(unittest.TestCase):
                             "task\t%s\t%s\t%s\t@g\n" % (program, os.path.join(d, "p.pt2"), os.path.join(d, "r")))
                 os.environ.pop("MAGI_AOTI_LOG", None)
                 sys.path.insert(0, HERE)
-                self.assertEqual(script._run_job(job), 0)
+                self.assertEqual(script._run_job(job), expect[1])
                 with open(os.path.join(d, "r")) as f:
-                    self.assertEqual(f.readline(), "ok\n")
+                    self.assertEqual(f.readline(), expect[0])
+                    calls.append(("result", f.read()))
         finally:
             for name, module in saved.items():
                 if module is None:
@@ -89,12 +92,43 @@ class AotiCompileJobTest(unittest.TestCase):
 
     def test_default_job_changes_nothing(self):
         calls = self.run_job(deterministic=False)
-        self.assertEqual(calls, [("compile", {"aot_inductor.metadata": {"magi.graph": "g"}})])
+        self.assertEqual(calls[:-1], [("compile", {"aot_inductor.metadata": {"magi.graph": "g"}})])
 
     def test_precompile_headers_off(self):
         calls = self.run_job(deterministic=False, extra="precompile_headers\t0\n")
-        self.assertEqual(calls, [("compile", {"aot_inductor.metadata": {"magi.graph": "g"},
-                                              "aot_inductor.precompile_headers": False})])
+        self.assertEqual(calls[:-1], [("compile", {"aot_inductor.metadata": {"magi.graph": "g"},
+                                                   "aot_inductor.precompile_headers": False})])
+
+    def test_inductor_settings_reach_every_package(self):
+        calls = self.run_job(deterministic=False, extra="config\tcombo_kernels\ttrue\nconfig\ttriton.max_tiles\t3\n")
+        self.assertEqual(calls[:-1], [("compile", {"aot_inductor.metadata": {"magi.graph": "g"},
+                                                   "combo_kernels": True, "triton.max_tiles": 3})])
+
+    def test_a_setting_this_torch_lacks_fails_every_task_without_compiling(self):
+        calls = self.run_job(deterministic=False, extra="config\tcombo_kernel\ttrue\n", expect=("error\n", 1))
+        self.assertEqual(calls, [("result", "Inductor (torch 2.11.0+cu130) has no setting 'combo_kernel' "
+                                            "(config.combo_kernel=true)\n")])
+
+    def test_inductor_settings_are_checked_against_this_torch(self):
+        script = _load_script()
+        config = types.SimpleNamespace(combo_kernels=False, max_autotune=False, cpp_wrapper_name="x", ratio=0.5,
+                                       optional=None, triton=types.SimpleNamespace(max_tiles=2), patterns=[1])
+        self.assertEqual(script.user_configs(config, [("ratio", "1"), ("cpp_wrapper_name", "12"),
+                                                      ("optional", "false")], False, "2.11.0"),
+                         {"ratio": 1, "cpp_wrapper_name": "12", "optional": False})
+        with self.assertRaisesRegex(ValueError, r"torch 2.11.0\) has no setting 'combo_kernel' "
+                                                r"\(config.combo_kernel=true\)"):
+            script.user_configs(config, [("combo_kernel", "true")], False, "2.11.0")
+        with self.assertRaisesRegex(ValueError, "has no setting 'triton.max_tile'"):
+            script.user_configs(config, [("triton.max_tile", "3")], False, "2.11.0")
+        with self.assertRaisesRegex(ValueError, r"'combo_kernels' is a bool \(now False\), got config.combo_kernels=1"):
+            script.user_configs(config, [("combo_kernels", "1")], False, "2.11.0")
+        with self.assertRaisesRegex(ValueError, "'patterns' is a list, which a config.NAME option cannot set"):
+            script.user_configs(config, [("patterns", "1")], False, "2.11.0")
+        with self.assertRaisesRegex(ValueError, "contradicts deterministic mode, which sets max_autotune=False"):
+            script.user_configs(config, [("max_autotune", "true")], True, "2.11.0")
+        self.assertEqual(script.user_configs(config, [("max_autotune", "false")], True, "2.11.0"),
+                         {"max_autotune": False})
 
     def run_tasks(self, d, names, locked=()):
         """Runs one job of tasks `names` in directory `d` twice (two workers of one compile),

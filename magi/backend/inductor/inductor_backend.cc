@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,7 @@
 #include "magi/backend/inductor/sha256.h"
 #include "magi/backend/inductor/subprocess.h"
 #include "magi/base/file.h"
+#include "magi/base/status_macros.h"
 #include "magi/compat/aoti_package.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/collectives.h"
@@ -38,6 +40,27 @@ namespace {
 // Bumped whenever what determines a package changes in a way the key does not see.
 constexpr int kPackageKeyVersion = 1;
 constexpr int kMaxDefaultJobs = 8;
+constexpr absl::string_view kConfigPrefix = "config.";
+
+// A config.NAME option as the job file can carry it (tab-separated lines): a dotted Python
+// identifier and a value without whitespace. Whether torch has the setting, and of which
+// type, aoti_compile.py checks against the torch that compiles.
+absl::Status CheckInductorConfig(absl::string_view name, absl::string_view value) {
+  bool name_ok = !name.empty() && name.front() != '.' && name.back() != '.' && !absl::StrContains(name, "..") &&
+                 !absl::ascii_isdigit(static_cast<unsigned char>(name.front()));
+  for (char c : name) name_ok = name_ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.');
+  if (!name_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inductor: 'config.", name, "' does not name an Inductor setting (config.NAME, e.g. config.combo_kernels)"));
+  }
+  bool value_ok = !value.empty();
+  for (char c : value) value_ok = value_ok && !absl::ascii_isspace(static_cast<unsigned char>(c));
+  if (!value_ok) {
+    return absl::InvalidArgumentError(absl::StrCat("inductor: config.", name, " needs a value without spaces, got '",
+                                                   value, "'"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status MakeDirectories(const std::string& path) {
   std::string prefix;
@@ -199,10 +222,14 @@ absl::StatusOr<InductorOptions> InductorOptions::FromComponentOptions(const Comp
         return absl::InvalidArgumentError(absl::StrCat("inductor: single_threaded is true or false, got '", value, "'"));
       }
       parsed.single_threaded = value == "true";
+    } else if (absl::StartsWith(key, kConfigPrefix)) {
+      MAGI_RETURN_IF_ERROR(CheckInductorConfig(key.substr(kConfigPrefix.size()), value));
+      parsed.inductor_configs[key.substr(kConfigPrefix.size())] = value;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("inductor: unknown option '", key,
-                       "' (options: python, cache_dir, jobs, compile_threads, precompile_headers, single_threaded)"));
+                       "' (options: python, cache_dir, jobs, compile_threads, precompile_headers, single_threaded, "
+                       "config.NAME)"));
     }
   }
   return parsed;
@@ -368,6 +395,13 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     work_dir = buffer.data();
     return absl::OkStatus();
   };
+  // Inductor settings: in every package's key (none: the key as before they existed) and
+  // in every worker's job.
+  std::string configs_key, configs_job;
+  for (const auto& [name, value] : options_.inductor_configs) {
+    absl::StrAppend(&configs_key, "inductor-config ", name, " ", value, "\n");
+    absl::StrAppend(&configs_job, "config\t", name, "\t", value, "\n");
+  }
   std::vector<CompileItem> items(graphs.size());
   std::map<std::string, size_t> first_of_key;
   for (size_t i = 0; i < graphs.size(); ++i) {
@@ -387,7 +421,7 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
                                       "\nlibtorch ", TORCH_VERSION, "\npython-torch ", env.torch.version, "\ntarget ",
                                       *target, "\nprogram ", Sha256Hex(canonical->source), "\n",
                                       // A package compiled in deterministic mode is another package.
-                                      context.deterministic ? "deterministic 1\n" : ""));
+                                      context.deterministic ? "deterministic 1\n" : "", configs_key));
     std::string stem = absl::StrCat(env.cache_dir, "/packages/", item.key);
     item.package = stem + ".pt2";
     item.program_path = stem + ".py";
@@ -446,7 +480,8 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     for (int w = 0; w < jobs; ++w) {
       std::string job = absl::StrCat("magi-aoti-job\t1\ntorch\t", TORCH_VERSION, "\nworker\t", w + 1, "/", jobs, "\n",
                                      context.deterministic ? "deterministic\t1\n" : "",
-                                     options_.precompile_headers ? "" : "precompile_headers\t0\n", tasks);
+                                     options_.precompile_headers ? "" : "precompile_headers\t0\n", configs_job,
+                                     tasks);
       std::string job_path = absl::StrCat(work_dir, "/worker-", w + 1, ".job");
       absl::Status written = WriteFileAtomically(job_path, job);
       absl::StatusOr<Process> process =

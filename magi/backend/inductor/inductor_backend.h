@@ -52,9 +52,16 @@
 //              it); false: each wrapper compiles them itself (the key does not change:
 //              the package is the same program)
 //   single_threaded  load packages with run_single_threaded (default true; needed in CUDA graphs)
+//   config.NAME  an Inductor setting for every package (torch._inductor.config.NAME, dotted
+//              for nested ones: `config.combo_kernels=true`, `config.triton.max_tiles=3`);
+//              values true/false, integers, decimals or words. The settings are part of the
+//              package key (another setting is another package); aoti_compile.py refuses a
+//              NAME this torch lacks, a value of another type than the setting's, and one
+//              that deterministic mode sets otherwise.
 #ifndef MAGI_BACKEND_INDUCTOR_INDUCTOR_BACKEND_H_
 #define MAGI_BACKEND_INDUCTOR_INDUCTOR_BACKEND_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -74,6 +81,8 @@ struct InductorOptions {
   int compile_threads = 0;  // Inductor's compile workers per process; 0: the hardware threads / jobs
   bool precompile_headers = true;  // AOTInductor's shared precompiled header for the C++ wrappers
   bool single_threaded = true;
+  // Inductor settings (config.NAME options), by name: ordered, so the package key is too.
+  std::map<std::string, std::string> inductor_configs;
 
   static absl::StatusOr<InductorOptions> FromComponentOptions(const ComponentOptions& options);
 };

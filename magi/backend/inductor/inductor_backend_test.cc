@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/compat/aoti_package.h"
+#include "magi/backend/inductor/inductor_executable.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/parser.h"
 
@@ -88,7 +90,7 @@ TEST(InductorBackendTest, Options) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(),
             "inductor: unknown option 'pyhton' (options: python, cache_dir, jobs, compile_threads, "
-            "precompile_headers, single_threaded)");
+            "precompile_headers, single_threaded, config.NAME)");
   EXPECT_FALSE(InductorOptions::FromComponentOptions({{"jobs", "-1"}}).ok());
   EXPECT_FALSE(InductorOptions::FromComponentOptions({{"compile_threads", "x"}}).ok());
   absl::StatusOr<InductorOptions> no_pch =
@@ -99,6 +101,63 @@ TEST(InductorBackendTest, Options) {
   absl::StatusOr<InductorOptions> bad_pch = InductorOptions::FromComponentOptions({{"precompile_headers", "no"}});
   EXPECT_EQ(bad_pch.status().message(), "inductor: precompile_headers is true or false, got 'no'");
   EXPECT_FALSE(InductorOptions::FromComponentOptions({{"single_threaded", "yes"}}).ok());
+
+  absl::StatusOr<InductorOptions> settings = InductorOptions::FromComponentOptions(
+      {{"config.combo_kernels", "true"}, {"config.triton.max_tiles", "3"}});
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->inductor_configs,
+            (std::map<std::string, std::string>{{"combo_kernels", "true"}, {"triton.max_tiles", "3"}}));
+  for (const char* name : {"config.", "config.1x", "config.a..b", "config.a.", "config.a-b"}) {
+    absl::StatusOr<InductorOptions> bad_name = InductorOptions::FromComponentOptions({{name, "1"}});
+    EXPECT_EQ(bad_name.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(bad_name.status().message().find("does not name an Inductor setting"), std::string::npos)
+        << bad_name.status();
+  }
+  EXPECT_EQ(InductorOptions::FromComponentOptions({{"config.combo_kernels", "a b"}}).status().message(),
+            "inductor: config.combo_kernels needs a value without spaces, got 'a b'");
+  EXPECT_FALSE(InductorOptions::FromComponentOptions({{"config.combo_kernels", ""}}).ok());
+}
+
+// Inductor settings are part of a package's key: the same partition compiled with a setting
+// is another package (a cache hit would hand back code compiled without it); a setting this
+// torch lacks fails the compile, naming it.
+TEST(InductorBackendTest, InductorSettingsMakeOtherPackages) {
+  if (!compat::AotInductorAvailable()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no AOTInductor";
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  graph @p {
+    input %x: f32[4,8]
+    input %w: f32[8,8]
+    %h = aten::mm(%x, %w) : f32[4,8]
+    %y = aten::gelu(%h, approximate = "tanh") : f32[4,8]
+    output y = %y
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& graph = *(*module)->FindGraph("p");
+  InductorOptions options;
+  options.cache_dir = TempDir("inductor_settings");
+  options.jobs = 1;
+  auto package_of = [&](const InductorOptions& with) -> absl::StatusOr<std::string> {
+    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> compiled = InductorBackend(with).CompileAll(**module, {&graph});
+    if (compiled.size() != 1) return absl::InternalError("not one executable");
+    if (!compiled[0].ok()) return compiled[0].status();
+    auto* executable = dynamic_cast<InductorExecutable*>(compiled[0]->get());
+    if (executable == nullptr || executable->from_cache()) return absl::InternalError("not compiled here");
+    return executable->package_path();
+  };
+  absl::StatusOr<std::string> plain = package_of(options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  options.inductor_configs["max_autotune"] = "false";  // the default value: still another package
+  absl::StatusOr<std::string> set = package_of(options);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_NE(*plain, *set);
+  options.inductor_configs = {{"max_autotuen", "false"}};
+  absl::StatusOr<std::string> misspelt = package_of(options);
+  ASSERT_FALSE(misspelt.ok());
+  EXPECT_NE(misspelt.status().message().find("has no setting 'max_autotuen' (config.max_autotuen=false)"),
+            std::string::npos)
+      << misspelt.status();
 }
 
 // Where AOTInductor cannot be used, every node is declined with the reason, so the compile
