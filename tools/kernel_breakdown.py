@@ -6,7 +6,8 @@
 Reads a Chrome trace written by Kineto (examples:train --kernel_trace=FILE, or
 torch.profiler's export_chrome_trace) and prints, as Markdown tables: the device span (first
 kernel start to last end), the busy time (the union of kernel, copy and memset intervals on
-all streams) and the idle time; the time and count per family (GEMMs, attention, Inductor's
+all streams) and the idle time, with the idle gaps counted by length and the longest listed
+with the device events around them (--gaps N); the time and count per family (GEMMs, attention, Inductor's
 Triton kernels by kind, ATen elementwise and reductions, Magi's multi-tensor AdamW, NCCL,
 copies); and the most expensive kernels by name. Families are name patterns (FAMILIES below:
 the first that matches wins), so the split is as good as the kernel names; "other" lists what
@@ -74,7 +75,36 @@ def busy_time(intervals):
     return total
 
 
-def breakdown(events):
+GAP_BINS_US = (2, 5, 20, 100)  # idle gaps by length: < 2 us, 2-5, 5-20, 20-100, >= 100
+
+
+def gaps(device, top):
+    """The device's idle gaps (no kernel, copy or memset on any stream) between its first start
+    and last end: counted and summed by length (GAP_BINS_US), and the `top` longest with the
+    device events that end before and start after each (what the device waited between)."""
+    events = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e.get("name", "?")) for e in device)
+    found, reach, last_name = [], None, None
+    for start, end, name in events:
+        if reach is not None and start > reach:
+            found.append((start - reach, reach, last_name, name))
+        if reach is None or end >= reach:
+            reach, last_name = end, name
+    bins = [[0, 0.0] for _ in range(len(GAP_BINS_US) + 1)]
+    for length, *_ in found:
+        index = sum(1 for bound in GAP_BINS_US if length >= bound)
+        bins[index][0] += 1
+        bins[index][1] += length
+    labels = ["< %g us" % GAP_BINS_US[0]] + ["%g-%g us" % (a, b) for a, b in zip(GAP_BINS_US, GAP_BINS_US[1:])] + \
+             [">= %g us" % GAP_BINS_US[-1]]
+    origin = events[0][0]
+    return {
+        "by_length": [{"gaps": label, "count": c, "ms": t / 1e3} for label, (c, t) in zip(labels, bins)],
+        "longest": [{"us": length, "at_ms": (at - origin) / 1e3, "after": before, "before": after}
+                    for length, at, before, after in sorted(found, key=lambda g: -g[0])[:top]],
+    }
+
+
+def breakdown(events, top_gaps=10):
     device = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES and "dur" in e]
     if not device:
         raise ValueError("the trace has no device kernels, copies or memsets (a CPU-only trace, or Kineto "
@@ -102,6 +132,7 @@ def breakdown(events):
         "families": {f: {"ms": t / 1e3, "count": c} for f, (t, c) in families.items()},
         "kernels": [{"family": f, "name": n, "ms": t / 1e3, "count": c}
                     for (f, n), (t, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0])],
+        "idle_gaps": gaps(device, top_gaps),
     }
 
 
@@ -122,6 +153,15 @@ def markdown(result, top):
     for k in result["kernels"][:top]:
         name = k["name"] if len(k["name"]) <= 90 else k["name"][:87] + "..."
         lines.append(f"| `{name}` | {k['family']} | {k['ms']:.2f} | {k['count']} |")
+    idle = result.get("idle_gaps")
+    if idle:
+        lines += ["", "| idle gaps | count | ms |", "|---|---|---|"]
+        lines += [f"| {b['gaps']} | {b['count']} | {b['ms']:.2f} |" for b in idle["by_length"]]
+        if idle["longest"]:
+            lines += ["", "| longest idle gaps (us) | at ms | after | before |", "|---|---|---|---|"]
+            short = lambda n: n if len(n) <= 60 else n[:57] + "..."  # noqa: E731
+            lines += [f"| {g['us']:.1f} | {g['at_ms']:.2f} | `{short(g['after'])}` | `{short(g['before'])}` |"
+                      for g in idle["longest"]]
     return "\n".join(lines)
 
 
@@ -130,9 +170,10 @@ def main(argv):
     parser.add_argument("trace")
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--json", default="", help="also write the breakdown as JSON here")
+    parser.add_argument("--gaps", type=int, default=10, help="list this many of the longest idle gaps")
     args = parser.parse_args(argv[1:])
     try:
-        result = breakdown(load(args.trace))
+        result = breakdown(load(args.trace), args.gaps)
     except (OSError, ValueError, KeyError) as e:
         print(f"kernel_breakdown.py: {args.trace}: {e}", file=sys.stderr)
         return 1

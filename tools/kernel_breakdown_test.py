@@ -49,6 +49,18 @@ class KernelBreakdownTest(unittest.TestCase):
         self.assertEqual(result["streams"], 2)
         self.assertEqual(result["kernels"][0]["family"], "gemm")
 
+    def test_idle_gaps_by_length_and_the_longest_with_their_neighbours(self):
+        gaps = kernel_breakdown.breakdown(TRACE["traceEvents"], top_gaps=2)["idle_gaps"]
+        # Gaps: 450-460 (10 us), 500-600 (100), 710-720 (10), 724-730 (6); the AdamW kernel on
+        # the other stream ends inside the GEMM, so it closes no gap.
+        self.assertEqual([(b["gaps"], b["count"]) for b in gaps["by_length"]],
+                         [("< 2 us", 0), ("2-5 us", 0), ("5-20 us", 3), ("20-100 us", 0), (">= 100 us", 1)])
+        self.assertAlmostEqual(sum(b["ms"] for b in gaps["by_length"]), 0.126)  # the idle time
+        self.assertEqual(gaps["longest"][0], {"us": 100.0, "at_ms": 0.4, "after": "triton_red_fused__to_copy_mean_pow_1",
+                                              "before": "Memcpy DtoD (Device -> Device)"})
+        self.assertEqual(len(gaps["longest"]), 2)
+        self.assertEqual(gaps["longest"][1]["us"], 10.0)
+
     def test_command_line_reads_gzip_and_writes_json(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "t.json.gz")
@@ -60,6 +72,7 @@ class KernelBreakdownTest(unittest.TestCase):
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertIn("| gemm | 0.30 |", run.stdout)
             self.assertIn("busy 0.5 ms (80.1%)", run.stdout)
+            self.assertIn("| >= 100 us | 1 | 0.10 |", run.stdout)
             with open(out) as f:
                 self.assertEqual(json.load(f)["device_events"], 8)
 
