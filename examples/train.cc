@@ -690,8 +690,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
     if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);
-    if (!(*trainer)->step_calibration_note().empty()) {
-      std::fprintf(stderr, "magi: %s\n", (*trainer)->step_calibration_note().c_str());
+    if (std::string note = (*trainer)->FinishStepCalibration(); !note.empty()) {
+      std::fprintf(stderr, "magi: %s\n", note.c_str());
     }
     std::fprintf(stderr, "step graph: %.1f ms measured (predicted %.1f), peak %.3f MB measured (predicted %.3f%s)\n",
                  timed_steps > 0 ? step_seconds_sum / timed_steps * 1e3 : 0.0, predicted.step_seconds * 1e3,

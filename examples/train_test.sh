@@ -176,13 +176,14 @@ MAGI_CACHE_DIR="$cal" examples/train --steps=1 --world_size=2 --checkpoint=false
 grep -q "warning: calibration cache $cache:.*expected 'mean_seconds,count,key', got 'garbage'; the cached times are ignored, measured again and the file replaced" "$out/cal3.txt" \
   || { cat "$out/cal3.txt"; exit 1; }
 ! grep -q garbage "$cache"
-# Calibration from the steps: a run of 12 steps records steps 3-10 (8: the first write)
-# into the cache's .steps.csv; the next compile takes every kernel's time from there.
+# Calibration from the steps: a run of 12 steps records steps 3-12 (written after 8, and
+# the last 2 at the end) into the cache's .steps.csv; the next compile takes every
+# kernel's time from there.
 fb="$out/feedback"
 MAGI_CACHE_DIR="$fb" examples/train --steps=12 --world_size=2 --checkpoint=false --out_dir="$out/fb1" 2> "$out/fb1.txt" \
   || { cat "$out/fb1.txt"; exit 1; }
 steps_file=$(ls "$fb"/calibration/cpu-*.steps.csv)
-grep -q "magi: calibration: [1-9][0-9]* kernel times of steps 3-10 folded into $steps_file" "$out/fb1.txt" \
+grep -q "magi: calibration: [1-9][0-9]* kernel times of steps 3-12 folded into $steps_file" "$out/fb1.txt" \
   || { cat "$out/fb1.txt"; exit 1; }
 sed -n 3p "$steps_file" | grep -q "kernel times of real steps"
 MAGI_CACHE_DIR="$fb" examples/train --steps=2 --world_size=2 --checkpoint=false --out_dir="$out/fb2" 2> "$out/fb2.txt" \
@@ -195,10 +196,10 @@ first, second = (json.load(open(p)) for p in sys.argv[1:3])
 assert first["calibrated_kernels_from_steps"] == 0 and first["calibrated_kernels_measured"] > 0, first
 assert second["calibrated_kernels_from_steps"] == first["calibrated_kernels_measured"], (first, second)
 assert second["calibrated_kernels_measured"] == 0 and second["calibrated_kernels_cached"] == 0, second
-# A collective's entry is its duration in the steps (8 steps x its occurrences samples).
+# A collective's entry is its duration in the steps (10 steps x its occurrences samples).
 rows = [line.split(",", 2) for line in open(sys.argv[3]) if not line.startswith("#")]
 gathers = [(float(t), int(n)) for t, n, key in rows if key.startswith("magi::all_gather_start")]
-assert gathers and all(t > 0 and n % 8 == 0 for t, n in gathers), gathers
+assert gathers and all(t > 0 and n % 10 == 0 for t, n in gathers), gathers
 print("calibration from the steps ok:", len(rows), "kernel times; the next compile measured nothing")
 PY
 MAGI_CACHE_DIR="$out/never" examples/train --steps=1 --world_size=2 --checkpoint=false --calibration=none \

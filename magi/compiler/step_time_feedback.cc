@@ -27,6 +27,13 @@ bool StepTimeFeedback::Wants(int64_t run) const {
   return !failed_ && run > options_.skip_steps && recorded_steps_ < options_.max_steps;
 }
 
+absl::Status StepTimeFeedback::Flush() {
+  if (failed_ || recorded_steps_ == saved_steps_ || recorded_steps_ < std::max(1, options_.first_save)) {
+    return absl::OkStatus();
+  }
+  return Save();
+}
+
 absl::Status StepTimeFeedback::Add(int64_t run, const Graph& graph, const std::vector<double>& node_seconds) {
   if (!Wants(run)) return absl::OkStatus();
   if (absl::Status added = recorded_.AddRun(graph, node_seconds); !added.ok()) {

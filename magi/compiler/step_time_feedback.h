@@ -12,9 +12,12 @@
 // micro-run cache (CalibrationCache::Fold: the entries the file held when this run began
 // weigh at most 4x this run's samples, so it follows the machine as it changes), and
 // writes the file after 8, 16, 32, ... recorded runs, each time folding all of this run's
-// samples into those older entries again (so a run counts once, however long it ran; the
-// runs after the last write are not kept, and a run of fewer than skip + 8 steps leaves
-// nothing). AutoCalibration then takes a kernel's time from that file before the
+// samples into those older entries again (so a run counts once, however long it ran), and
+// once more on Flush (the front ends' recorder flushes when it goes) if runs were recorded
+// since; a run of fewer than skip + 8 steps leaves nothing (too few samples to move the
+// file). Ranks on one machine each record and write the same file: the last write wins,
+// which loses nothing that matters (they run the same step in lockstep, so their folds are
+// samples of the same times; each write is atomic). AutoCalibration then takes a kernel's time from that file before the
 // micro-run file, so the next compile on this device predicts with what the steps took. The prediction of the run that records is
 // unchanged (it was made at compile time, before any step).
 //
@@ -59,6 +62,11 @@ class StepTimeFeedback {
   // error too. The caller may report either as a warning (the run itself is unaffected);
   // after one, nothing more is recorded.
   absl::Status Add(int64_t run, const Graph& graph, const std::vector<double>& node_seconds);
+
+  // Writes the runs recorded since the last write, once at least `first_save` runs were
+  // recorded (a run that ends between saving points keeps all its steps). OK when there
+  // is nothing to write.
+  absl::Status Flush();
 
   // Whether the file has been written (with this run's times so far).
   bool saved() const { return saved_steps_ > 0; }

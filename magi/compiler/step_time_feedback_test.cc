@@ -144,6 +144,26 @@ TEST_F(StepTimeFeedbackTest, ALaterRunFoldsInWithOlderSamplesWeighingAtMostFourT
   EXPECT_DOUBLE_EQ(*steps.table().Find(keys.gather), (8 * 50e-6 + 2 * 100e-6) / 10);
 }
 
+TEST_F(StepTimeFeedbackTest, FlushKeepsTheRunsAfterTheLastSavingPoint) {
+  const std::string dir = FreshDir("flush");
+  auto neg_count = [&] {
+    return CalibrationCache::Open(dir, kDevice, CalibrationSource::kSteps).table().entries().at(keys.neg).count;
+  };
+  {
+    StepTimeFeedback feedback(dir, kDevice, {0, 4, 64});
+    for (int run = 1; run <= 3; ++run) ASSERT_TRUE(feedback.Add(run, *graph, RunTimes(1)).ok());
+    ASSERT_TRUE(feedback.Flush().ok());  // 3 runs, fewer than the first saving point: nothing
+    EXPECT_FALSE(std::filesystem::exists(feedback.path()));
+    for (int run = 4; run <= 6; ++run) ASSERT_TRUE(feedback.Add(run, *graph, RunTimes(1)).ok());
+    EXPECT_EQ(neg_count(), 4);  // written at 4 recorded runs; 5 and 6 not yet
+    ASSERT_TRUE(feedback.Flush().ok());
+    EXPECT_EQ(neg_count(), 6);
+    EXPECT_EQ(feedback.summary(), absl::StrCat("calibration: 4 kernel times of steps 1-6 folded into ", feedback.path()));
+    ASSERT_TRUE(feedback.Flush().ok());  // nothing new: the file stays as it is
+    EXPECT_EQ(neg_count(), 6);
+  }
+}
+
 TEST_F(StepTimeFeedbackTest, TimesThatDoNotMatchTheGraphAreRefused) {
   StepTimeFeedback feedback(FreshDir("mismatch"), kDevice, {0, 1, 1});
   absl::Status added = feedback.Add(1, *graph, {1e-6, 2e-6});

@@ -174,7 +174,18 @@ class NcclStreamExecutable : public TorchExecutable {
     } else {
       outputs = RunStreams(inputs, /*capturing=*/false, tracing);
     }
-    if (!outputs.ok()) return outputs.status();
+    if (!outputs.ok()) {
+      // A step that failed after launching AdamW batches on the optimizer stream never
+      // joined them, and they read the step's scalars, which the caller may rewrite in place
+      // for its next step (StepBindings): they finish before the error is returned. The
+      // step's own error is what the caller gets, whatever this wait says.
+      if (optimizer_pending_ && optimizer_stream_) {
+        (void)cudaStreamSynchronize(optimizer_stream_->stream());
+        optimizer_keep_alive_.clear();
+        optimizer_pending_ = false;
+      }
+      return outputs.status();
+    }
     ++runs_;
     stats_.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (options_.sync_each_step || tracing) MAGI_RETURN_IF_ERROR(WaitForDevice());

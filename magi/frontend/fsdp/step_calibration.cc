@@ -1,5 +1,7 @@
 #include "magi/frontend/fsdp/step_calibration.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "magi/backend/interpreter/kernel_calibrator.h"
 
@@ -34,6 +36,22 @@ std::unique_ptr<StepTimeRecorder> StepTimeRecorder::Create(const CostModelOption
   if (cost_model.calibrator == nullptr || !device.is_cpu()) return nullptr;
   return std::unique_ptr<StepTimeRecorder>(new StepTimeRecorder(
       std::make_unique<StepTimeFeedback>(cost_model.calibration_cache_dir, cost_model.calibrator->DeviceKey())));
+}
+
+StepTimeRecorder::~StepTimeRecorder() {
+  if (absl::Status flushed = feedback_->Flush(); !flushed.ok()) {
+    std::fprintf(stderr, "magi: warning: calibration from the steps: the last steps not saved: %s\n",
+                 std::string(flushed.message()).c_str());
+  }
+}
+
+const std::string& StepTimeRecorder::Finish() {
+  if (absl::Status flushed = feedback_->Flush(); !flushed.ok()) {
+    note_ = absl::StrCat("warning: calibration from the steps not saved: ", flushed.message());
+  } else if (feedback_->saved()) {
+    note_ = feedback_->summary();
+  }
+  return note_;
 }
 
 void StepTimeRecorder::BeforeRun(TorchExecutable& executable, bool profile_requested) {

@@ -36,13 +36,16 @@ absl::Status SetStepCalibration(const std::string& calibration,
 // Calibration from the steps (magi/compiler/step_time_feedback.h) for a front end's step
 // executable: with calibration by default on CPU, runs 3-66 are profiled and their node
 // times folded into the device's ".steps.csv" cache (written after 8, 16, 32 and 64 of
-// them), which the next compile prefers to micro-runs. Front ends call BeforeRun/AfterRun
+// them, and when the recorder goes), which the next compile prefers to micro-runs. Front ends call BeforeRun/AfterRun
 // around every run of the step.
 class StepTimeRecorder {
  public:
   // Null unless `cost_model` calibrates by default (SetStepCalibration "auto") and the
   // step runs on the CPU, where the interpreter's node times are the nodes' durations.
   static std::unique_ptr<StepTimeRecorder> Create(const CostModelOptions& cost_model, const at::Device& device);
+  // Writes the runs recorded since the last write (StepTimeFeedback::Flush); a failure is
+  // a warning on stderr (nothing else can report it here).
+  ~StepTimeRecorder();
 
   // Turns node profiling on for a run to record (and keeps it on where the caller asked,
   // `profile_requested`).
@@ -50,6 +53,9 @@ class StepTimeRecorder {
   // After a successful run: records it when wanted. A cache that cannot be written is
   // not the step's failure: note() says so.
   void AfterRun(const TorchExecutable& executable, const Graph& graph);
+  // Writes the runs recorded since the last write (a run between saving points keeps all
+  // its steps) and returns note().
+  const std::string& Finish();
   // "" until the file is written (or fails to be): then one line for the user.
   const std::string& note() const { return note_; }
 

@@ -175,6 +175,9 @@ class FsdpTrainer {
   // What calibration from the steps did (step_calibration.h, StepTimeRecorder): "" until
   // this run's steps from the third on were folded into the device's cache (CPU steps only).
   std::string step_calibration_note() const { return step_times_ ? step_times_->note() : ""; }
+  // Writes the steps recorded since the steps file's last write, then returns the note:
+  // call it where the note is shown, after the last step (destruction writes them too).
+  std::string FinishStepCalibration() { return step_times_ ? step_times_->Finish() : ""; }
   const std::vector<Partition>& partitions() const { return compiled_.partitions; }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h): two runs that print the
   // same hash ran the same buckets, collective sizes, schedule and backends.

@@ -96,6 +96,9 @@ class FxTrainer {
   // What calibration from the steps did (FsdpTrainer's; "" until steps from the third on
   // were folded into the device's cache, CPU steps only).
   std::string step_calibration_note() const { return step_times_ ? step_times_->note() : ""; }
+  // Writes the steps recorded since the steps file's last write, then returns the note:
+  // call it where the note is shown, after the last step (destruction writes them too).
+  std::string FinishStepCalibration() { return step_times_ ? step_times_->Finish() : ""; }
 
   // Collective: this rank's master shards, AdamW moments, buffers, step and CPU generator as
   // one committed checkpoint step under `root`, the format and guarantees of FsdpTrainer's
