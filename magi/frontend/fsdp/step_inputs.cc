@@ -64,14 +64,18 @@ std::map<std::string, at::Tensor> BuffersTheGraphReads(const Graph& graph, torch
   return buffers;
 }
 
+at::Tensor* BufferUpdatedBy(const std::string& output, std::map<std::string, at::Tensor>& buffers) {
+  constexpr absl::string_view kUpdated = ".updated";
+  if (!absl::EndsWith(output, kUpdated)) return nullptr;
+  auto it = buffers.find(output.substr(0, output.size() - kUpdated.size()));
+  return it != buffers.end() ? &it->second : nullptr;
+}
+
 void TakeUpdatedBuffers(const Graph& graph, const std::vector<at::Tensor>& outputs,
                         std::map<std::string, at::Tensor>& buffers) {
   const auto& graph_outputs = graph.outputs();
   for (size_t i = 0; i < graph_outputs.size() && i < outputs.size(); ++i) {
-    const std::string& name = graph_outputs[i].name;
-    if (!absl::EndsWith(name, ".updated")) continue;
-    auto it = buffers.find(name.substr(0, name.size() - 8));
-    if (it != buffers.end()) it->second = outputs[i];
+    if (at::Tensor* buffer = BufferUpdatedBy(graph_outputs[i].name, buffers)) *buffer = outputs[i];
   }
 }
 
@@ -112,7 +116,6 @@ absl::StatusOr<StepBindings> StepBindings::Bind(const Graph& graph, std::map<std
     }
     bindings.inputs_.push_back(std::move(bound));
   }
-  constexpr absl::string_view kUpdated = ".updated";  // capture's name for a written input
   for (const GraphOutput& output : graph.outputs()) {
     Output bound;
     if (output.name == "loss") {
@@ -121,9 +124,8 @@ absl::StatusOr<StepBindings> StepBindings::Bind(const Graph& graph, std::map<std
       bound.sink = Sink::kGradNorm;
     } else if (auto it = state.find(output.name); it != state.end()) {
       bound = {Sink::kTensor, &it->second};
-    } else if (absl::EndsWith(output.name, kUpdated)) {
-      auto buffer = buffers.find(output.name.substr(0, output.name.size() - kUpdated.size()));
-      if (buffer != buffers.end()) bound = {Sink::kTensor, &buffer->second};
+    } else if (at::Tensor* buffer = BufferUpdatedBy(output.name, buffers)) {
+      bound = {Sink::kTensor, buffer};
     }
     bindings.outputs_.push_back(bound);
   }

@@ -24,8 +24,12 @@ absl::StatusOr<std::vector<at::Tensor>> GatherStepInputs(const Graph& graph,
 // a front end owns from Create on and feeds each step.
 std::map<std::string, at::Tensor> BuffersTheGraphReads(const Graph& graph, torch::nn::Module& root);
 
-// Replaces each buffer in `buffers` whose new value the step returned ("<buffer>.updated",
-// capture's name for written inputs) with that value.
+// The buffer an output named "<buffer>.updated" (capture's name for a written input)
+// holds the new value of, or nullptr when `output` names no buffer of `buffers`.
+at::Tensor* BufferUpdatedBy(const std::string& output, std::map<std::string, at::Tensor>& buffers);
+
+// Replaces each buffer in `buffers` whose new value the step returned (BufferUpdatedBy)
+// with that value.
 void TakeUpdatedBuffers(const Graph& graph, const std::vector<at::Tensor>& outputs,
                         std::map<std::string, at::Tensor>& buffers);
 

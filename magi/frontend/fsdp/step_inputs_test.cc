@@ -83,6 +83,15 @@ TEST(StepBindingsTest, GathersByIndexAndHandsOutputsBack) {
   EXPECT_EQ(buffers.size(), 1u);
 }
 
+TEST(StepInputsTest, BufferUpdatedByNamesTheBufferOfADotUpdatedOutput) {
+  std::map<std::string, at::Tensor> buffers = {{"bn.running_mean", at::zeros({2})}, {"updated", at::zeros({1})}};
+  EXPECT_EQ(BufferUpdatedBy("bn.running_mean.updated", buffers), &buffers["bn.running_mean"]);
+  EXPECT_EQ(BufferUpdatedBy("bn.running_mean", buffers), nullptr);
+  EXPECT_EQ(BufferUpdatedBy("bn.running_var.updated", buffers), nullptr);  // no such buffer
+  EXPECT_EQ(BufferUpdatedBy(".updated", buffers), nullptr);
+  EXPECT_EQ(BufferUpdatedBy("loss", buffers), nullptr);
+}
+
 TEST(StepBindingsTest, MissingTensorsAndWrongOutputCountsAreErrors) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
   ASSERT_TRUE(module.ok()) << module.status();

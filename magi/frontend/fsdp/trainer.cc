@@ -288,8 +288,8 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
           loss_sum += tensor.item<double>();
         } else if (absl::EndsWith(name, ".grad.acc")) {
           accumulated[name] = std::move(tensor);
-        } else {
-          TakeUpdatedBuffer(name, std::move(tensor));
+        } else if (at::Tensor* buffer = BufferUpdatedBy(name, buffers_)) {
+          *buffer = std::move(tensor);
         }
       }
     }
@@ -332,13 +332,6 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
   if (scalars.grad_norm.defined()) last_grad_norm_ = scalars.grad_norm.item<double>();
   step_ = t;
   return loss_sum / n;
-}
-
-void FsdpTrainer::TakeUpdatedBuffer(const std::string& output, at::Tensor value) {
-  constexpr char kSuffix[] = ".updated";  // capture's name for a written input
-  if (!absl::EndsWith(output, kSuffix)) return;
-  auto it = buffers_.find(output.substr(0, output.size() - (sizeof(kSuffix) - 1)));
-  if (it != buffers_.end()) it->second = std::move(value);
 }
 
 void FsdpTrainer::ReleaseModuleParameters() {

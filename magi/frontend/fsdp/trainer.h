@@ -215,8 +215,6 @@ class FsdpTrainer {
                                                              std::map<std::string, at::Tensor> named,
                                                              const std::vector<at::Tensor>& data);
 
-  // Replaces the buffer whose new value `output` ("<buffer>.updated") is; other outputs are ignored.
-  void TakeUpdatedBuffer(const std::string& output, at::Tensor value);
 
   std::weak_ptr<torch::nn::Module> root_;  // for ReleaseModuleParameters only
   std::vector<std::pair<std::string, at::Tensor>> constants_;  // lifted by capture
