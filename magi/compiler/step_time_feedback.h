@@ -17,9 +17,10 @@
 // since; a run of fewer than skip + 8 steps leaves nothing (too few samples to move the
 // file). Ranks on one machine each record and write the same file: the last write wins,
 // which loses nothing that matters (they run the same step in lockstep, so their folds are
-// samples of the same times; each write is atomic). AutoCalibration then takes a kernel's time from that file before the
-// micro-run file, so the next compile on this device predicts with what the steps took. The prediction of the run that records is
-// unchanged (it was made at compile time, before any step).
+// samples of the same times; each write is atomic). AutoCalibration then takes a kernel's
+// time from that file before the micro-run file, so the next compile on this device
+// predicts with what the steps took. The prediction of the run that records is unchanged
+// (it was made at compile time, before any step).
 //
 // Only for runtimes whose node times are the nodes' real durations: the interpreter on
 // CPU (the front ends make one for CPU steps only). On CUDA, kernels are asynchronous and

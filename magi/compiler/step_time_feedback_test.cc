@@ -158,7 +158,8 @@ TEST_F(StepTimeFeedbackTest, FlushKeepsTheRunsAfterTheLastSavingPoint) {
     EXPECT_EQ(neg_count(), 4);  // written at 4 recorded runs; 5 and 6 not yet
     ASSERT_TRUE(feedback.Flush().ok());
     EXPECT_EQ(neg_count(), 6);
-    EXPECT_EQ(feedback.summary(), absl::StrCat("calibration: 4 kernel times of steps 1-6 folded into ", feedback.path()));
+    EXPECT_EQ(feedback.summary(),
+              absl::StrCat("calibration: 4 kernel times of steps 1-6 folded into ", feedback.path()));
     ASSERT_TRUE(feedback.Flush().ok());  // nothing new: the file stays as it is
     EXPECT_EQ(neg_count(), 6);
   }

@@ -50,14 +50,14 @@ absl::Status CheckInductorConfig(absl::string_view name, absl::string_view value
                  !absl::ascii_isdigit(static_cast<unsigned char>(name.front()));
   for (char c : name) name_ok = name_ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.');
   if (!name_ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inductor: 'config.", name, "' does not name an Inductor setting (config.NAME, e.g. config.combo_kernels)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inductor: 'config.", name, "' does not name an Inductor setting (config.NAME, e.g. config.combo_kernels)"));
   }
   bool value_ok = !value.empty();
   for (char c : value) value_ok = value_ok && !absl::ascii_isspace(static_cast<unsigned char>(c));
   if (!value_ok) {
-    return absl::InvalidArgumentError(absl::StrCat("inductor: config.", name, " needs a value without spaces, got '",
-                                                   value, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inductor: config.", name, " needs a value without spaces, got '", value, "'"));
   }
   return absl::OkStatus();
 }

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "magi/backend/inductor/inductor_executable.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/compat/aoti_package.h"
-#include "magi/backend/inductor/inductor_executable.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/parser.h"
 
@@ -139,7 +139,8 @@ TEST(InductorBackendTest, InductorSettingsMakeOtherPackages) {
   options.cache_dir = TempDir("inductor_settings");
   options.jobs = 1;
   auto package_of = [&](const InductorOptions& with) -> absl::StatusOr<std::string> {
-    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> compiled = InductorBackend(with).CompileAll(**module, {&graph});
+    std::vector<absl::StatusOr<std::unique_ptr<Executable>>> compiled =
+        InductorBackend(with).CompileAll(**module, {&graph});
     if (compiled.size() != 1) return absl::InternalError("not one executable");
     if (!compiled[0].ok()) return compiled[0].status();
     auto* executable = dynamic_cast<InductorExecutable*>(compiled[0]->get());
