@@ -12,6 +12,7 @@ OUT_DIR/table.md, every timed step to OUT_DIR/results.json.
 
   python3 benchmarks/inductor_settings.py --train bazel-bin/examples/train --out_dir /tmp/s \\
       --variant default= --variant combo=combo_kernels=true --rounds 2
+  ... --variant noreshard= --variant_flags noreshard=--reshard_after_forward=false   (other train flags)
 """
 import argparse
 import json
@@ -42,6 +43,9 @@ def main():
     parser.add_argument("--out_dir", required=True)
     parser.add_argument("--variant", action="append", type=parse_variant, required=True,
                         help="label=name=value;name=value (Inductor settings); label= for the defaults")
+    parser.add_argument("--variant_flags", action="append", default=[],
+                        help="label=--flag=value[ --flag=value]: extra examples:train flags for that variant "
+                             "(e.g. noreshard=--reshard_after_forward=false)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--warmup", type=int, default=5)
@@ -51,7 +55,14 @@ def main():
     # Inductor and Triton compile with the machine's own compiler, not a build's CC/CXX.
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX")}
     env["NCCL_NVLS_ENABLE"] = "0"
-    results = {label: {"settings": pairs, "rounds": []} for label, pairs in args.variant}
+    extra = {}
+    for text in args.variant_flags:
+        label, _, flags = text.partition("=")
+        extra[label] = flags.split()
+    unknown = set(extra) - {label for label, _ in args.variant}
+    if unknown:
+        parser.error("--variant_flags for no --variant: %s" % ", ".join(sorted(unknown)))
+    results = {label: {"settings": pairs, "flags": extra.get(label, []), "rounds": []} for label, pairs in args.variant}
     for round_index in range(args.rounds):
         order = args.variant if round_index % 2 == 0 else list(reversed(args.variant))
         for label, pairs in order:
@@ -62,7 +73,7 @@ def main():
                    "--steps=%d" % args.steps, "--untimed_steps=%d" % args.warmup, "--lr=3e-4",
                    "--device_profile=h200", "--calibration=none", "--backend=nccl_stream{cuda_graph=true}",
                    "--partition_backends=" + spec, "--out_dir=" + os.path.join(args.out_dir, tag),
-                   "--summary_json=" + summary]
+                   "--summary_json=" + summary] + extra.get(label, [])
             print("+", " ".join(cmd), flush=True)
             start = time.time()
             with open(os.path.join(args.out_dir, tag + ".log"), "w") as log:
@@ -86,7 +97,7 @@ def main():
                      time.time() - start), flush=True)
             with open(os.path.join(args.out_dir, "results.json"), "w") as f:
                 json.dump(results, f, indent=1)
-    lines = ["| variant | Inductor settings | " + " | ".join("round %d median / mean ms" % (r + 1)
+    lines = ["| variant | Inductor settings, train flags | " + " | ".join("round %d median / mean ms" % (r + 1)
                                                            for r in range(args.rounds))
              + " | all rounds median ms | compile s (first round) | peak GiB |",
              "|---|---|" + "---|" * args.rounds + "---|---|---|"]
@@ -99,7 +110,7 @@ def main():
                          if got else "failed")
         every = [t for x in rounds for t in x["step_ms"]]
         lines.append("| %s | %s | %s | %s | %s | %s |" % (
-            label, ", ".join("%s=%s" % p for p in pairs) or "(defaults)", " | ".join(cells),
+            label, ", ".join(["%s=%s" % p for p in pairs] + extra.get(label, [])) or "(defaults)", " | ".join(cells),
             "%.1f" % statistics.median(every) if every else "-",
             "%.1f" % rounds[0]["compile_s"] if rounds and rounds[0]["compile_s"] is not None else "-",
             "%.1f" % rounds[0]["peak_gib"] if rounds else "-"))
