@@ -55,9 +55,14 @@ def main():
     # Inductor and Triton compile with the machine's own compiler, not a build's CC/CXX.
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX")}
     env["NCCL_NVLS_ENABLE"] = "0"
+    labels = [label for label, _ in args.variant]
+    if len(set(labels)) != len(labels):
+        parser.error("--variant labels repeat: %s" % ", ".join(labels))
     extra = {}
     for text in args.variant_flags:
         label, _, flags = text.partition("=")
+        if label in extra:
+            parser.error("--variant_flags for %s given twice" % label)
         extra[label] = flags.split()
     unknown = set(extra) - {label for label, _ in args.variant}
     if unknown:
@@ -109,11 +114,12 @@ def main():
             cells.append("%.1f / %.1f" % (statistics.median(got[0]["step_ms"]), statistics.mean(got[0]["step_ms"]))
                          if got else "failed")
         every = [t for x in rounds for t in x["step_ms"]]
+        first = [x for x in rounds if x["round"] == 1]  # its compile was the cold one
         lines.append("| %s | %s | %s | %s | %s | %s |" % (
             label, ", ".join(["%s=%s" % p for p in pairs] + extra.get(label, [])) or "(defaults)", " | ".join(cells),
             "%.1f" % statistics.median(every) if every else "-",
-            "%.1f" % rounds[0]["compile_s"] if rounds and rounds[0]["compile_s"] is not None else "-",
-            "%.1f" % rounds[0]["peak_gib"] if rounds else "-"))
+            "%.1f" % first[0]["compile_s"] if first and first[0]["compile_s"] is not None else "-",
+            "%.1f" % first[0]["peak_gib"] if first else "-"))
     table = "\n".join(lines) + "\n"
     print(table)
     with open(os.path.join(args.out_dir, "table.md"), "w") as f:

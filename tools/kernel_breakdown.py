@@ -173,6 +173,8 @@ def main(argv):
     parser.add_argument("--gaps", type=int, default=10, help="list this many of the longest idle gaps")
     args = parser.parse_args(argv[1:])
     try:
+        if args.gaps < 0:
+            raise ValueError("--gaps must be 0 or more, got %d" % args.gaps)
         result = breakdown(load(args.trace), args.gaps)
     except (OSError, ValueError, KeyError) as e:
         print(f"kernel_breakdown.py: {args.trace}: {e}", file=sys.stderr)

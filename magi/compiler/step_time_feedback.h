@@ -69,6 +69,8 @@ class StepTimeFeedback {
   // is nothing to write.
   absl::Status Flush();
 
+  // Whether recording stopped on an error (Add said which).
+  bool failed() const { return failed_; }
   // Whether the file has been written (with this run's times so far).
   bool saved() const { return saved_steps_ > 0; }
   const std::string& path() const { return cache_.path(); }

@@ -155,14 +155,8 @@ class NcclStreamExecutable : public TorchExecutable {
       optimizer_stream_ =
           c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
     }
-    // A step that failed after launching optimizer batches never joined them: wait for
-    // them before anything they read can be freed or reused.
-    if (optimizer_pending_) {
-      MAGI_RETURN_IF_ERROR(
-          CudaStatus(cudaStreamSynchronize(optimizer_stream_->stream()), "waiting for a failed step's AdamW batches"));
-      optimizer_keep_alive_.clear();
-      optimizer_pending_ = false;
-    }
+    // Only after a failed step whose wait for them failed too (see below).
+    MAGI_RETURN_IF_ERROR(FinishUnjoinedOptimizerBatches());
     auto start = std::chrono::steady_clock::now();
     stats_ = RunStats();
     absl::StatusOr<std::vector<at::Tensor>> outputs;
@@ -177,14 +171,13 @@ class NcclStreamExecutable : public TorchExecutable {
     if (!outputs.ok()) {
       // A step that failed after launching AdamW batches on the optimizer stream never
       // joined them, and they read the step's scalars, which the caller may rewrite in place
-      // for its next step (StepBindings): they finish before the error is returned. The
-      // step's own error is what the caller gets, whatever this wait says.
-      if (optimizer_pending_ && optimizer_stream_) {
-        (void)cudaStreamSynchronize(optimizer_stream_->stream());
-        optimizer_keep_alive_.clear();
-        optimizer_pending_ = false;
+      // for its next step (StepBindings), and tensors whose memory must not be reused while
+      // they run: they finish before the error is returned.
+      absl::Status failed = outputs.status();
+      if (absl::Status waited = FinishUnjoinedOptimizerBatches(); !waited.ok()) {
+        return absl::Status(failed.code(), absl::StrCat(failed.message(), "; then ", waited.message()));
       }
-      return outputs.status();
+      return failed;
     }
     ++runs_;
     stats_.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -619,6 +612,18 @@ class NcclStreamExecutable : public TorchExecutable {
   }
 
   // Waits for the step on the device, watching every communicator for a failed peer.
+  // Waits for the AdamW batches a failed step launched on the optimizer stream and never
+  // joined, then lets go of what they read (held until then: a kernel on the compute
+  // stream must not get memory they may still read). OK when there are none.
+  absl::Status FinishUnjoinedOptimizerBatches() {
+    if (!optimizer_pending_) return absl::OkStatus();
+    MAGI_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamSynchronize(optimizer_stream_->stream()), "waiting for a failed step's AdamW batches"));
+    optimizer_keep_alive_.clear();
+    optimizer_pending_ = false;
+    return absl::OkStatus();
+  }
+
   absl::Status WaitForDevice() {
     c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
     cudaEvent_t done = Event(2 * step_.nodes.size());

@@ -46,6 +46,7 @@ StepTimeRecorder::~StepTimeRecorder() {
 }
 
 const std::string& StepTimeRecorder::Finish() {
+  if (feedback_->failed()) return note_;  // the warning AfterRun wrote stays
   if (absl::Status flushed = feedback_->Flush(); !flushed.ok()) {
     note_ = absl::StrCat("warning: calibration from the steps not saved: ", flushed.message());
   } else if (feedback_->saved()) {

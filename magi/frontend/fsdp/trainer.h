@@ -215,7 +215,6 @@ class FsdpTrainer {
                                                              std::map<std::string, at::Tensor> named,
                                                              const std::vector<at::Tensor>& data);
 
-
   std::weak_ptr<torch::nn::Module> root_;  // for ReleaseModuleParameters only
   std::vector<std::pair<std::string, at::Tensor>> constants_;  // lifted by capture
   std::map<std::string, at::Tensor> buffers_;                  // the module's, owned from Create on

@@ -178,12 +178,10 @@ absl::StatusOr<double> FxTrainer::Step(const std::vector<at::Tensor>& local_batc
       loss = outputs[i].item<double>();
     } else if (state_.count(name)) {
       state_[name] = outputs[i];
+    } else if (at::Tensor* buffer = BufferUpdatedBy(name, buffers_)) {
+      *buffer = outputs[i];
     } else if (absl::EndsWith(name, ".updated")) {
-      std::string buffer = name.substr(0, name.size() - 8);
-      if (!buffers_.count(buffer)) {
-        return absl::InternalError(absl::StrCat("output ", name, " of @", graph().name(), " updates no buffer"));
-      }
-      buffers_[buffer] = outputs[i];
+      return absl::InternalError(absl::StrCat("output ", name, " of @", graph().name(), " updates no buffer"));
     }
   }
   return loss;
