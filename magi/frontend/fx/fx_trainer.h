@@ -93,11 +93,10 @@ class FxTrainer {
   int64_t steps_taken() const { return step_; }
   // The learning rate the next Step() uses (adamw.lr under options.lr_schedule).
   double next_learning_rate() const;
-  // What calibration from the steps did (FsdpTrainer's; "" until steps from the third on
-  // were folded into the device's cache, CPU steps only).
-  std::string step_calibration_note() const { return step_times_ ? step_times_->note() : ""; }
-  // Writes the steps recorded since the steps file's last write, then returns the note:
-  // call it where the note is shown, after the last step (destruction writes them too).
+  // Calibration from the steps (FsdpTrainer's): writes the steps recorded since the steps
+  // file's last write and returns what was done, "" when nothing was folded into the
+  // device's cache (CPU steps only; fewer than 8 steps from the third on). Call it where
+  // the note is shown, after the last step (destruction writes them too).
   std::string FinishStepCalibration() { return step_times_ ? step_times_->Finish() : ""; }
 
   // Collective: this rank's master shards, AdamW moments, buffers, step and CPU generator as
