@@ -319,6 +319,10 @@ int InPlaceOperandOfResult(absl::string_view op, int result) {
     constexpr int kOperandOfResult[] = {0, 2, 3};  // p' over p, m' over m, v' over v
     return result >= 0 && result < 3 ? kOperandOfResult[result] : -1;
   }
+  if (op == "magi::adamw_split") {
+    constexpr int kOperandOfResult[] = {0, 1, 3, 4};  // hi' over hi, lo' over lo, m' over m, v' over v
+    return result >= 0 && result < 4 ? kOperandOfResult[result] : -1;
+  }
   if (op == "aten::scatter.src") return result == 0 ? 0 : -1;  // as aten::scatter_.src
   return -1;
 }

@@ -62,6 +62,45 @@ absl::StatusOr<Node*> AddAdamW(Graph& graph, Value* param, Value* grad, Value* e
                         graph.FreshName(name + ".exp_avg_sq.next.")});
 }
 
+absl::StatusOr<Node*> AddAdamWSplit(Graph& graph, Value* hi, Value* lo, const Node& adamw, const std::string& name,
+                                    Node* before) {
+  if (adamw.op() != kAdamWOp || adamw.num_operands() != 7 || adamw.num_results() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("magi::adamw_split of %", name, ": not from a magi::adamw"));
+  }
+  const Type& param = adamw.operand(kAdamWParam)->type();
+  if (!param.is_tensor() || !hi->type().is_tensor() || !lo->type().is_tensor() ||
+      param.tensor().dtype != DType::kFloat32 || hi->type().tensor().dtype != DType::kBFloat16 ||
+      lo->type().tensor().dtype != DType::kInt16 || hi->type().tensor().sizes != param.tensor().sizes ||
+      lo->type().tensor().sizes != param.tensor().sizes) {
+    return absl::InvalidArgumentError(absl::StrCat("magi::adamw_split of %", name, ": halves ",
+                                                   hi->type().ToString(), " and ", lo->type().ToString(),
+                                                   " for a parameter ", param.ToString(),
+                                                   " (expected bf16 and i16 of an f32's sizes)"));
+  }
+  const AdamWConstants constants = AdamWConstantsOf(adamw);
+  std::vector<NodeArg> args = {NodeArg(hi),
+                               NodeArg(lo),
+                               NodeArg(adamw.operand(kAdamWGrad)),
+                               NodeArg(adamw.operand(kAdamWExpAvg)),
+                               NodeArg(adamw.operand(kAdamWExpAvgSq)),
+                               NodeArg(adamw.operand(kAdamWDecay)),
+                               NodeArg(adamw.operand(kAdamWStepSize)),
+                               NodeArg(adamw.operand(kAdamWBc2Sqrt)),
+                               NodeArg(Attribute(constants.beta1), "beta1"),
+                               NodeArg(Attribute(constants.beta2), "beta2"),
+                               NodeArg(Attribute(constants.eps), "eps")};
+  auto fresh = [](const Type& type) {  // results are fresh, contiguous tensors
+    TensorType tensor = type.tensor();
+    tensor.strides.clear();
+    return Type::Tensor(std::move(tensor));
+  };
+  return graph.AddNode(std::string(kAdamWSplitOp), std::move(args),
+                       {fresh(hi->type()), fresh(lo->type()), adamw.result(1)->type(), adamw.result(2)->type()},
+                       before,
+                       {graph.FreshName(name + ".hi.next."), graph.FreshName(name + ".lo.next."),
+                        graph.FreshName(name + ".exp_avg.next."), graph.FreshName(name + ".exp_avg_sq.next.")});
+}
+
 AdamWConstants AdamWConstantsOf(const Node& adamw) {
   AdamWConstants constants;
   auto read = [&](absl::string_view name, double& out) {

@@ -20,6 +20,18 @@
 // Backends may run many of them as one multi-tensor kernel, and in place when the caller
 // donates p, m and v (see TorchExecutable).
 //
+// magi::adamw_split is magi::adamw on a master weight held split (split-master-weights,
+// magi/passes/split_master_weights.h; the numerics in magi/backend/common/split_float.h):
+//
+//   %hi2, %lo2, %m2, %v2 = magi::adamw_split(%hi, %lo, %g, %m, %v, %decay, %step_size, %bc2_sqrt,
+//                                            beta1 = 0.9, beta2 = 0.999, eps = 1e-08)
+//                          : bf16[..], i16[..], f32[..], f32[..]
+//
+// with hi (bf16) and lo (i16) the halves of the fp32 parameter p = JoinSplit(hi, lo), and
+// g, m, v fp32 of the same sizes: it computes magi::adamw's p', m', v' and returns
+// SplitToBf16(p') as hi', lo'. The update is magi::adamw's except where p' is an exact bf16
+// tie (p' then moves one fp32 ulp toward its bf16; hi' is the bf16 cast of p' either way).
+//
 // magi::local_shard is the calling rank's part of a tensor that every rank of a process
 // group holds whole (FSDP2's reshard_after_forward=<int> keeps it of the gathered
 // parameters between forward and backward):
@@ -46,6 +58,7 @@ namespace magi {
 
 inline constexpr absl::string_view kCallOp = "magi::call";
 inline constexpr absl::string_view kAdamWOp = "magi::adamw";
+inline constexpr absl::string_view kAdamWSplitOp = "magi::adamw_split";
 inline constexpr absl::string_view kLocalShardOp = "magi::local_shard";
 
 // Inserts before `before` (appends when null) a call of `callee` (a graph of the same
@@ -69,8 +82,29 @@ enum AdamWOperand { kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq, kAdam
 absl::StatusOr<Node*> AddAdamW(Graph& graph, Value* param, Value* grad, Value* exp_avg, Value* exp_avg_sq,
                                Value* decay, Value* step_size, Value* bc2_sqrt, const AdamWConstants& constants,
                                const std::string& name, Node* before = nullptr);
-// The constants of a magi::adamw node (defaults where an argument is missing).
+// The constants of a magi::adamw or magi::adamw_split node (defaults where an argument is
+// missing).
 AdamWConstants AdamWConstantsOf(const Node& adamw);
+
+// Indices of magi::adamw_split's operands.
+enum AdamWSplitOperand {
+  kAdamWSplitHi,
+  kAdamWSplitLo,
+  kAdamWSplitGrad,
+  kAdamWSplitExpAvg,
+  kAdamWSplitExpAvgSq,
+  kAdamWSplitDecay,
+  kAdamWSplitStepSize,
+  kAdamWSplitBc2Sqrt
+};
+
+// Inserts before `before` (appends when null) the magi::adamw_split of the split
+// parameter (hi, lo) that `adamw` (a magi::adamw of the joined parameter) updates, with
+// its grad, moments, scalars and constants; results are named after `name` (name.hi.next,
+// name.lo.next, name.exp_avg.next, name.exp_avg_sq.next). InvalidArgument when hi is not
+// bf16, lo not i16 of the same sizes, or `adamw` not a magi::adamw of that shape.
+absl::StatusOr<Node*> AddAdamWSplit(Graph& graph, Value* hi, Value* lo, const Node& adamw, const std::string& name,
+                                    Node* before = nullptr);
 
 // The type of magi::local_shard of `whole` over a group of `group_size` ranks (dim 0
 // divided); InvalidArgument when `whole` has no static dim 0 divisible by it.

@@ -184,6 +184,8 @@ class GraphVerifier {
         VerifyCall(node);
       } else if (node.op() == kAdamWOp) {
         VerifyAdamW(node);
+      } else if (node.op() == kAdamWSplitOp) {
+        VerifyAdamWSplit(node);
       } else if (node.op() == kLocalShardOp) {
         VerifyLocalShard(node);
       } else {
@@ -304,6 +306,42 @@ class GraphVerifier {
         Error(&node, absl::StrCat("result %", result->name(), " is ", type.ToString(), "; the parameter is ",
                                   param.ToString()));
       }
+    }
+  }
+
+  void VerifyAdamWSplit(const Node& node) {
+    if (node.num_operands() != 8 || node.num_results() != 4) {
+      Error(&node, absl::StrCat("takes 8 tensors (hi, lo, grad, exp_avg, exp_avg_sq, decay, step_size, bc2_sqrt) and "
+                                "returns 4; got ",
+                                node.num_operands(), " and ", node.num_results()));
+      return;
+    }
+    for (const Value* operand : node.operands()) {
+      if (!operand->type().is_tensor()) {
+        Error(&node, absl::StrCat("%", operand->name(), " is not a tensor"));
+        return;
+      }
+    }
+    const std::vector<int64_t>& sizes = node.operand(kAdamWSplitHi)->type().tensor().sizes;
+    auto expect = [&](const TensorType& type, DType dtype, const std::string& what) {
+      if (type.dtype != dtype || type.sizes != sizes) {
+        Error(&node, absl::StrCat(what, " is ", type.ToString(), "; expected ", DTypeName(dtype), " of the sizes of hi"));
+      }
+    };
+    expect(node.operand(kAdamWSplitHi)->type().tensor(), DType::kBFloat16, "operand 0 (hi)");
+    expect(node.operand(kAdamWSplitLo)->type().tensor(), DType::kInt16, "operand 1 (lo)");
+    for (int i : {kAdamWSplitGrad, kAdamWSplitExpAvg, kAdamWSplitExpAvgSq}) {
+      expect(node.operand(i)->type().tensor(), DType::kFloat32, absl::StrCat("operand ", i));
+    }
+    for (int i : {kAdamWSplitDecay, kAdamWSplitStepSize, kAdamWSplitBc2Sqrt}) {
+      if (!node.operand(i)->type().tensor().sizes.empty()) {
+        Error(&node, absl::StrCat("operand ", i, " must be a 0-dim tensor, got ",
+                                  node.operand(i)->type().tensor().ToString()));
+      }
+    }
+    const DType result_dtypes[] = {DType::kBFloat16, DType::kInt16, DType::kFloat32, DType::kFloat32};
+    for (int r = 0; r < 4; ++r) {
+      expect(node.result(r)->type().tensor(), result_dtypes[r], absl::StrCat("result %", node.result(r)->name()));
     }
   }
 

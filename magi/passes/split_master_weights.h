@@ -1,0 +1,40 @@
+// Split master weights: every fp32 parameter input of a mixed-precision step that the step
+// only casts to bf16 and updates with magi::adamw is held as two halves instead (the bf16
+// cast and the low 16 bits: magi/backend/common/split_float.h), so the casts go away.
+//
+// Why: the 953M step's fp32 -> bf16 parameter casts are 3.1 ms of its 89.3 ms of kernels on
+// an H200 at its power cap, where their time is step time (docs/benchmarks.md, session 10).
+//
+// For an input %P (role param, f32) whose uses are only
+//   - aten::_to_copy(%P, dtype = bf16) with no layout, device, pinning or memory-format
+//     change (the casts before each gather), and
+//   - one magi::adamw with %P as its parameter, whose new parameter is read by nothing but
+//     graph outputs,
+// the pass adds inputs %P.hi (bf16) and %P.lo (i16) of %P's sizes, role param, replaces
+// every cast's result by %P.hi, replaces the magi::adamw by magi::adamw_split (its moments'
+// results keep their readers), turns each output of the new parameter into two, "<name>.hi"
+// and "<name>.lo" (aliasing %P.hi and %P.lo where the output aliased %P), and removes %P.
+// Inputs used any other way stay as they are. No LibTorch.
+//
+// Whoever feeds the step must then hold the parameter split (SplitToBf16 of the fp32
+// master; JoinSplit gives it back, e.g. for checkpoints). Not part of any default pipeline
+// yet: the runtimes do not run magi::adamw_split yet (they refuse it, naming the op), and
+// the trainers do not hold split parameters (see the session notes of 2026-12-02).
+#ifndef MAGI_PASSES_SPLIT_MASTER_WEIGHTS_H_
+#define MAGI_PASSES_SPLIT_MASTER_WEIGHTS_H_
+
+#include "magi/passes/pass.h"
+
+namespace magi {
+
+class SplitMasterWeights : public Pass {
+ public:
+  absl::string_view name() const override { return "split-master-weights"; }
+
+ protected:
+  absl::StatusOr<bool> RunImpl(Module& module) override;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_PASSES_SPLIT_MASTER_WEIGHTS_H_
