@@ -1,5 +1,7 @@
 #include "magi/ir/verifier.h"
 
+#include <initializer_list>
+
 #include <string>
 #include <vector>
 
@@ -274,19 +276,35 @@ class GraphVerifier {
     }
   }
 
-  void VerifyAdamW(const Node& node) {
-    if (node.num_operands() != 7 || node.num_results() != 3) {
-      Error(&node, absl::StrCat("takes 7 tensors (param, grad, exp_avg, exp_avg_sq, decay, step_size, bc2_sqrt) and "
-                                "returns 3; got ",
+  // An optimizer op's shape: `operands` tensor operands (`signature` names them) and
+  // `results` results; false (reported) otherwise.
+  bool CheckTensorArity(const Node& node, int operands, int results, absl::string_view signature) {
+    if (node.num_operands() != operands || node.num_results() != results) {
+      Error(&node, absl::StrCat("takes ", operands, " tensors (", signature, ") and returns ", results, "; got ",
                                 node.num_operands(), " and ", node.num_results()));
-      return;
+      return false;
     }
     for (const Value* operand : node.operands()) {
       if (!operand->type().is_tensor()) {
         Error(&node, absl::StrCat("%", operand->name(), " is not a tensor"));
-        return;
+        return false;
       }
     }
+    return true;
+  }
+
+  // The per-step scalars of an optimizer op (decay, step_size, bc2_sqrt) are 0-dim.
+  void CheckScalarOperands(const Node& node, std::initializer_list<int> indices) {
+    for (int i : indices) {
+      if (!node.operand(i)->type().tensor().sizes.empty()) {
+        Error(&node, absl::StrCat("operand ", i, " must be a 0-dim tensor, got ",
+                                  node.operand(i)->type().tensor().ToString()));
+      }
+    }
+  }
+
+  void VerifyAdamW(const Node& node) {
+    if (!CheckTensorArity(node, 7, 3, "param, grad, exp_avg, exp_avg_sq, decay, step_size, bc2_sqrt")) return;
     const TensorType& param = node.operand(kAdamWParam)->type().tensor();
     for (int i : {kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq}) {
       const TensorType& other = node.operand(i)->type().tensor();
@@ -294,12 +312,7 @@ class GraphVerifier {
         Error(&node, absl::StrCat("operand ", i, " is ", other.ToString(), "; the parameter is ", param.ToString()));
       }
     }
-    for (int i : {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
-      if (!node.operand(i)->type().tensor().sizes.empty()) {
-        Error(&node, absl::StrCat("operand ", i, " must be a 0-dim tensor, got ",
-                                  node.operand(i)->type().tensor().ToString()));
-      }
-    }
+    CheckScalarOperands(node, {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt});
     for (const Value* result : node.results()) {
       const TensorType& type = result->type().tensor();
       if (type.dtype != param.dtype || type.sizes != param.sizes) {
@@ -310,18 +323,7 @@ class GraphVerifier {
   }
 
   void VerifyAdamWSplit(const Node& node) {
-    if (node.num_operands() != 8 || node.num_results() != 4) {
-      Error(&node, absl::StrCat("takes 8 tensors (hi, lo, grad, exp_avg, exp_avg_sq, decay, step_size, bc2_sqrt) and "
-                                "returns 4; got ",
-                                node.num_operands(), " and ", node.num_results()));
-      return;
-    }
-    for (const Value* operand : node.operands()) {
-      if (!operand->type().is_tensor()) {
-        Error(&node, absl::StrCat("%", operand->name(), " is not a tensor"));
-        return;
-      }
-    }
+    if (!CheckTensorArity(node, 8, 4, "hi, lo, grad, exp_avg, exp_avg_sq, decay, step_size, bc2_sqrt")) return;
     const std::vector<int64_t>& sizes = node.operand(kAdamWSplitHi)->type().tensor().sizes;
     auto expect = [&](const TensorType& type, DType dtype, const std::string& what) {
       if (type.dtype != dtype || type.sizes != sizes) {
@@ -333,12 +335,7 @@ class GraphVerifier {
     for (int i : {kAdamWSplitGrad, kAdamWSplitExpAvg, kAdamWSplitExpAvgSq}) {
       expect(node.operand(i)->type().tensor(), DType::kFloat32, absl::StrCat("operand ", i));
     }
-    for (int i : {kAdamWSplitDecay, kAdamWSplitStepSize, kAdamWSplitBc2Sqrt}) {
-      if (!node.operand(i)->type().tensor().sizes.empty()) {
-        Error(&node, absl::StrCat("operand ", i, " must be a 0-dim tensor, got ",
-                                  node.operand(i)->type().tensor().ToString()));
-      }
-    }
+    CheckScalarOperands(node, {kAdamWSplitDecay, kAdamWSplitStepSize, kAdamWSplitBc2Sqrt});
     const DType result_dtypes[] = {DType::kBFloat16, DType::kInt16, DType::kFloat32, DType::kFloat32};
     for (int r = 0; r < 4; ++r) {
       expect(node.result(r)->type().tensor(), result_dtypes[r], absl::StrCat("result %", node.result(r)->name()));
