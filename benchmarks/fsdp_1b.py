@@ -24,7 +24,7 @@ import time
 FLOP_PEAK = 989e12  # H100/H200 SXM dense bf16, the MFU denominator used in the table
 
 MAGI_RUNS = [
-    # (label, backend spec, pass pipeline[, partition backends])
+    # (label, backend spec, pass pipeline[, partition backends[, more examples:train flags]])
     ("Magi interpreter", "interpreter", ""),
     ("Magi interpreter + bucket/prefetch", "interpreter",
      "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}"),
@@ -44,6 +44,9 @@ MAGI_RUNS = [
      "nccl_stream{cuda_graph=true,overlap_optimizer=true}", "", "inductor"),
     # The inductor step without the CUDA graph (every kernel launched from the host).
     ("Magi nccl_stream + inductor, stream mode", "nccl_stream", "", "inductor"),
+    # Split fp32 masters (bf16 high half + low bits: the parameter casts go; docs/fsdp.md).
+    ("Magi nccl_stream + CUDA graph + inductor + split masters", "nccl_stream{cuda_graph=true}", "", "inductor",
+     ["--split_master_weights"]),
 ]
 
 
@@ -97,6 +100,8 @@ def main():
                                            f"--summary_json={summary}"]
             if passes:
                 cmd.append(f"--passes={passes}")
+            if len(MAGI_RUNS[index]) > 4:
+                cmd += MAGI_RUNS[index][4]
             run_env = env
             if partition_backends:
                 cmd += [f"--partition_backends={partition_backends}",

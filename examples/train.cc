@@ -104,6 +104,10 @@ ABSL_FLAG(bool, deterministic, false,
           "same hardware kind and world size; prints the plan hash");
 ABSL_FLAG(std::string, plan_hash, "",
           "Fail unless the compiled plan has this hash (e.g. the one an earlier --deterministic run printed)");
+ABSL_FLAG(bool, split_master_weights, false,
+          "Hold each fp32 master shard the step only casts to bf16 as its bf16 high half + low 16 bits "
+          "(--dtype=bf16): the step computes with the high half, so its parameter casts go; the same training but "
+          "for exact ties (docs/fsdp.md)");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
 ABSL_FLAG(std::string, device, "cpu", "cpu (Gloo collectives) or cuda (NCCL; needs a --config=cuda build)");
 ABSL_FLAG(bool, check_eager, false,
@@ -406,6 +410,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   }
   optimization.deterministic = deterministic;
   optimization.expected_plan_hash = absl::GetFlag(FLAGS_plan_hash);
+  optimization.split_master_weights = absl::GetFlag(FLAGS_split_master_weights);
   optimization.partition_min_nodes = absl::GetFlag(FLAGS_partition_min_nodes);
   optimization.partition_max_nodes = absl::GetFlag(FLAGS_partition_max_nodes);
   if (rank == 0 && optimization.memory_budget_bytes > 0) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/magi_ops.h"
+#include "magi/registry/registry.h"
 
 namespace magi {
 namespace {
@@ -118,5 +119,11 @@ absl::StatusOr<bool> SplitMasterWeights::RunImpl(Module& module) {
   }
   return changed;
 }
+
+MAGI_REGISTER(Pass, "split-master-weights",
+              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+                if (!options.empty()) return absl::InvalidArgumentError("split-master-weights takes no options");
+                return std::make_unique<SplitMasterWeights>();
+              });
 
 }  // namespace magi

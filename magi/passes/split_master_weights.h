@@ -17,9 +17,11 @@
 // Inputs used any other way stay as they are. No LibTorch.
 //
 // Whoever feeds the step must then hold the parameter split (SplitToBf16 of the fp32
-// master; JoinSplit gives it back, e.g. for checkpoints). Not part of any default pipeline
-// yet: the runtimes do not run magi::adamw_split yet (they refuse it, naming the op), and
-// the trainers do not hold split parameters (see the session notes of 2026-12-02).
+// master; JoinSplit gives it back, e.g. for checkpoints): FsdpTrainer does with
+// StepOptimization::split_master_weights, which appends this pass ("split-master-weights",
+// no options) to canonicalization. The interpreter runs magi::adamw_split op by op
+// (AdamWSplitReference), nccl_stream in its multi-tensor AdamW kernel. In no default
+// pipeline: the step's signature changes, so only a caller that feeds it asks for it.
 #ifndef MAGI_PASSES_SPLIT_MASTER_WEIGHTS_H_
 #define MAGI_PASSES_SPLIT_MASTER_WEIGHTS_H_
 

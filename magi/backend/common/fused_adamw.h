@@ -11,6 +11,9 @@
 // (`grad_bf16`, raw bits): it is widened to fp32 as it is read, which is exact, so the
 // update equals the one from the fp32 cast of that gradient bit for bit. The runtime uses
 // it to fold a mixed-precision step's bf16 -> fp32 gradient cast into this kernel.
+// The parameter may instead be held split (magi::adamw_split: `param_hi`/`param_lo` and
+// their outputs, split_float.h): joined as it is read, split again as it is written, so the
+// update is the one of the joined fp32 value and its high half is the bf16 cast of it.
 #ifndef MAGI_BACKEND_COMMON_FUSED_ADAMW_H_
 #define MAGI_BACKEND_COMMON_FUSED_ADAMW_H_
 
@@ -21,15 +24,21 @@
 namespace magi::cuda {
 
 struct AdamWTensor {
-  const float* param;
+  const float* param;         // fp32 parameter, or null when param_hi is set
   const float* grad;          // fp32 gradient, or null when grad_bf16 is set
   const float* exp_avg;
   const float* exp_avg_sq;
-  float* param_out;
+  float* param_out;           // null when param_hi is set
   float* exp_avg_out;
   float* exp_avg_sq_out;
   int64_t numel;
   const uint16_t* grad_bf16 = nullptr;  // bf16 gradient (bits), read instead of `grad`
+  // A split parameter (bf16 high half, low 16 bits), read and written instead of
+  // `param`/`param_out`; all four set or none.
+  const uint16_t* param_hi = nullptr;
+  const uint16_t* param_lo = nullptr;
+  uint16_t* param_hi_out = nullptr;
+  uint16_t* param_lo_out = nullptr;
 };
 
 struct AdamWScalars {

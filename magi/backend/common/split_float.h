@@ -23,9 +23,8 @@
 // host; CUDA's conversion gives 0x7fff: a NaN either way) and joins back to a quiet NaN
 // (sign and payload are not kept).
 //
-// Plain C++ (host) and CUDA (device; checked to compile with nvcc for sm_90, no Bazel target
-// builds it for the device yet): the multi-tensor AdamW kernel is meant to use the same two
-// functions.
+// Plain C++ (host) and CUDA (device): the multi-tensor AdamW kernel (fused_adamw.cu) uses
+// the same two functions, and split_tensor.h does the same with ATen ops.
 #ifndef MAGI_BACKEND_COMMON_SPLIT_FLOAT_H_
 #define MAGI_BACKEND_COMMON_SPLIT_FLOAT_H_
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "magi/analysis/liveness.h"
 #include "magi/analysis/op_traits.h"
+#include "magi/backend/common/split_tensor.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
@@ -145,7 +146,7 @@ static absl::StatusOr<c10::OperatorHandle> InPlaceVariant(const Node& node, cons
 }
 
 std::string WhyNotRunnable(const Node& node) {
-  if (IsCommunication(node.op()) || node.op() == kCallOp || node.op() == kAdamWOp || node.op() == kLocalShardOp) {
+  if (IsCommunication(node.op()) || node.op() == kCallOp || IsAdamW(node) || node.op() == kLocalShardOp) {
     return "";
   }
   if (node.op_namespace() == "magi") return "no LibTorch executor for this magi:: op";
@@ -204,14 +205,16 @@ absl::StatusOr<StepPlan> BuildStepPlan(const Graph& graph) {
       plan.callee = CalleeName(*node);
       if (plan.callee.empty()) return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": no callee"));
       if (callees.insert(plan.callee).second) step.callees.push_back(plan.callee);
-    } else if (node->op() == kAdamWOp) {
-      if (node->num_operands() != 7 || node->num_results() != 3) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": malformed magi::adamw"));
+    } else if (IsAdamW(*node)) {
+      plan.adamw_split = IsAdamWSplit(*node);
+      const int results = plan.adamw_split ? 4 : 3;
+      if (node->num_operands() != results + 4 || node->num_results() != results) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(*node), ": malformed ", node->op()));
       }
       plan.kind = NodePlan::Kind::kAdamW;
       plan.adamw = AdamWConstantsOf(*node);
       plan_in_place();
-      for (int r = 0; r < 3; ++r) plan.adamw_in_place[r] = in_place.contains(node->result(r));
+      for (int r = 0; r < results; ++r) plan.adamw_in_place[r] = in_place.contains(node->result(r));
     } else if (node->op() == kLocalShardOp) {
       const Attribute* group = node->FindArg("group");
       if (node->num_operands() != 1 || node->num_results() != 1 || group == nullptr ||
@@ -425,6 +428,32 @@ std::vector<at::Tensor> AdamWReference(const at::Tensor& param, const at::Tensor
   at::Tensor update = at::mul(at::div(m, denom), step_size);
   at::Tensor next = p_in_place ? param.mul_(decay).sub_(update) : at::sub(at::mul(param, decay), update, 1);
   return {next, m, v};
+}
+
+std::vector<at::Tensor> AdamWSplitReference(const at::Tensor& hi, const at::Tensor& lo, const at::Tensor& grad,
+                                            const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
+                                            const at::Tensor& decay, const at::Tensor& step_size,
+                                            const at::Tensor& bc2_sqrt, const AdamWConstants& c,
+                                            const bool in_place[4]) {
+  // The joined parameter is a temporary: updated in place whatever the caller donated.
+  const bool state_in_place[3] = {true, in_place != nullptr && in_place[2], in_place != nullptr && in_place[3]};
+  std::vector<at::Tensor> updated = AdamWReference(JoinSplitTensor(hi, lo), grad, exp_avg, exp_avg_sq, decay,
+                                                   step_size, bc2_sqrt, c, state_in_place);
+  auto [next_hi, next_lo] = SplitTensorToBf16(updated[0]);
+  if (in_place != nullptr && in_place[0]) next_hi = hi.copy_(next_hi);
+  if (in_place != nullptr && in_place[1]) next_lo = lo.copy_(next_lo);
+  return {next_hi, next_lo, updated[1], updated[2]};
+}
+
+std::vector<at::Tensor> AdamWReferenceOf(bool split, const std::vector<at::Tensor>& o, const AdamWConstants& c,
+                                         const bool* in_place) {
+  if (split) {
+    return AdamWSplitReference(o[kAdamWSplitHi], o[kAdamWSplitLo], o[kAdamWSplitGrad], o[kAdamWSplitExpAvg],
+                               o[kAdamWSplitExpAvgSq], o[kAdamWSplitDecay], o[kAdamWSplitStepSize],
+                               o[kAdamWSplitBc2Sqrt], c, in_place);
+  }
+  return AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
+                        o[kAdamWStepSize], o[kAdamWBc2Sqrt], c, in_place);
 }
 
 }  // namespace magi

@@ -2,7 +2,7 @@
 // dispatcher (the interpreter, the nccl_stream runtime).
 //
 // BuildStepPlan resolves once what running a graph needs: for every node its kind
-// (ATen op, collective start, wait, magi::call, magi::adamw, magi::local_shard), for ATen ops the operator
+// (ATen op, collective start, wait, magi::call, magi::adamw (either form), magi::local_shard), for ATen ops the operator
 // handle and the schema-ordered arguments (operands as value slots, constants as
 // IValues, trailing defaults from the schema), the slots of its results with their IR
 // types, and the slots whose last use it is (so executors free intermediates early).
@@ -50,9 +50,12 @@ struct NodePlan {
   int start_plan = -1;  // kWait: the plan index of its start
   std::string callee;   // kCall: the callee graph
   AdamWConstants adamw;  // kAdamW
-  // kAdamW: whether p', m', v' are written over p, m, v when the inputs are donated
-  // (magi/analysis/liveness.h decides, so runtime and memory plan agree).
-  bool adamw_in_place[3] = {false, false, false};
+  // kAdamW: a magi::adamw_split (operands and results in its order: magi_ops.h).
+  bool adamw_split = false;
+  // kAdamW: whether each result (p', m', v'; split: hi', lo', m', v') is written over its
+  // input when the inputs are donated (magi/analysis/liveness.h decides, so runtime and
+  // memory plan agree).
+  bool adamw_in_place[4] = {false, false, false, false};
   // kOp whose result liveness.h plans over a donated operand (InPlaceOperandOfResult,
   // aten::scatter.src): the in-place variant (aten::scatter_.src, the same arguments) an
   // executor runs instead when its inputs are donated. Unset otherwise.
@@ -137,6 +140,20 @@ std::vector<at::Tensor> AdamWReference(const at::Tensor& param, const at::Tensor
                                        const at::Tensor& exp_avg_sq, const at::Tensor& decay,
                                        const at::Tensor& step_size, const at::Tensor& bc2_sqrt,
                                        const AdamWConstants& constants, const bool in_place[3] = nullptr);
+
+// magi::adamw_split: AdamWReference of the joined parameter (split_tensor.h), split again.
+// Returns {hi', lo', exp_avg', exp_avg_sq'}; with `in_place[i]` the i-th is written over
+// its input (hi, lo, exp_avg, exp_avg_sq).
+std::vector<at::Tensor> AdamWSplitReference(const at::Tensor& hi, const at::Tensor& lo, const at::Tensor& grad,
+                                            const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
+                                            const at::Tensor& decay, const at::Tensor& step_size,
+                                            const at::Tensor& bc2_sqrt, const AdamWConstants& constants,
+                                            const bool in_place[4] = nullptr);
+
+// AdamWReference or AdamWSplitReference of an AdamW node's operands (operand order of
+// its op), by `split`; `in_place` has one entry per result (3, or 4 split).
+std::vector<at::Tensor> AdamWReferenceOf(bool split, const std::vector<at::Tensor>& operands,
+                                         const AdamWConstants& constants, const bool* in_place);
 
 }  // namespace magi
 

@@ -200,9 +200,7 @@ class InterpreterExecutable : public TorchExecutable {
     std::vector<at::Tensor> results;
     try {
       // In place only over donated inputs: a caller of Run keeps its tensors unchanged.
-      results =
-          AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
-                         o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw, donated_ ? plan.adamw_in_place : nullptr);
+      results = AdamWReferenceOf(plan.adamw_split, o, plan.adamw, donated_ ? plan.adamw_in_place : nullptr);
     } catch (const c10::Error& error) {
       return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
     }

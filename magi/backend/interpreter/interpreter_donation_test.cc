@@ -2,6 +2,8 @@
 // state (where magi/analysis/liveness.h plans it), bitwise what the functional Run
 // computes, and the measured peak no longer counts a second copy of the state; the same
 // for a KV cache updated by aten::scatter.src. Run leaves the caller's tensors untouched.
+// A mixed-precision step after split-master-weights runs magi::adamw_split: the same
+// training as the step it came from, its halves updated in place.
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,10 +11,12 @@
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
+#include "magi/backend/common/split_tensor.h"
 #include "magi/backend/common/step_plan.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/parser.h"
+#include "magi/passes/split_master_weights.h"
 
 namespace magi {
 namespace {
@@ -146,6 +150,84 @@ TEST(InterpreterDonationTest, RunDonatingScattersIntoTheDonatedCache) {
   // The cache is 768 B, the index 192 B, the new keys 96 B; a second cache only without donation.
   EXPECT_EQ(functional_peak, 2 * 768 + 192 + 96);
   EXPECT_EQ(executable->last_run_stats().peak_live_bytes, 768 + 192 + 96);
+}
+
+// A parameter cast to bf16 for the forward and updated by AdamW from the fp32 gradient
+// of a bf16 product: what split-master-weights takes.
+constexpr char kMixedPrecisionStep[] = R"(module @m {
+  graph @g {
+    input %x: bf16[100]
+    input %p: f32[100] {role = param}
+    input %m: f32[100] {role = opt_state}
+    input %v: f32[100] {role = opt_state}
+    input %decay: f32[] {role = opt_state}
+    input %step_size: f32[] {role = opt_state}
+    input %bc2_sqrt: f32[] {role = opt_state}
+    %pb = aten::_to_copy(%p, dtype = dtype(bf16), layout = none, device = none, pin_memory = none, non_blocking = false, memory_format = none) : bf16[100]
+    %y = aten::mul.Tensor(%pb, %x) : bf16[100]
+    %g = aten::_to_copy(%y, dtype = dtype(f32), layout = none, device = none, pin_memory = none, non_blocking = false, memory_format = none) : f32[100]
+    %p2, %m2, %v2 = magi::adamw(%p, %g, %m, %v, %decay, %step_size, %bc2_sqrt, beta1 = 0.9, beta2 = 0.999, eps = 1e-08) : f32[100], f32[100], f32[100]
+    output y = %y
+    output p = %p2 {aliases = %p}
+    output m = %m2 {aliases = %m}
+    output v = %v2 {aliases = %v}
+  }
+}
+)";
+
+TEST(InterpreterDonationTest, SplitMasterWeightsTrainsAsTheStepItCameFrom) {
+  auto plain = ParseModule(kMixedPrecisionStep);
+  auto split = ParseModule(kMixedPrecisionStep);
+  ASSERT_TRUE(plain.ok() && split.ok());
+  SplitMasterWeights pass;
+  absl::StatusOr<bool> changed = pass.Run(**split);
+  ASSERT_TRUE(changed.ok() && *changed) << changed.status();
+  // Inputs x, m, v, decay, step_size, bc2_sqrt, p.hi, p.lo; outputs y, p.hi, p.lo, m, v.
+  const Graph& graph = *(*split)->FindGraph("g");
+  ASSERT_EQ(graph.inputs().size(), 8u);
+  ASSERT_EQ(graph.outputs().size(), 5u);
+  ASSERT_EQ(graph.outputs()[1].name, "p.hi");
+  std::unique_ptr<TorchExecutable> plain_step = Compile(**plain);
+  std::unique_ptr<TorchExecutable> split_step = Compile(**split);
+  ASSERT_NE(plain_step, nullptr);
+  ASSERT_NE(split_step, nullptr);
+
+  torch::manual_seed(7);
+  auto [hi, lo] = SplitTensorToBf16(torch::randn({kRows}));
+  const at::Tensor x = torch::randn({kRows}).to(torch::kBFloat16);
+  const at::Tensor m = torch::randn({kRows}) * 0.1, v = torch::rand({kRows}) * 0.01;
+  const at::Tensor decay = torch::scalar_tensor(0.999f), step_size = torch::scalar_tensor(0.01f);
+  const at::Tensor bc2_sqrt = torch::scalar_tensor(0.3f);
+  // Three steps, each side from its own previous state.
+  at::Tensor p_plain = JoinSplitTensor(hi, lo), m_plain = m.clone(), v_plain = v.clone();
+  at::Tensor hi_split = hi.clone(), lo_split = lo.clone(), m_split = m.clone(), v_split = v.clone();
+  for (int step = 0; step < 3; ++step) {
+    absl::StatusOr<std::vector<at::Tensor>> a =
+        plain_step->RunDonating({x, p_plain, m_plain, v_plain, decay, step_size, bc2_sqrt});
+    ASSERT_TRUE(a.ok()) << a.status();
+    const void* hi_storage = hi_split.data_ptr();
+    absl::StatusOr<std::vector<at::Tensor>> b =
+        split_step->RunDonating({x, m_split, v_split, decay, step_size, bc2_sqrt, hi_split, lo_split});
+    ASSERT_TRUE(b.ok()) << b.status();
+    // The forward computed with the bf16 cast of the same master: the same product.
+    EXPECT_TRUE((*a)[0].equal((*b)[0])) << "step " << step;
+    EXPECT_TRUE((*a)[2].equal((*b)[3])) << "step " << step;
+    EXPECT_TRUE((*a)[3].equal((*b)[4])) << "step " << step;
+    EXPECT_EQ((*b)[1].data_ptr(), hi_storage) << "the high half should be updated in place";
+    // hi' is the bf16 cast of p'; the joined master is p' except an exact tie, one ulp off.
+    p_plain = (*a)[1];
+    m_plain = (*a)[2];
+    v_plain = (*a)[3];
+    hi_split = (*b)[1];
+    lo_split = (*b)[2];
+    m_split = (*b)[3];
+    v_split = (*b)[4];
+    EXPECT_TRUE(hi_split.view(torch::kShort).equal(p_plain.to(torch::kBFloat16).view(torch::kShort)));
+    at::Tensor tie = p_plain.view(torch::kInt).bitwise_and(0xffff).eq(0x8000);
+    at::Tensor joined = JoinSplitTensor(hi_split, lo_split);
+    EXPECT_TRUE(joined.masked_select(tie.logical_not()).equal(p_plain.masked_select(tie.logical_not())));
+    p_plain = joined;  // both go on from the same master
+  }
 }
 
 }  // namespace

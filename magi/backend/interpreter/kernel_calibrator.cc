@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "magi/backend/common/fused_adamw.h"
+#include "magi/backend/common/fused_adamw_operands.h"
 #endif
 
 #include <algorithm>
@@ -380,8 +381,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
       std::vector<at::Tensor> o;
       for (int s : plan.args[0].slots) o.push_back(slots[s]);
       try {
-        results = AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg], o[kAdamWExpAvgSq], o[kAdamWDecay],
-                                 o[kAdamWStepSize], o[kAdamWBc2Sqrt], plan.adamw, plan.adamw_in_place);
+        results = AdamWReferenceOf(plan.adamw_split, o, plan.adamw, plan.adamw_in_place);
       } catch (const c10::Error& error) {
         return absl::InternalError(error.what_without_backtrace());
       }
@@ -479,27 +479,25 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return Timing{Mean(samples), static_cast<int>(samples.size())};
   }
 
-  // magi::adamw of fp32 state on the device as nccl_stream runs it: the multi-tensor
+  // magi::adamw (either form) on the device as nccl_stream runs it: the multi-tensor
   // kernel, in place (the operands are this calibrator's own synthesized tensors).
   absl::Status RunFusedAdamW(const NodePlan& plan, const std::vector<at::Tensor>& slots) {
     std::vector<at::Tensor> o;
     for (int s : plan.args[0].slots) o.push_back(slots[s]);
-    for (int k : {kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq, kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
-      if (!o[k].is_cuda() || o[k].scalar_type() != at::kFloat || !o[k].is_contiguous()) {
+    const bool split = plan.adamw_split;
+    std::vector<at::Tensor> state;
+    for (int k : AdamWStateOperands(*plan.node)) state.push_back(o[k]);
+    for (int k = 0; k < static_cast<int>(o.size()); ++k) {
+      at::ScalarType expected = at::kFloat;
+      if (split && k == kAdamWSplitHi) expected = at::kBFloat16;
+      if (split && k == kAdamWSplitLo) expected = at::kShort;
+      if (!o[k].is_cuda() || o[k].scalar_type() != expected || !o[k].is_contiguous()) {
         return RunOnce(plan, slots);  // not what the fused kernel takes: the op-by-op update
       }
     }
-    cuda::AdamWTensor tensor{o[kAdamWParam].data_ptr<float>(),    o[kAdamWGrad].data_ptr<float>(),
-                             o[kAdamWExpAvg].data_ptr<float>(),   o[kAdamWExpAvgSq].data_ptr<float>(),
-                             o[kAdamWParam].data_ptr<float>(),    o[kAdamWExpAvg].data_ptr<float>(),
-                             o[kAdamWExpAvgSq].data_ptr<float>(), o[kAdamWParam].numel()};
-    const AdamWConstants& c = plan.adamw;
-    cuda::AdamWScalars scalars{o[kAdamWDecay].data_ptr<float>(),   o[kAdamWStepSize].data_ptr<float>(),
-                               o[kAdamWBc2Sqrt].data_ptr<float>(), static_cast<float>(c.beta1),
-                               static_cast<float>(c.beta2),        static_cast<float>(c.eps),
-                               static_cast<float>(1.0 - c.beta1),  static_cast<float>(1.0 - c.beta2)};
-    cudaError_t error = cuda::LaunchMultiTensorAdamW(
-        &tensor, 1, scalars, at::cuda::getCurrentCUDAStream(o[kAdamWParam].get_device()).stream());
+    cuda::AdamWTensor tensor = FusedAdamWTensorOf(split, o, state);
+    cudaError_t error = cuda::LaunchMultiTensorAdamW(&tensor, 1, FusedAdamWScalarsOf(split, o, plan.adamw),
+                                                     at::cuda::getCurrentCUDAStream(o[0].get_device()).stream());
     if (error != cudaSuccess)
       return absl::InternalError(absl::StrCat("multi-tensor AdamW: ", cudaGetErrorString(error)));
     return absl::OkStatus();

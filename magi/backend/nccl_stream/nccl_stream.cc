@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "magi/backend/common/fused_adamw.h"
+#include "magi/backend/common/fused_adamw_operands.h"
 #include "magi/backend/common/step_plan.h"
 #include "magi/backend/nccl_stream/stream_plan.h"
 #include "magi/backend/torch_executable.h"
@@ -402,20 +403,24 @@ class NcclStreamExecutable : public TorchExecutable {
   absl::Status RunAdamWMembers(const std::vector<int>& members, bool in_place, c10::cuda::CUDAStream compute,
                                std::optional<OptimizerLaunch> optimizer) {
     const NodePlan& first = step_.nodes[members.front()];
+    const Node& first_node = *first.node;
     std::vector<at::Tensor> head = Operands(first);
-    bool fused = head[kAdamWParam].is_cuda() && head[kAdamWParam].scalar_type() == at::kFloat;
+    // A batch is all of one form (stream_plan.cc), plain or split.
+    const bool split = first.adamw_split;
+    const at::ScalarType param_type = split ? at::kBFloat16 : at::kFloat;
+    bool fused = head[kAdamWParam].is_cuda() && head[kAdamWParam].scalar_type() == param_type;
     for (int k : {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
-      fused = fused && head[k].is_cuda() && head[k].scalar_type() == at::kFloat && head[k].get_device() == device_;
+      const at::Tensor& scalar = head[AdamWOperandIndex(first_node, k)];
+      fused = fused && scalar.is_cuda() && scalar.scalar_type() == at::kFloat && scalar.get_device() == device_;
     }
     if (!fused) {
       for (int member : members) {
         const NodePlan& plan = step_.nodes[member];
         std::vector<at::Tensor> o = Operands(plan);
         try {
-          if (o[kAdamWGrad].scalar_type() == at::kBFloat16) o[kAdamWGrad] = o[kAdamWGrad].to(at::kFloat);
-          MAGI_RETURN_IF_ERROR(Hold(plan, AdamWReference(o[kAdamWParam], o[kAdamWGrad], o[kAdamWExpAvg],
-                                                         o[kAdamWExpAvgSq], o[kAdamWDecay], o[kAdamWStepSize],
-                                                         o[kAdamWBc2Sqrt], plan.adamw)));
+          at::Tensor& grad = o[AdamWOperandIndex(*plan.node, kAdamWGrad)];
+          if (grad.scalar_type() == at::kBFloat16) grad = grad.to(at::kFloat);
+          MAGI_RETURN_IF_ERROR(Hold(plan, AdamWReferenceOf(plan.adamw_split, o, plan.adamw, nullptr)));
         } catch (const c10::Error& error) {
           return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
         }
@@ -427,47 +432,38 @@ class NcclStreamExecutable : public TorchExecutable {
     std::vector<at::Tensor> keep_alive;
     for (int member : members) {
       const NodePlan& plan = step_.nodes[member];
+      const Node& node = *plan.node;
       std::vector<at::Tensor> o = Operands(plan);
+      const int grad = AdamWOperandIndex(node, kAdamWGrad);
       // A deferred gradient cast leaves the gradient in bf16 (stream_plan.h).
-      const bool bf16_grad = o[kAdamWGrad].scalar_type() == at::kBFloat16;
-      for (int k : {kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq}) {
-        at::ScalarType expected = k == kAdamWGrad && bf16_grad ? at::kBFloat16 : at::kFloat;
+      const bool bf16_grad = o[grad].scalar_type() == at::kBFloat16;
+      const std::vector<int> state = AdamWStateOperands(node);
+      std::vector<int> tensor_operands = state;
+      tensor_operands.push_back(grad);
+      for (int k : tensor_operands) {
+        at::ScalarType expected = at::kFloat;
+        if (k == grad && bf16_grad) expected = at::kBFloat16;
+        if (split && k == kAdamWSplitHi) expected = at::kBFloat16;
+        if (split && k == kAdamWSplitLo) expected = at::kShort;
         if (!o[k].is_cuda() || o[k].scalar_type() != expected || o[k].get_device() != device_) {
-          return absl::InvalidArgumentError(absl::StrCat(Where(*plan.node), ": operand ", k,
-                                                         " is not a float32 tensor on cuda:", device_));
+          return absl::InvalidArgumentError(absl::StrCat(Where(node), ": operand ", k, " is not a ",
+                                                         c10::toString(expected), " tensor on cuda:", device_));
         }
         if (!o[k].is_contiguous()) {
-          if (in_place && k != kAdamWGrad) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(Where(*plan.node), ": a donated state tensor is not contiguous"));
+          if (in_place && k != grad) {
+            return absl::InvalidArgumentError(absl::StrCat(Where(node), ": a donated state tensor is not contiguous"));
           }
           o[k] = o[k].contiguous();
           keep_alive.push_back(o[k]);
         }
       }
+      // The results in the node's order: the updated state, written over it or fresh.
       std::vector<at::Tensor> out;
-      if (in_place) {
-        out = {o[kAdamWParam], o[kAdamWExpAvg], o[kAdamWExpAvgSq]};
-      } else {
-        out = {at::empty_like(o[kAdamWParam]), at::empty_like(o[kAdamWExpAvg]), at::empty_like(o[kAdamWExpAvgSq])};
-      }
-      cuda::AdamWTensor tensor{o[kAdamWParam].data_ptr<float>(),
-                               bf16_grad ? nullptr : o[kAdamWGrad].data_ptr<float>(),
-                               o[kAdamWExpAvg].data_ptr<float>(),
-                               o[kAdamWExpAvgSq].data_ptr<float>(),
-                               out[0].data_ptr<float>(),
-                               out[1].data_ptr<float>(),
-                               out[2].data_ptr<float>(),
-                               o[kAdamWParam].numel()};
-      if (bf16_grad) tensor.grad_bf16 = static_cast<const uint16_t*>(o[kAdamWGrad].data_ptr());
-      tensors.push_back(tensor);
+      for (int k : state) out.push_back(in_place ? o[k] : at::empty_like(o[k]));
+      tensors.push_back(FusedAdamWTensorOf(split, o, out));
       results.push_back(std::move(out));
     }
-    const AdamWConstants& constants = first.adamw;
-    cuda::AdamWScalars scalars{head[kAdamWDecay].data_ptr<float>(), head[kAdamWStepSize].data_ptr<float>(),
-                               head[kAdamWBc2Sqrt].data_ptr<float>(), static_cast<float>(constants.beta1),
-                               static_cast<float>(constants.beta2), static_cast<float>(constants.eps),
-                               static_cast<float>(1.0 - constants.beta1), static_cast<float>(1.0 - constants.beta2)};
+    cuda::AdamWScalars scalars = FusedAdamWScalarsOf(split, head, first.adamw);
     cudaStream_t stream = compute.stream();
     if (optimizer) {
       // Contiguous copies above were queued on the compute stream: the event follows them,

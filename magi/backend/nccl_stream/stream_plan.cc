@@ -108,12 +108,13 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
   // AdamW batches: with optimizer overlap where every batch can be in place, else
   // maximal sets of magi::adamw nodes whose results only leave the graph, with the same
   // scalars and constants; each runs at its last member.
+  // (Both forms of AdamW, plain and split, batch alike: magi_ops.h's operand mapping.)
   auto same_batch = [&](const Node& a, const Node& b) {
     for (int k : {kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
-      if (a.operand(k) != b.operand(k)) return false;
+      if (a.operand(AdamWOperandIndex(a, k)) != b.operand(AdamWOperandIndex(b, k))) return false;
     }
     AdamWConstants x = AdamWConstantsOf(a), y = AdamWConstantsOf(b);
-    return x.beta1 == y.beta1 && x.beta2 == y.beta2 && x.eps == y.eps &&
+    return x.beta1 == y.beta1 && x.beta2 == y.beta2 && x.eps == y.eps && a.op() == b.op() &&
            a.operand(kAdamWParam)->type().tensor().dtype == b.operand(kAdamWParam)->type().tensor().dtype &&
            a.operand(kAdamWParam)->type().tensor().device == b.operand(kAdamWParam)->type().tensor().device;
   };
@@ -123,18 +124,19 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     }
     return true;
   };
-  // Whether `node`'s parameter and moments may be overwritten once every other reader
-  // has run: three distinct donated inputs that are not step outputs themselves.
+  // Whether `node`'s parameter (or its halves) and moments may be overwritten once every
+  // other reader has run: distinct donated inputs that are not step outputs themselves.
   auto donated_state = [&](const Node& node) {
     absl::flat_hash_set<const Value*> state;
-    for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
+    const std::vector<int> state_operands = AdamWStateOperands(node);
+    for (int k : state_operands) {
       const Value* value = node.operand(k);
       bool donated_input =
           value->is_graph_input() && (value->role() == InputRole::kParam || value->role() == InputRole::kOptState);
       if (!donated_input || outputs.contains(value)) return false;
       state.insert(value);
     }
-    return state.size() == 3;
+    return state.size() == state_operands.size();
   };
   // The last node other than a magi::adamw that reads `root`'s memory (-1: none): its
   // own readers and those of everything that may share that memory: views of it, the
@@ -150,7 +152,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
       pending.pop_back();
       for (const Use& use : value->uses()) {
         const Node& user = *use.user;
-        if (user.op() == kAdamWOp) continue;
+        if (IsAdamW(user)) continue;
         int reader = index_of.at(&user);
         std::vector<const Value*> aliases;
         auto collective = plan.collective_of_node.find(reader);
@@ -180,8 +182,13 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
   // Whether the fused multi-tensor kernel takes `node` (what an optimizer-stream batch
   // launches; anything else would run op by op on the compute stream).
   auto fused_kernel_takes = [&](const Node& node) {
+    if (IsAdamWSplit(node) && (!IsCudaTensorOf(node.operand(kAdamWSplitHi), DType::kBFloat16) ||
+                               !IsCudaTensorOf(node.operand(kAdamWSplitLo), DType::kInt16))) {
+      return false;
+    }
     for (int k : {kAdamWParam, kAdamWGrad, kAdamWExpAvg, kAdamWExpAvgSq, kAdamWDecay, kAdamWStepSize, kAdamWBc2Sqrt}) {
-      if (!IsCudaTensorOf(node.operand(k), DType::kFloat32)) return false;
+      if (k == kAdamWParam && IsAdamWSplit(node)) continue;
+      if (!IsCudaTensorOf(node.operand(AdamWOperandIndex(node, k)), DType::kFloat32)) return false;
     }
     return true;
   };
@@ -194,7 +201,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     bool all_in_place = true;
     for (int i = 0; i < n; ++i) {
       const Node& node = *nodes[i];
-      if (node.op() != kAdamWOp || !results_only_leave(node)) continue;
+      if (!IsAdamW(node) || !results_only_leave(node)) continue;
       if (!donated_state(node) || !fused_kernel_takes(node)) {
         all_in_place = false;
         break;
@@ -203,7 +210,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
       for (const Value* operand : node.operands()) {
         if (!operand->is_graph_input()) at = std::max(at, index_of.at(operand->producer()));
       }
-      for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) at = std::max(at, last_other_read(node.operand(k)));
+      for (int k : AdamWStateOperands(node)) at = std::max(at, last_other_read(node.operand(k)));
       if (at >= i) {  // read again after its own update: not overlappable
         all_in_place = false;
         break;
@@ -264,7 +271,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
     std::vector<int> pending;
     for (int i = 0; i < n; ++i) {
       const Node& node = *nodes[i];
-      if (node.op() != kAdamWOp) continue;
+      if (!IsAdamW(node)) continue;
       if (!results_only_leave(node)) continue;  // runs alone, where it is
       if (!pending.empty() && same_batch(*nodes[pending.front()], node)) {
         pending.push_back(i);
@@ -282,7 +289,7 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
         const Node& node = *nodes[member];
         for (const Value* operand : node.operands()) last_use[operand] = std::max(last_use[operand], batch.run_at);
         // Every other read (collectives until their wait, aliases too) is done when the batch runs.
-        for (int k : {kAdamWParam, kAdamWExpAvg, kAdamWExpAvgSq}) {
+        for (int k : AdamWStateOperands(node)) {
           in_place = in_place && last_use.at(node.operand(k)) <= batch.run_at &&
                      last_other_read(node.operand(k)) <= batch.run_at;
         }
@@ -316,8 +323,10 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
         for (const Use& grad_use : result->uses()) {
           const Node& adamw = *grad_use.user;
           int member = index_of.at(&adamw);
-          deferrable = deferrable && adamw.op() == kAdamWOp && grad_use.operand_index == kAdamWGrad &&
-                       plan.adamw_batch_of_node[member] >= 0 && IsCudaTensorOf(adamw.operand(kAdamWParam), DType::kFloat32);
+          deferrable = deferrable && IsAdamW(adamw) && grad_use.operand_index == AdamWOperandIndex(adamw, kAdamWGrad) &&
+                       plan.adamw_batch_of_node[member] >= 0 &&
+                       IsCudaTensorOf(adamw.operand(kAdamWParam),
+                                      IsAdamWSplit(adamw) ? DType::kBFloat16 : DType::kFloat32);
         }
         if (!deferrable) break;
         carried.push_back(result);

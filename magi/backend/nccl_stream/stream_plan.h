@@ -27,7 +27,9 @@
 // magi::adamw nodes whose results only leave the graph (are outputs) are batched into
 // one multi-tensor launch at the position of the batch's last member; a batch updates
 // its parameter and moments in place when they are graph inputs the caller donated and
-// nothing else reads them after the update.
+// nothing else reads them after the update. magi::adamw_split (split fp32 masters:
+// magi/passes/split_master_weights.h) is batched the same way, in batches of its own, the
+// parameter's two halves counting as the parameter.
 //
 // Optimizer overlap (overlap_optimizer): the FSDP rewrite appends every magi::adamw after
 // the backward, so by default the whole update (~29 bytes of memory traffic per parameter,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "magi/ir/magi_ops.h"
 #include "magi/ir/parser.h"
 
 namespace magi {
@@ -558,6 +559,76 @@ TEST(StreamPlanTest, CaptureBlockersNameTheNodeAndWhy) {
   EXPECT_NE(plan->capture_blockers[2].reason.find("synchronizes with the host"), std::string::npos);
   EXPECT_EQ(plan->capture_blockers[3].node, 1);
   EXPECT_NE(plan->capture_blockers[3].reason.find("off the GPU"), std::string::npos);
+}
+
+// Split masters (magi::adamw_split): batched with each other, not with the plain AdamW,
+// updated in place over the donated halves and moments; the gradient cast is deferred
+// into the split update as into the plain one.
+constexpr char kSplitStep[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 1}
+  graph @train_step {
+    input %a.grad: bf16[8]@cuda:0
+    input %b.grad: f32[8]@cuda:0
+    input %c.grad: f32[8]@cuda:0
+    input %a.hi: bf16[8]@cuda:0 {role = param}
+    input %a.lo: i16[8]@cuda:0 {role = param}
+    input %a.m: f32[8]@cuda:0 {role = opt_state}
+    input %a.v: f32[8]@cuda:0 {role = opt_state}
+    input %b.hi: bf16[8]@cuda:0 {role = param}
+    input %b.lo: i16[8]@cuda:0 {role = param}
+    input %b.m: f32[8]@cuda:0 {role = opt_state}
+    input %b.v: f32[8]@cuda:0 {role = opt_state}
+    input %c: f32[8]@cuda:0 {role = param}
+    input %c.m: f32[8]@cuda:0 {role = opt_state}
+    input %c.v: f32[8]@cuda:0 {role = opt_state}
+    input %decay: f32[]@cuda:0 {role = opt_state}
+    input %step_size: f32[]@cuda:0 {role = opt_state}
+    input %bc2: f32[]@cuda:0 {role = opt_state}
+    %ga = aten::_to_copy(%a.grad, dtype = dtype(f32)) : f32[8]@cuda:0
+    %r0 = magi::reduce_scatter_start([%ga], group = "dp", reduce_op = "avg") : future<f32[8]@cuda:0>
+    %sa = magi::wait(%r0) : f32[8]@cuda:0
+    %ah, %al, %am, %av = magi::adamw_split(%a.hi, %a.lo, %sa, %a.m, %a.v, %decay, %step_size, %bc2) : bf16[8]@cuda:0, i16[8]@cuda:0, f32[8]@cuda:0, f32[8]@cuda:0
+    %c2, %cm, %cv = magi::adamw(%c, %c.grad, %c.m, %c.v, %decay, %step_size, %bc2) : f32[8]@cuda:0, f32[8]@cuda:0, f32[8]@cuda:0
+    %bh, %bl, %bm, %bv = magi::adamw_split(%b.hi, %b.lo, %b.grad, %b.m, %b.v, %decay, %step_size, %bc2) : bf16[8]@cuda:0, i16[8]@cuda:0, f32[8]@cuda:0, f32[8]@cuda:0
+    output a.hi = %ah {aliases = %a.hi}
+    output a.lo = %al {aliases = %a.lo}
+    output a.m = %am {aliases = %a.m}
+    output a.v = %av {aliases = %a.v}
+    output c = %c2 {aliases = %c}
+    output c.m = %cm {aliases = %c.m}
+    output c.v = %cv {aliases = %c.v}
+    output b.hi = %bh {aliases = %b.hi}
+    output b.lo = %bl {aliases = %b.lo}
+    output b.m = %bm {aliases = %b.m}
+    output b.v = %bv {aliases = %b.v}
+  }
+}
+)";
+
+TEST(StreamPlanTest, SplitAdamWIsBatchedInPlaceAndTakesDeferredGradientCasts) {
+  std::unique_ptr<Module> module = Parse(kSplitStep);
+  ASSERT_NE(module, nullptr);
+  const Graph& graph = *module->FindGraph("train_step");
+  absl::StatusOr<StreamPlan> plan = BuildStreamPlan(*module, graph);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Nodes: 0 cast, 1 start, 2 wait, 3 adamw_split a, 4 adamw c, 5 adamw_split b.
+  ASSERT_EQ(plan->adamw_batches.size(), 3u) << plan->Summary();
+  EXPECT_EQ(plan->adamw_batches[0].nodes, std::vector<int>{3});
+  EXPECT_EQ(plan->adamw_batches[1].nodes, std::vector<int>{4});
+  EXPECT_EQ(plan->adamw_batches[2].nodes, std::vector<int>{5});
+  for (const AdamWBatch& batch : plan->adamw_batches) EXPECT_TRUE(batch.in_place);
+  EXPECT_EQ(plan->deferred_casts, std::vector<int>{0});
+
+  // Optimizer overlap: the split ones overlap as plain ones do, in batches of their own.
+  StreamPlanOptions overlap;
+  overlap.overlap_optimizer = true;
+  absl::StatusOr<StreamPlan> overlapped = BuildStreamPlan(*module, graph, overlap);
+  ASSERT_TRUE(overlapped.ok()) << overlapped.status();
+  EXPECT_EQ(overlapped->overlapped_batches, static_cast<int>(overlapped->adamw_batches.size()));
+  for (const AdamWBatch& batch : overlapped->adamw_batches) {
+    const bool split = graph.nodes()[batch.nodes.front()]->op() == kAdamWSplitOp;
+    for (int member : batch.nodes) EXPECT_EQ(graph.nodes()[member]->op() == kAdamWSplitOp, split);
+  }
 }
 
 }  // namespace

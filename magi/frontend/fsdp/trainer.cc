@@ -9,6 +9,7 @@
 #include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/materialize.h"
 #include "magi/frontend/fsdp/plan_check.h"
+#include "magi/frontend/fsdp/split_state.h"
 #include "magi/frontend/fsdp/step_calibration.h"
 #include "magi/frontend/fsdp/step_inputs.h"
 #include "magi/ir/graph_utils.h"
@@ -121,6 +122,12 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   CompileOptions options;
   options.optimization.passes = optimization.passes;
   options.optimization.memory_budget_bytes = optimization.memory_budget_bytes;
+  if (optimization.split_master_weights) {
+    // Last in canonicalization: before the search and pipelines see the step, after the
+    // copies and dead code that could hide a parameter's uses are gone.
+    std::string& canonicalize = options.optimization.canonicalize;
+    canonicalize += canonicalize.empty() ? "split-master-weights" : ",split-master-weights";
+  }
   options.cost_model.device_profile = optimization.device_profile;
   {
     // The step runs where its state will live: the capture device, else the example's.
@@ -214,6 +221,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   const bool pin = plan.cpu_offload && at::globalContext().hasCUDA();
   auto place = [&](const std::string& name, at::Tensor tensor) {
     auto it = state_devices.find(name);
+    if (it == state_devices.end()) it = state_devices.find(name + ".hi");  // held split (below)
     if (it != state_devices.end() && tensor.device() != it->second) tensor = tensor.to(it->second);
     if (pin && tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
     trainer->state_[name] = std::move(tensor);
@@ -228,6 +236,8 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     return absl::ResourceExhaustedError(
         absl::StrCat("allocating the shards and AdamW moments: ", error.what_without_backtrace()));
   }
+  trainer->split_state_ = SplitStateNames(trainer->graph(), trainer->state_);
+  MAGI_RETURN_IF_ERROR(SplitStateEntries(trainer->split_state_, trainer->state_));
   if (optimization.deterministic && !trainer->state_.empty()) {
     MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*trainer->communicator_, trainer->plan_hash(), trainer->compute_device_));
   }
@@ -281,6 +291,9 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
       for (const auto& [name, tensor] : state_) {
         if (absl::EndsWith(name, ".shard")) named[name] = tensor;
       }
+      // The micro-batch graph takes the fp32 masters (it has no AdamW, so nothing was
+      // split in it): joined for its run.
+      for (const std::string& name : split_state_) named[name] = JoinedEntry(name, state_);
       MAGI_ASSIGN_OR_RETURN(auto outputs,
                             RunGraph(*accumulate_executable_, accumulate_->graph(), std::move(named), micro[k]));
       for (auto& [name, tensor] : outputs) {
@@ -346,7 +359,10 @@ void FsdpTrainer::ReleaseModuleParameters() {
   }
 }
 
-RankState FsdpTrainer::CheckpointState() const { return TrainerRankState(step_, state_, full_shapes_, buffers_); }
+RankState FsdpTrainer::CheckpointState() const {
+  // Split masters are saved joined: checkpoints do not depend on split_master_weights.
+  return TrainerRankState(step_, JoinedState(split_state_, state_), full_shapes_, buffers_);
+}
 
 absl::Status FsdpTrainer::SaveCheckpoint(const std::string& root, const CheckpointOptions& options) {
   return SaveCommittedCheckpoint(root, CheckpointState(), *communicator_, compute_device_, options);
@@ -356,7 +372,17 @@ absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::str
   MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, CheckpointState(), config, *communicator_,
                                                                   compute_device_));
   step_bindings_.reset();  // the state and buffer maps are replaced (even if the restore fails late)
-  MAGI_ASSIGN_OR_RETURN(step_, RestoreTrainerRankState(std::move(loaded), state_, buffers_));
+  // Restored by the joined names (only the names are read), then split again.
+  std::map<std::string, at::Tensor> restored = state_;
+  for (const std::string& name : split_state_) {
+    restored.erase(name + ".hi");
+    restored.erase(name + ".lo");
+    restored[name] = at::Tensor();
+  }
+  MAGI_ASSIGN_OR_RETURN(int64_t step, RestoreTrainerRankState(std::move(loaded), restored, buffers_));
+  MAGI_RETURN_IF_ERROR(SplitStateEntries(split_state_, restored));
+  state_ = std::move(restored);
+  step_ = step;
   if (plan_.cpu_offload && at::globalContext().hasCUDA()) {  // host state is pinned, as Create leaves it
     for (auto& [name, tensor] : state_) {
       if (tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
@@ -370,8 +396,8 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpTrainer::Gat
   for (const FsdpGroupPlan& group : plan_.groups) {
     for (const std::string& name : group.params) {
       // The communicator takes tensors on the compute device (the shard may be on the host).
-      MAGI_ASSIGN_OR_RETURN(auto handle, communicator_->Start(CollectiveKind::kAllGather,
-                                                              {state_.at(name + ".shard").to(compute_device_)}, "sum"));
+      at::Tensor shard = JoinedEntry(name + ".shard", state_).to(compute_device_);
+      MAGI_ASSIGN_OR_RETURN(auto handle, communicator_->Start(CollectiveKind::kAllGather, {shard}, "sum"));
       MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, handle->Wait());
       const std::vector<int64_t>& shape = full_shapes_.at(name);
       out.emplace_back(name, gathered[0].narrow(0, 0, shape[0]).clone());

@@ -82,6 +82,14 @@ struct StepOptimization {
   bool deterministic = false;
   // Non-empty: the plan hash the step must compile to (an earlier run's), else Create fails.
   std::string expected_plan_hash;
+  // Split fp32 master weights (magi/passes/split_master_weights.h): each parameter shard
+  // the step only casts to bf16 and updates is held as its bf16 high half (what the step
+  // computes with, so its fp32 -> bf16 casts go) and its low 16 bits; AdamW joins, updates
+  // and splits them. The same training as fp32 masters (the bf16 parameters are the casts
+  // of the same fp32 values) but for exact ties, moved by one fp32 ulp (1 in 65,536 bit
+  // patterns: split_float.h). Checkpoints and GatherFullParameters see the joined fp32
+  // masters, so checkpoints are interchangeable with runs without it.
+  bool split_master_weights = false;
 };
 
 // Learning rate by step (t = 1, 2, ...): linear warm-up lr * t / warmup_steps for
@@ -183,9 +191,12 @@ class FsdpTrainer {
   // same hash ran the same buckets, collective sizes, schedule and backends.
   const std::string& plan_hash() const { return compiled_.plan_hash; }
 
-  // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq"), each on
+  // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq"; with
+  // split_master_weights "<param>.shard.hi" and ".lo" in place of a split shard), each on
   // the device the step takes it on (the host with cpu_offload).
   const std::map<std::string, at::Tensor>& state() const { return state_; }
+  // The state entries held split ("<param>.shard" names; empty without split_master_weights).
+  const std::vector<std::string>& split_state() const { return split_state_; }
   // The module's buffers, by name, owned by the trainer from Create on: a
   // step that updates them (BatchNorm's running statistics) returns "<buffer>.updated",
   // which replaces them for the next step. Each rank keeps its own (no SyncBatchNorm).
@@ -228,7 +239,8 @@ class FsdpTrainer {
   std::optional<CompiledStep> accumulate_;  // grad_accum > 1: the micro-batch graph without reduction
   TorchExecutable* accumulate_executable_ = nullptr;
   double last_grad_norm_ = std::nan("");
-  std::map<std::string, at::Tensor> state_;  // "<p>.shard", "<p>.exp_avg", "<p>.exp_avg_sq"
+  std::map<std::string, at::Tensor> state_;  // "<p>.shard" (or ".shard.hi", ".shard.lo"), "<p>.exp_avg", "<p>.exp_avg_sq"
+  std::vector<std::string> split_state_;     // the "<p>.shard" entries held split
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
   bool profile_nodes_ = false;  // set_profile_nodes

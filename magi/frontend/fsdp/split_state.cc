@@ -1,0 +1,62 @@
+#include "magi/frontend/fsdp/split_state.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "magi/backend/common/split_tensor.h"
+
+namespace magi {
+
+std::vector<std::string> SplitStateNames(const Graph& graph, const std::map<std::string, at::Tensor>& state) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : state) {
+    if (graph.FindValue(name) == nullptr && graph.FindValue(name + ".hi") != nullptr &&
+        graph.FindValue(name + ".lo") != nullptr && graph.FindValue(name + ".hi")->is_graph_input() &&
+        graph.FindValue(name + ".lo")->is_graph_input()) {
+      names.push_back(name);
+    }
+  }
+  return names;
+}
+
+absl::Status SplitStateEntries(const std::vector<std::string>& names, std::map<std::string, at::Tensor>& state) {
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> halves;
+  for (const std::string& name : names) {
+    auto it = state.find(name);
+    if (it == state.end() || it->second.scalar_type() != at::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot split state entry ", name, ": ",
+                                                     it == state.end() ? "no such entry" : "not float32"));
+    }
+    try {
+      halves[name] = SplitTensorToBf16(it->second);
+    } catch (const c10::Error& error) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("splitting state entry ", name, ": ", error.what_without_backtrace()));
+    }
+  }
+  for (auto& [name, pair] : halves) {
+    state.erase(name);
+    state[name + ".hi"] = std::move(pair.first);
+    state[name + ".lo"] = std::move(pair.second);
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, at::Tensor> JoinedState(const std::vector<std::string>& names,
+                                              const std::map<std::string, at::Tensor>& state) {
+  std::map<std::string, at::Tensor> joined = state;
+  for (const std::string& name : names) {
+    joined[name] = JoinedEntry(name, state);
+    joined.erase(name + ".hi");
+    joined.erase(name + ".lo");
+  }
+  return joined;
+}
+
+at::Tensor JoinedEntry(const std::string& name, const std::map<std::string, at::Tensor>& state) {
+  auto it = state.find(name);
+  if (it != state.end()) return it->second;
+  return JoinSplitTensor(state.at(name + ".hi"), state.at(name + ".lo"));
+}
+
+}  // namespace magi
