@@ -9,7 +9,8 @@
 #
 # CONFIG is any of: nccl_stream (the ATen kernels), inductor (+ the inductor partitions),
 # deterministic (nccl_stream in deterministic mode), nccl_stream_graph and inductor_graph
-# (the first two as a CUDA graph replay); default the first three. Writes per config
+# (the first two as a CUDA graph replay), inductor_graph_split (inductor_graph with split fp32
+# masters); default the first three. Writes per config
 # NAME.log, NAME.breakdown.md (the tables), NAME.breakdown.json and NAME.trace.json.gz.
 set -euo pipefail
 out=${1:?usage: kernel_profile.sh OUT_DIR [nccl_stream|inductor|deterministic ...]}
@@ -29,9 +30,12 @@ for config in "${configs[@]}"; do
     # The same steps replayed as one CUDA graph (steps 3-4: the traced step is a replay).
     nccl_stream_graph) flags=('--backend=nccl_stream{cuda_graph=true}') ;;
     inductor_graph) flags=('--backend=nccl_stream{cuda_graph=true}' --partition_backends=inductor) ;;
+    # The same with split fp32 masters (no parameter casts; docs/fsdp.md).
+    inductor_graph_split) flags=('--backend=nccl_stream{cuda_graph=true}' --partition_backends=inductor
+                                 --split_master_weights) ;;
     deterministic) flags=(--backend=nccl_stream --deterministic) ;;
     *) echo "kernel_profile.sh: unknown config '$config' (nccl_stream, inductor, deterministic, nccl_stream_graph," \
-         "inductor_graph)" >&2; exit 2 ;;
+         "inductor_graph, inductor_graph_split)" >&2; exit 2 ;;
   esac
   echo "== $config: ${flags[*]}"
   if ! "$train" "${common[@]}" "${flags[@]}" --out_dir="$out/$config" --kernel_trace="$out/$config.trace.json" \
