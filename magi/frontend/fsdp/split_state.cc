@@ -20,24 +20,24 @@ std::vector<std::string> SplitStateNames(const Graph& graph, const std::map<std:
 }
 
 absl::Status SplitStateEntries(const std::vector<std::string>& names, std::map<std::string, at::Tensor>& state) {
-  std::map<std::string, std::pair<at::Tensor, at::Tensor>> halves;
   for (const std::string& name : names) {
     auto it = state.find(name);
     if (it == state.end() || it->second.scalar_type() != at::kFloat) {
       return absl::InvalidArgumentError(absl::StrCat("cannot split state entry ", name, ": ",
                                                      it == state.end() ? "no such entry" : "not float32"));
     }
+    std::pair<at::Tensor, at::Tensor> halves;
     try {
-      halves[name] = SplitTensorToBf16(it->second);
+      halves = SplitTensorToBf16(it->second);
     } catch (const c10::Error& error) {
       return absl::ResourceExhaustedError(
           absl::StrCat("splitting state entry ", name, ": ", error.what_without_backtrace()));
     }
-  }
-  for (auto& [name, pair] : halves) {
-    state.erase(name);
-    state[name + ".hi"] = std::move(pair.first);
-    state[name + ".lo"] = std::move(pair.second);
+    // One entry at a time: the fp32 tensor goes before the next is split, so the state
+    // never needs more than one tensor's worth of extra memory.
+    state.erase(it);
+    state[name + ".hi"] = std::move(halves.first);
+    state[name + ".lo"] = std::move(halves.second);
   }
   return absl::OkStatus();
 }
@@ -46,7 +46,9 @@ std::map<std::string, at::Tensor> JoinedState(const std::vector<std::string>& na
                                               const std::map<std::string, at::Tensor>& state) {
   std::map<std::string, at::Tensor> joined = state;
   for (const std::string& name : names) {
-    joined[name] = JoinedEntry(name, state);
+    // On the host, which is where a checkpoint writes from: no device memory for a copy
+    // of every master.
+    joined[name] = JoinSplitTensor(state.at(name + ".hi").cpu(), state.at(name + ".lo").cpu());
     joined.erase(name + ".hi");
     joined.erase(name + ".lo");
   }

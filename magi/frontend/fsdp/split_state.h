@@ -23,13 +23,15 @@ namespace magi {
 std::vector<std::string> SplitStateNames(const Graph& graph, const std::map<std::string, at::Tensor>& state);
 
 // Replaces each of `names` in `state` (fp32) by its halves "<name>.hi" and "<name>.lo"
-// (split_tensor.h), on the entry's device. InvalidArgument naming an entry that is
-// missing or not fp32; ResourceExhausted when the halves cannot be allocated (the state
-// is then as before).
+// (split_tensor.h), on the entry's device, one entry at a time (the extra memory is one
+// entry's). InvalidArgument naming an entry that is missing or not fp32; ResourceExhausted
+// when the halves cannot be allocated. On an error the entries before the failing one are
+// split already: callers split a map they throw away on failure (a trainer being created,
+// a checkpoint being restored).
 absl::Status SplitStateEntries(const std::vector<std::string>& names, std::map<std::string, at::Tensor>& state);
 
-// `state` with each of `names` joined back from its halves (fresh fp32 tensors); the
-// other entries referenced, not copied.
+// `state` with each of `names` joined back from its halves (fresh fp32 tensors on the
+// host: what a checkpoint writes); the other entries referenced, not copied.
 std::map<std::string, at::Tensor> JoinedState(const std::vector<std::string>& names,
                                               const std::map<std::string, at::Tensor>& state);
 
