@@ -76,7 +76,8 @@ inline bool IsViewOp(absl::string_view op) { return GetOpTraits(op).view; }
 
 // Donation (GraphOutput::aliases): the operand whose storage result `result` of `op` is
 // written over in place when that operand is a donated graph input read for the last
-// time there; -1 if none. magi::adamw writes p', m', v' over p, m, v (operands 0, 2, 3);
+// time there; -1 if none. magi::adamw writes p', m', v' over p, m, v (operands 0, 2, 3),
+// magi::adamw_split hi', lo', m', v' over hi, lo, m, v (operands 0, 1, 3, 4);
 // aten::scatter.src writes its result over `self` (operand 0) by running
 // aten::scatter_.src (a KV cache's update in a decode step). The runtimes keep both
 // promises (interpreter under RunDonating, nccl_stream with donate=true); an entry here

@@ -107,15 +107,14 @@ absl::StatusOr<Node*> AddAdamWSplit(Graph& graph, Value* hi, Value* lo, const No
                                     Node* before = nullptr);
 
 // Both AdamW forms, for code that treats them alike (runtimes, the stream plan): whether
-// `node` is a magi::adamw or magi::adamw_split, and the index of the operand or result
-// that magi::adamw has at `k` (AdamWOperand; results: 0 p', 1 m', 2 v'). For
-// magi::adamw_split the parameter (k = kAdamWParam, result 0) is its high half: the low
-// half follows it, at kAdamWSplitLo and result 1.
+// `node` is a magi::adamw or magi::adamw_split, and the index of the operand that
+// magi::adamw has at `k` (AdamWOperand). For magi::adamw_split the parameter
+// (k = kAdamWParam) is its high half: the low half follows it, at kAdamWSplitLo (results
+// likewise: hi', lo', m', v').
 inline bool IsAdamW(const Node& node) { return node.op() == kAdamWOp || node.op() == kAdamWSplitOp; }
 inline bool IsAdamWSplit(const Node& node) { return node.op() == kAdamWSplitOp; }
 inline int AdamWOperandIndex(bool split, int k) { return split && k > kAdamWParam ? k + 1 : k; }
 inline int AdamWOperandIndex(const Node& node, int k) { return AdamWOperandIndex(IsAdamWSplit(node), k); }
-inline int AdamWResultIndex(const Node& node, int r) { return IsAdamWSplit(node) && r > 0 ? r + 1 : r; }
 // The operands an AdamW node updates (parameter, or its halves, and the two moments).
 inline std::vector<int> AdamWStateOperands(const Node& node) {
   if (IsAdamWSplit(node)) return {kAdamWSplitHi, kAdamWSplitLo, kAdamWSplitExpAvg, kAdamWSplitExpAvgSq};

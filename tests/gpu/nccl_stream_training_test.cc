@@ -22,6 +22,7 @@ struct Trained {
   std::map<std::string, at::Tensor> state;
   std::vector<Partition> partitions;
   int64_t peak_bytes = 0;
+  size_t split_entries = 0;  // state entries held split (split_master_weights)
 };
 
 Trained Train(const std::string& backend, bool bf16, int steps, const std::string& trace_path = "",
@@ -73,9 +74,11 @@ Trained Train(const std::string& backend, bool bf16, int steps, const std::strin
     out.peak_bytes = std::max(out.peak_bytes, (*trainer)->last_run_stats().peak_live_bytes);
   }
   // As checkpointed: split masters joined, so runs with and without them compare.
-  for (const auto& [name, tensor] : (*trainer)->CheckpointState().sharded) {
-    out.state[name] = tensor.to(torch::kFloat).cpu().clone();
-  }
+  absl::StatusOr<RankState> state = (*trainer)->CheckpointState();
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (!state.ok()) return out;
+  for (const auto& [name, tensor] : state->sharded) out.state[name] = tensor.to(torch::kFloat).cpu().clone();
+  out.split_entries = (*trainer)->split_state().size();
   return out;
 }
 
@@ -206,6 +209,8 @@ TEST(NcclStreamTrainingTest, SplitMasterWeightsTrainAsFp32MastersOver12Bf16Steps
   Trained split = Train("nccl_stream{cuda_graph=true}", true, steps, "", /*split_master_weights=*/true);
   std::string log = testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("gradient casts deferred into AdamW"), std::string::npos) << log;
+  EXPECT_EQ(plain.split_entries, 0u);
+  EXPECT_EQ(split.split_entries, plain.state.size() / 3) << "every parameter shard should be held split";
   ExpectClose(plain, split, 1e-6, "split masters", 1e-6);
   ExpectClose(Train("interpreter", true, steps, "", true), split, 2e-2, "split masters, interpreter");
 }

@@ -159,6 +159,12 @@ __global__ void __launch_bounds__(kThreads) MultiTensorAdamWKernel(LaunchArgs ar
 
 cudaError_t LaunchMultiTensorAdamW(const AdamWTensor* tensors, int count, const AdamWScalars& scalars,
                                    cudaStream_t stream) {
+  for (int t = 0; t < count; ++t) {  // half a split parameter: nothing is launched
+    const AdamWTensor& x = tensors[t];
+    const int split_pointers = (x.param_hi != nullptr) + (x.param_lo != nullptr) + (x.param_hi_out != nullptr) +
+                               (x.param_lo_out != nullptr);
+    if (split_pointers != 0 && split_pointers != 4) return cudaErrorInvalidValue;
+  }
   int k = 0;
   while (k < count) {
     LaunchArgs args;

@@ -56,7 +56,9 @@ struct AdamWScalars {
 
 inline constexpr int kMaxTensorsPerLaunch = 24;
 
-// Enqueues the update of `count` tensors on `stream`; returns the first launch error.
+// Enqueues the update of `count` tensors on `stream`; returns the first launch error, or
+// cudaErrorInvalidValue (launching nothing) when a tensor has some but not all of its
+// split-parameter pointers set.
 cudaError_t LaunchMultiTensorAdamW(const AdamWTensor* tensors, int count, const AdamWScalars& scalars,
                                    cudaStream_t stream);
 

@@ -12,6 +12,11 @@
 namespace magi {
 namespace {
 
+// The plain kernel's update of a split variant's joined master (in place on copies).
+struct PlainRun {
+  at::Tensor p, m, v, grad;
+};
+
 TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
   ASSERT_TRUE(torch::cuda::is_available());
   torch::manual_seed(3);
@@ -34,6 +39,8 @@ TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
     std::vector<std::vector<at::Tensor>> expected, outputs;
     std::vector<at::Tensor> keep;
     std::vector<std::pair<at::Tensor, at::Tensor>> split_halves;  // the split outputs (hi', lo')
+    std::vector<cuda::AdamWTensor> plain_tensors;                 // split variants: the plain kernel's run
+    std::vector<PlainRun> plain_runs;
     for (size_t k = 0; k < sizes.size(); ++k) {
       // Every third tensor is a view one element into its storage: not 16-byte aligned.
       int64_t offset = k % 3 == 0 ? 1 : 0;
@@ -65,6 +72,15 @@ TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
         p = JoinSplitTensor(hi, lo);  // the master the halves hold
       }
       expected.push_back(AdamWReference(p, g, m, v, decay, step_size, bc2, constants));
+      if (split) {
+        // The plain kernel on copies of the joined master and moments: what split mode must equal.
+        PlainRun plain{p.clone(), m.clone(), v.clone(), g_bf16.defined() ? g_bf16 : g};
+        plain_tensors.push_back({plain.p.data_ptr<float>(), bf16_grad ? nullptr : g.data_ptr<float>(),
+                                 plain.m.data_ptr<float>(), plain.v.data_ptr<float>(), plain.p.data_ptr<float>(),
+                                 plain.m.data_ptr<float>(), plain.v.data_ptr<float>(), sizes[k]});
+        if (bf16_grad) plain_tensors.back().grad_bf16 = static_cast<const uint16_t*>(g_bf16.data_ptr());
+        plain_runs.push_back(std::move(plain));
+      }
       std::vector<at::Tensor> out = in_place ? std::vector<at::Tensor>{split ? hi : p, m, v}
                                              : std::vector<at::Tensor>{torch::empty_like(split ? hi : p),
                                                                        torch::empty_like(m), torch::empty_like(v)};
@@ -84,18 +100,31 @@ TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
     }
     cuda::AdamWScalars scalars{decay.data_ptr<float>(), step_size.data_ptr<float>(), bc2.data_ptr<float>(), 0.9f,
                                0.999f, 1e-8f, static_cast<float>(1.0 - 0.9), static_cast<float>(1.0 - 0.999)};
+    if (split) {
+      ASSERT_EQ(cuda::LaunchMultiTensorAdamW(plain_tensors.data(), static_cast<int>(plain_tensors.size()), scalars,
+                                             at::cuda::getCurrentCUDAStream().stream()),
+                cudaSuccess);
+    }
     ASSERT_EQ(cuda::LaunchMultiTensorAdamW(tensors.data(), static_cast<int>(tensors.size()), scalars,
                                            at::cuda::getCurrentCUDAStream().stream()),
               cudaSuccess);
     for (size_t k = 0; k < sizes.size(); ++k) {
       if (split) {
         // The kernel's halves are the split of one fp32 value (hi its bf16 cast), and that
-        // value is the update.
+        // value is bit for bit the plain kernel's update of the joined master.
         const auto& [hi_out, lo_out] = split_halves[k];
         at::Tensor joined = JoinSplitTensor(hi_out, lo_out);
         auto resplit = SplitTensorToBf16(joined);
         EXPECT_TRUE(torch::equal(resplit.first.view(torch::kShort), hi_out.view(torch::kShort))) << "tensor " << k;
         EXPECT_TRUE(torch::equal(resplit.second, lo_out)) << "tensor " << k;
+        if (sizes[k] > 0) {
+          const PlainRun& plain = plain_runs[k];
+          auto want = SplitTensorToBf16(plain.p);
+          EXPECT_TRUE(torch::equal(want.first.view(torch::kShort), hi_out.view(torch::kShort))) << "tensor " << k;
+          EXPECT_TRUE(torch::equal(want.second, lo_out)) << "tensor " << k;
+          EXPECT_TRUE(torch::equal(plain.m, outputs[k][1])) << "tensor " << k;
+          EXPECT_TRUE(torch::equal(plain.v, outputs[k][2])) << "tensor " << k;
+        }
         outputs[k][0] = joined;
       }
       for (int j = 0; j < 3; ++j) {
@@ -108,6 +137,21 @@ TEST(FusedAdamWTest, MatchesTheOpByOpUpdate) {
       }
     }
   }
+}
+
+TEST(FusedAdamWTest, HalfASplitParameterIsRefused) {
+  ASSERT_TRUE(torch::cuda::is_available());
+  auto options = torch::TensorOptions().device(torch::kCUDA);
+  at::Tensor m = torch::zeros({8}, options), v = torch::zeros({8}, options), g = torch::zeros({8}, options);
+  at::Tensor hi = torch::zeros({8}, options.dtype(torch::kBFloat16));
+  at::Tensor scalar = torch::ones({}, options);
+  cuda::AdamWTensor tensor{nullptr, g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), nullptr,
+                           m.data_ptr<float>(), v.data_ptr<float>(), 8};
+  tensor.param_hi = static_cast<const uint16_t*>(hi.data_ptr());  // no lo, no outputs
+  cuda::AdamWScalars scalars{scalar.data_ptr<float>(), scalar.data_ptr<float>(), scalar.data_ptr<float>(), 0.9f,
+                             0.999f, 1e-8f, 0.1f, 0.001f};
+  EXPECT_EQ(cuda::LaunchMultiTensorAdamW(&tensor, 1, scalars, at::cuda::getCurrentCUDAStream().stream()),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@
 //
 // Deferred gradient casts (mixed precision, groups of one rank): a bf16 -> fp32
 // aten::_to_copy whose result only feeds skipped reduce-scatters (or all-reduces), whose
-// results in turn are only the gradient operand of batched magi::adamw nodes on CUDA, is
+// results in turn are only the gradient operand of batched magi::adamw nodes (either form) on CUDA, is
 // not run: its bf16 operand flows through in place of the fp32 value, and the
 // multi-tensor AdamW widens it as it reads it. Widening bf16 is exact, so the update is
 // bit for bit the one from the cast, without the cast's kernel, its fp32 buffer (4 bytes
@@ -79,7 +79,7 @@ namespace magi {
 
 struct StreamPlanOptions {
   bool skip_single_rank_collectives = true;
-  bool donate_optimizer_state = true;  // the caller lets magi::adamw overwrite p, m, v
+  bool donate_optimizer_state = true;  // the caller lets magi::adamw (either form) overwrite its state
   bool defer_grad_casts = true;        // see "Deferred gradient casts" above
   bool overlap_optimizer = false;      // see "Optimizer overlap" above
   int64_t min_overlap_batch_elements = int64_t{1} << 22;
@@ -98,7 +98,7 @@ struct CollectivePlan {
 };
 
 struct AdamWBatch {
-  std::vector<int> nodes;  // magi::adamw node indices, program order
+  std::vector<int> nodes;  // magi::adamw (or, all of them, magi::adamw_split) node indices, program order
   // On the compute stream: the last member's index; the batch runs when it is reached.
   // On the optimizer stream: the node after which it is launched there (any node).
   int run_at = -1;

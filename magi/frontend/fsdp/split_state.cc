@@ -30,8 +30,7 @@ absl::Status SplitStateEntries(const std::vector<std::string>& names, std::map<s
     try {
       halves = SplitTensorToBf16(it->second);
     } catch (const c10::Error& error) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("splitting state entry ", name, ": ", error.what_without_backtrace()));
+      return absl::InternalError(absl::StrCat("splitting state entry ", name, ": ", error.what_without_backtrace()));
     }
     // One entry at a time: the fp32 tensor goes before the next is split, so the state
     // never needs more than one tensor's worth of extra memory.
@@ -42,23 +41,43 @@ absl::Status SplitStateEntries(const std::vector<std::string>& names, std::map<s
   return absl::OkStatus();
 }
 
-std::map<std::string, at::Tensor> JoinedState(const std::vector<std::string>& names,
-                                              const std::map<std::string, at::Tensor>& state) {
+absl::StatusOr<std::map<std::string, at::Tensor>> JoinedState(const std::vector<std::string>& names,
+                                                              const std::map<std::string, at::Tensor>& state) {
   std::map<std::string, at::Tensor> joined = state;
   for (const std::string& name : names) {
-    // On the host, which is where a checkpoint writes from: no device memory for a copy
-    // of every master.
-    joined[name] = JoinSplitTensor(state.at(name + ".hi").cpu(), state.at(name + ".lo").cpu());
+    try {
+      // On the host, which is where a checkpoint writes from: no device memory for a copy
+      // of every master.
+      joined[name] = JoinSplitTensor(state.at(name + ".hi").cpu(), state.at(name + ".lo").cpu());
+    } catch (const std::exception& error) {  // c10::Error, or std::out_of_range for a missing half
+      return absl::InternalError(absl::StrCat("joining state entry ", name, ": ", error.what()));
+    }
     joined.erase(name + ".hi");
     joined.erase(name + ".lo");
   }
   return joined;
 }
 
-at::Tensor JoinedEntry(const std::string& name, const std::map<std::string, at::Tensor>& state) {
+std::map<std::string, at::Tensor> JoinedStateLike(const std::vector<std::string>& names,
+                                                  const std::map<std::string, at::Tensor>& state) {
+  std::map<std::string, at::Tensor> like = state;
+  for (const std::string& name : names) {
+    const at::Tensor& hi = state.at(name + ".hi");
+    like[name] = at::empty({}, hi.options().dtype(at::kFloat)).expand(hi.sizes());
+    like.erase(name + ".hi");
+    like.erase(name + ".lo");
+  }
+  return like;
+}
+
+absl::StatusOr<at::Tensor> JoinedEntry(const std::string& name, const std::map<std::string, at::Tensor>& state) {
   auto it = state.find(name);
   if (it != state.end()) return it->second;
-  return JoinSplitTensor(state.at(name + ".hi"), state.at(name + ".lo"));
+  try {
+    return JoinSplitTensor(state.at(name + ".hi"), state.at(name + ".lo"));
+  } catch (const std::exception& error) {
+    return absl::InternalError(absl::StrCat("joining state entry ", name, ": ", error.what()));
+  }
 }
 
 }  // namespace magi

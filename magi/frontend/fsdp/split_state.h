@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "magi/ir/graph.h"
 
 namespace magi {
@@ -31,12 +32,20 @@ std::vector<std::string> SplitStateNames(const Graph& graph, const std::map<std:
 absl::Status SplitStateEntries(const std::vector<std::string>& names, std::map<std::string, at::Tensor>& state);
 
 // `state` with each of `names` joined back from its halves (fresh fp32 tensors on the
-// host: what a checkpoint writes); the other entries referenced, not copied.
-std::map<std::string, at::Tensor> JoinedState(const std::vector<std::string>& names,
-                                              const std::map<std::string, at::Tensor>& state);
+// host: what a checkpoint writes); the other entries referenced, not copied. Internal
+// error naming the entry when a join fails (out of memory).
+absl::StatusOr<std::map<std::string, at::Tensor>> JoinedState(const std::vector<std::string>& names,
+                                                              const std::map<std::string, at::Tensor>& state);
 
-// The fp32 value of state entry `name`: the entry, or its halves joined.
-at::Tensor JoinedEntry(const std::string& name, const std::map<std::string, at::Tensor>& state);
+// `state` shaped as JoinedState gives it, for reading a checkpoint into: each of `names`
+// an fp32 tensor of its halves' sizes and device that holds no memory of its own (an
+// expanded scalar; only its dtype, sizes and device are read).
+std::map<std::string, at::Tensor> JoinedStateLike(const std::vector<std::string>& names,
+                                                  const std::map<std::string, at::Tensor>& state);
+
+// The fp32 value of state entry `name`: the entry, or its halves joined (on their device).
+// Internal error naming the entry when the join fails.
+absl::StatusOr<at::Tensor> JoinedEntry(const std::string& name, const std::map<std::string, at::Tensor>& state);
 
 }  // namespace magi
 

@@ -1,6 +1,7 @@
 #include "magi/frontend/fsdp/trainer.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -218,12 +219,10 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   for (const Value* input : trainer->graph().inputs()) {
     state_devices.emplace(input->name(), compat::ToTorchDevice(input->type().tensor().device));
   }
-  const bool pin = plan.cpu_offload && at::globalContext().hasCUDA();
   auto place = [&](const std::string& name, at::Tensor tensor) {
     auto it = state_devices.find(name);
     if (it == state_devices.end()) it = state_devices.find(name + ".hi");  // held split (below)
     if (it != state_devices.end() && tensor.device() != it->second) tensor = tensor.to(it->second);
-    if (pin && tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
     trainer->state_[name] = std::move(tensor);
   };
   try {
@@ -238,6 +237,24 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   }
   trainer->split_state_ = SplitStateNames(trainer->graph(), trainer->state_);
   MAGI_RETURN_IF_ERROR(SplitStateEntries(trainer->split_state_, trainer->state_));
+  if (optimization.split_master_weights && trainer->split_state_.empty()) {
+    std::string note =
+        "split_master_weights: no parameter shard qualifies (each must be fp32, only cast to bf16 where it is, "
+        "and updated by AdamW); the masters stay fp32";
+    std::fprintf(stderr, "magi: %s\n", note.c_str());
+    trainer->compiled_.notes.push_back(std::move(note));
+  }
+  if (plan.cpu_offload && at::globalContext().hasCUDA()) {
+    // Host state is pinned, so copies to the device run at full speed (after the split:
+    // the halves are new tensors).
+    try {
+      for (auto& [name, tensor] : trainer->state_) {
+        if (tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
+      }
+    } catch (const c10::Error& error) {
+      return absl::ResourceExhaustedError(absl::StrCat("pinning the host state: ", error.what_without_backtrace()));
+    }
+  }
   if (optimization.deterministic && !trainer->state_.empty()) {
     MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*trainer->communicator_, trainer->plan_hash(), trainer->compute_device_));
   }
@@ -293,7 +310,9 @@ absl::StatusOr<double> FsdpTrainer::Step(const std::vector<at::Tensor>& local_ba
       }
       // The micro-batch graph takes the fp32 masters (it has no AdamW, so nothing was
       // split in it): joined for its run.
-      for (const std::string& name : split_state_) named[name] = JoinedEntry(name, state_);
+      for (const std::string& name : split_state_) {
+        MAGI_ASSIGN_OR_RETURN(named[name], JoinedEntry(name, state_));
+      }
       MAGI_ASSIGN_OR_RETURN(auto outputs,
                             RunGraph(*accumulate_executable_, accumulate_->graph(), std::move(named), micro[k]));
       for (auto& [name, tensor] : outputs) {
@@ -359,30 +378,26 @@ void FsdpTrainer::ReleaseModuleParameters() {
   }
 }
 
-RankState FsdpTrainer::CheckpointState() const {
+absl::StatusOr<RankState> FsdpTrainer::CheckpointState() const {
   // Split masters are saved joined: checkpoints do not depend on split_master_weights.
-  return TrainerRankState(step_, JoinedState(split_state_, state_), full_shapes_, buffers_);
+  MAGI_ASSIGN_OR_RETURN(auto state, JoinedState(split_state_, state_));
+  return TrainerRankState(step_, state, full_shapes_, buffers_);
 }
 
 absl::Status FsdpTrainer::SaveCheckpoint(const std::string& root, const CheckpointOptions& options) {
-  return SaveCommittedCheckpoint(root, CheckpointState(), *communicator_, compute_device_, options);
+  MAGI_ASSIGN_OR_RETURN(RankState state, CheckpointState());
+  return SaveCommittedCheckpoint(root, state, *communicator_, compute_device_, options);
 }
 
 absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::string& config) {
-  MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, CheckpointState(), config, *communicator_,
-                                                                  compute_device_));
+  // Read as checkpointed (split masters joined), shaped by a template that holds no
+  // copy of the state, then split again before anything of the trainer changes.
+  RankState like = TrainerRankState(step_, JoinedStateLike(split_state_, state_), full_shapes_, buffers_);
+  MAGI_ASSIGN_OR_RETURN(RankState loaded,
+                        LoadCommittedCheckpoint(root, like, config, *communicator_, compute_device_));
+  MAGI_RETURN_IF_ERROR(SplitStateEntries(split_state_, loaded.sharded));
   step_bindings_.reset();  // the state and buffer maps are replaced (even if the restore fails late)
-  // Restored by the joined names (only the names are read), then split again.
-  std::map<std::string, at::Tensor> restored = state_;
-  for (const std::string& name : split_state_) {
-    restored.erase(name + ".hi");
-    restored.erase(name + ".lo");
-    restored[name] = at::Tensor();
-  }
-  MAGI_ASSIGN_OR_RETURN(int64_t step, RestoreTrainerRankState(std::move(loaded), restored, buffers_));
-  MAGI_RETURN_IF_ERROR(SplitStateEntries(split_state_, restored));
-  state_ = std::move(restored);
-  step_ = step;
+  MAGI_ASSIGN_OR_RETURN(step_, RestoreTrainerRankState(std::move(loaded), state_, buffers_));
   if (plan_.cpu_offload && at::globalContext().hasCUDA()) {  // host state is pinned, as Create leaves it
     for (auto& [name, tensor] : state_) {
       if (tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
@@ -396,7 +411,8 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpTrainer::Gat
   for (const FsdpGroupPlan& group : plan_.groups) {
     for (const std::string& name : group.params) {
       // The communicator takes tensors on the compute device (the shard may be on the host).
-      at::Tensor shard = JoinedEntry(name + ".shard", state_).to(compute_device_);
+      MAGI_ASSIGN_OR_RETURN(at::Tensor shard, JoinedEntry(name + ".shard", state_));
+      shard = shard.to(compute_device_);
       MAGI_ASSIGN_OR_RETURN(auto handle, communicator_->Start(CollectiveKind::kAllGather, {shard}, "sum"));
       MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, handle->Wait());
       const std::vector<int64_t>& shape = full_shapes_.at(name);

@@ -216,7 +216,8 @@ class FsdpTrainer {
   absl::Status LoadCheckpoint(const std::string& root, const std::string& config = "");
   // What a checkpoint of this trainer holds: "<param>.shard", ".exp_avg", ".exp_avg_sq"
   // (sharded), "buffer.<name>" and "magi.rng.cpu" (per rank).
-  RankState CheckpointState() const;
+  // (Split masters joined, on the host.) Internal error when a join fails.
+  absl::StatusOr<RankState> CheckpointState() const;
 
  private:
   FsdpTrainer() = default;
