@@ -14,6 +14,16 @@
 
 namespace magi {
 
+// The dtype the kernel takes for operand `k` (the op's own order) of a plain (`split`
+// false) or split AdamW node: bf16 and int16 for the halves, bf16 for a gradient whose
+// cast was deferred (`bf16_grad`), fp32 for everything else.
+inline at::ScalarType FusedAdamWOperandType(bool split, int k, bool bf16_grad) {
+  if (split && k == kAdamWSplitHi) return at::kBFloat16;
+  if (split && k == kAdamWSplitLo) return at::kShort;
+  if (k == AdamWOperandIndex(split, kAdamWGrad) && bf16_grad) return at::kBFloat16;
+  return at::kFloat;
+}
+
 // `o`: the node's operands (its op's order), contiguous CUDA tensors of the dtypes the
 // kernel takes (fp32; the gradient fp32 or bf16; split: hi bf16, lo int16). `out`: its
 // results (p', m', v' or hi', lo', m', v'), the same; they may be the state operands

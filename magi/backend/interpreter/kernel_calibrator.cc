@@ -488,10 +488,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
     std::vector<at::Tensor> state;
     for (int k : AdamWStateOperands(*plan.node)) state.push_back(o[k]);
     for (int k = 0; k < static_cast<int>(o.size()); ++k) {
-      at::ScalarType expected = at::kFloat;
-      if (split && k == kAdamWSplitHi) expected = at::kBFloat16;
-      if (split && k == kAdamWSplitLo) expected = at::kShort;
-      if (!o[k].is_cuda() || o[k].scalar_type() != expected || !o[k].is_contiguous()) {
+      if (!o[k].is_cuda() || o[k].scalar_type() != FusedAdamWOperandType(split, k, /*bf16_grad=*/false) ||
+          !o[k].is_contiguous()) {
         return RunOnce(plan, slots);  // not what the fused kernel takes: the op-by-op update
       }
     }

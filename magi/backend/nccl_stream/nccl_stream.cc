@@ -441,10 +441,7 @@ class NcclStreamExecutable : public TorchExecutable {
       std::vector<int> tensor_operands = state;
       tensor_operands.push_back(grad);
       for (int k : tensor_operands) {
-        at::ScalarType expected = at::kFloat;
-        if (k == grad && bf16_grad) expected = at::kBFloat16;
-        if (split && k == kAdamWSplitHi) expected = at::kBFloat16;
-        if (split && k == kAdamWSplitLo) expected = at::kShort;
+        const at::ScalarType expected = FusedAdamWOperandType(split, k, bf16_grad);
         if (!o[k].is_cuda() || o[k].scalar_type() != expected || o[k].get_device() != device_) {
           return absl::InvalidArgumentError(absl::StrCat(Where(node), ": operand ", k, " is not a ",
                                                          c10::toString(expected), " tensor on cuda:", device_));
