@@ -82,6 +82,15 @@ struct MasterDiff {
   double worst = 0;
   int64_t differing = 0;
   int64_t total = 0;
+
+  // Whether the difference is what ties explain after `steps` updates: each update's new
+  // master is a tie with probability 2^-16 per element (that element is then one fp32
+  // ulp off from then on), so about steps * total / 65536 elements differ, a Poisson
+  // count; three times that plus 10 is far in its tail (seen: 3-11 of 99,648 after 4 steps).
+  bool OnlyTies(int steps) const {
+    const double expected = steps * static_cast<double>(total) / 65536.0;
+    return worst <= 1e-6 && static_cast<double>(differing) <= 3 * expected + 10;
+  }
 };
 absl::StatusOr<MasterDiff> CompareMasters(FsdpTrainer& a, FsdpTrainer& b) {
   auto x = a.GatherFullParameters();
@@ -167,7 +176,7 @@ int RunWorker(const std::string& scenario) {
     std::cout << "split masters: " << diff->differing << " of " << diff->total << " elements differ, worst relative "
               << diff->worst << "\n";
   }
-  if (diff->worst > 1e-6 || diff->differing * 10000 > diff->total) {
+  if (!diff->OnlyTies(4)) {
     return Fail("masters differ: " + std::to_string(diff->differing) + " of " + std::to_string(diff->total) +
                 " elements, worst relative " + std::to_string(diff->worst));
   }
@@ -197,7 +206,7 @@ int RunWorker(const std::string& scenario) {
     if (std::abs(*x - *y) > 1e-6 * std::abs(*x)) return Fail("after resuming: loss differs at step " + std::to_string(step));
   }
   diff = CompareMasters(a, b);
-  if (!diff.ok() || diff->worst > 1e-6 || diff->differing * 10000 > diff->total) {
+  if (!diff.ok() || !diff->OnlyTies(6)) {
     return Fail("after resuming: masters differ");
   }
   return 0;
