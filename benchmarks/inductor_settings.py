@@ -13,6 +13,7 @@ OUT_DIR/table.md, every timed step to OUT_DIR/results.json.
   python3 benchmarks/inductor_settings.py --train bazel-bin/examples/train --out_dir /tmp/s \\
       --variant default= --variant combo=combo_kernels=true --rounds 2
   ... --variant noreshard= --variant_flags noreshard=--reshard_after_forward=false   (other train flags)
+  ... --variant lt= --variant_env lt=TORCH_BLAS_PREFER_CUBLASLT=1                    (environment)
 """
 import argparse
 import json
@@ -46,6 +47,8 @@ def main():
     parser.add_argument("--variant_flags", action="append", default=[],
                         help="label=--flag=value[ --flag=value]: extra examples:train flags for that variant "
                              "(e.g. noreshard=--reshard_after_forward=false)")
+    parser.add_argument("--variant_env", action="append", default=[],
+                        help="label=NAME=VALUE: an environment variable set for that variant's runs (repeatable)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--warmup", type=int, default=5)
@@ -67,7 +70,18 @@ def main():
     unknown = set(extra) - {label for label, _ in args.variant}
     if unknown:
         parser.error("--variant_flags for no --variant: %s" % ", ".join(sorted(unknown)))
-    results = {label: {"settings": pairs, "flags": extra.get(label, []), "rounds": []} for label, pairs in args.variant}
+    variant_env = {}
+    for text in args.variant_env:
+        label, _, assignment = text.partition("=")
+        name, sep, value = assignment.partition("=")
+        if not sep or not name:
+            parser.error("--variant_env %r: give label=NAME=VALUE" % text)
+        variant_env.setdefault(label, {})[name] = value
+    unknown = set(variant_env) - {label for label, _ in args.variant}
+    if unknown:
+        parser.error("--variant_env for no --variant: %s" % ", ".join(sorted(unknown)))
+    results = {label: {"settings": pairs, "flags": extra.get(label, []), "env": variant_env.get(label, {}),
+                       "rounds": []} for label, pairs in args.variant}
     for round_index in range(args.rounds):
         order = args.variant if round_index % 2 == 0 else list(reversed(args.variant))
         for label, pairs in order:
@@ -79,11 +93,12 @@ def main():
                    "--device_profile=h200", "--calibration=none", "--backend=nccl_stream{cuda_graph=true}",
                    "--partition_backends=" + spec, "--out_dir=" + os.path.join(args.out_dir, tag),
                    "--summary_json=" + summary] + extra.get(label, [])
-            print("+", " ".join(cmd), flush=True)
+            print("+", " ".join(["%s=%s" % e for e in sorted(variant_env.get(label, {}).items())] + cmd), flush=True)
             start = time.time()
             with open(os.path.join(args.out_dir, tag + ".log"), "w") as log:
                 try:
-                    code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                    code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                          env=dict(env, **variant_env.get(label, {})),
                                           timeout=args.timeout).returncode
                 except subprocess.TimeoutExpired:
                     code = "timeout"
@@ -116,7 +131,9 @@ def main():
         every = [t for x in rounds for t in x["step_ms"]]
         first = [x for x in rounds if x["round"] == 1]  # its compile was the cold one
         lines.append("| %s | %s | %s | %s | %s | %s |" % (
-            label, ", ".join(["%s=%s" % p for p in pairs] + extra.get(label, [])) or "(defaults)", " | ".join(cells),
+            label, ", ".join(["%s=%s" % p for p in pairs] + extra.get(label, []) +
+                             ["env %s=%s" % e for e in sorted(variant_env.get(label, {}).items())]) or "(defaults)",
+            " | ".join(cells),
             "%.1f" % statistics.median(every) if every else "-",
             "%.1f" % first[0]["compile_s"] if first and first[0]["compile_s"] is not None else "-",
             "%.1f" % first[0]["peak_gib"] if first else "-"))

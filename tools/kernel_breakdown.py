@@ -11,7 +11,10 @@ with the device events around them (--gaps N); the time and count per family (GE
 Triton kernels by kind, ATen elementwise and reductions, Magi's multi-tensor AdamW, NCCL,
 copies); and the most expensive kernels by name. Families are name patterns (FAMILIES below:
 the first that matches wins), so the split is as good as the kernel names; "other" lists what
-none matched. No PyTorch needed.
+none matched. With --edges N, also the step's two edges on one timeline: the first and last N
+host events (ATen ops, CUDA runtime and driver calls) and device events, in microseconds from
+the first host event, to show what the device waits for before its first kernel and after its
+last (a CUDA-graph step is one launch: its edges are the host work around it). No PyTorch needed.
 """
 import argparse
 import collections
@@ -40,6 +43,7 @@ FAMILIES = [
     ("aten elementwise, vectorized", r"vectorized_elementwise"),
 ]
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+HOST_CATEGORIES = {"cpu_op", "cuda_runtime", "cuda_driver", "user_annotation", "Operator", "Runtime", "Driver"}
 
 
 def load(path):
@@ -136,6 +140,38 @@ def breakdown(events, top_gaps=10):
     }
 
 
+def edges(events, count):
+    """The first and last `count` events of the traced step on one timeline, host (ATen ops,
+    CUDA runtime/driver calls) and device together, sorted by start: [(label, rows)], each row
+    {"at_us", "us", "where", "name"} with times from the first host event."""
+    rows = []
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        category = e.get("cat")
+        where = "device" if category in DEVICE_CATEGORIES else "host" if category in HOST_CATEGORIES else None
+        if where is not None:
+            rows.append((float(e["ts"]), float(e["dur"]), where, e.get("name", "?")))
+    host = [r for r in rows if r[2] == "host"]
+    if not host:
+        raise ValueError("the trace has no host events (ATen ops or CUDA runtime calls) to place the edges by")
+    origin = min(r[0] for r in host)
+    rows.sort()
+    as_dicts = lambda part: [{"at_us": t - origin, "us": d, "where": w, "name": n} for t, d, w, n in part]  # noqa: E731
+    if len(rows) <= 2 * count:
+        return [("whole step", as_dicts(rows))]
+    return [("first %d" % count, as_dicts(rows[:count])), ("last %d" % count, as_dicts(rows[-count:]))]
+
+
+def edges_markdown(parts):
+    lines = []
+    for label, rows in parts:
+        lines += ["", f"| {label} events: at us | us | where | name |", "|---|---|---|---|"]
+        short = lambda n: n if len(n) <= 80 else n[:77] + "..."  # noqa: E731
+        lines += [f"| {r['at_us']:.1f} | {r['us']:.1f} | {r['where']} | `{short(r['name'])}` |" for r in rows]
+    return "\n".join(lines)
+
+
 def markdown(result, top):
     total = sum(v["ms"] for v in result["families"].values())
     lines = [
@@ -171,15 +207,24 @@ def main(argv):
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--json", default="", help="also write the breakdown as JSON here")
     parser.add_argument("--gaps", type=int, default=10, help="list this many of the longest idle gaps")
+    parser.add_argument("--edges", type=int, default=0,
+                        help="also list the first and last N host and device events of the step")
     args = parser.parse_args(argv[1:])
     try:
         if args.gaps < 0:
             raise ValueError("--gaps must be 0 or more, got %d" % args.gaps)
-        result = breakdown(load(args.trace), args.gaps)
+        if args.edges < 0:
+            raise ValueError("--edges must be 0 or more, got %d" % args.edges)
+        events = load(args.trace)
+        result = breakdown(events, args.gaps)
+        if args.edges:
+            result["edges"] = [{"part": label, "events": rows} for label, rows in edges(events, args.edges)]
     except (OSError, ValueError, KeyError) as e:
         print(f"kernel_breakdown.py: {args.trace}: {e}", file=sys.stderr)
         return 1
     print(markdown(result, args.top))
+    if args.edges:
+        print(edges_markdown([(part["part"], part["events"]) for part in result["edges"]]))
     if args.json:
         with open(args.json + ".tmp", "w") as f:
             json.dump(result, f, indent=1)

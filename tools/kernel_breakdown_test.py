@@ -76,6 +76,24 @@ class KernelBreakdownTest(unittest.TestCase):
             with open(out) as f:
                 self.assertEqual(json.load(f)["device_events"], 8)
 
+    def test_edges_put_host_and_device_events_on_one_timeline(self):
+        events = TRACE["traceEvents"] + [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 50, "dur": 40},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 740, "dur": 8},
+            {"ph": "i", "cat": "cuda_runtime", "name": "marker", "ts": 745},  # no duration: not an event here
+        ]
+        first, last = kernel_breakdown.edges(events, 2)
+        self.assertEqual(first[0], "first 2")
+        self.assertEqual([(r["at_us"], r["where"], r["name"]) for r in first[1]],
+                         [(0.0, "host", "aten::mm"), (50.0, "host", "cudaGraphLaunch")])
+        self.assertEqual([(r["at_us"], r["us"], r["where"]) for r in last[1]],
+                         [(730.0, 2.0, "device"), (740.0, 8.0, "host")])
+        whole = kernel_breakdown.edges(events, 100)
+        self.assertEqual(len(whole), 1)
+        self.assertEqual(len(whole[0][1]), len(events) - 1)
+        with self.assertRaisesRegex(ValueError, "no host events"):
+            kernel_breakdown.edges(TRACE["traceEvents"][1:], 2)
+
     def test_a_trace_without_device_events_is_refused_clearly(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "cpu.json")
