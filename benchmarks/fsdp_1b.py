@@ -47,6 +47,10 @@ MAGI_RUNS = [
     # Split fp32 masters (bf16 high half + low bits: the parameter casts go; docs/fsdp.md).
     ("Magi nccl_stream + CUDA graph + inductor + split masters", "nccl_stream{cuda_graph=true}", "", "inductor",
      ["--split_master_weights"]),
+    # The same with the captured graph's memset nodes left as they are (nccl_stream.h,
+    # graph_memset_kernels; docs/backends.md).
+    ("Magi nccl_stream + CUDA graph + inductor + split masters, memset nodes kept",
+     "nccl_stream{cuda_graph=true,graph_memset_kernels=false}", "", "inductor", ["--split_master_weights"]),
 ]
 
 

@@ -18,10 +18,12 @@
 #include "magi/backend/common/fused_adamw.h"
 #include "magi/backend/common/fused_adamw_operands.h"
 #include "magi/backend/common/step_plan.h"
+#include "magi/backend/nccl_stream/graph_memsets.h"
 #include "magi/backend/nccl_stream/stream_plan.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/cuda_graph.h"
 #include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/collectives.h"
@@ -685,7 +687,8 @@ class NcclStreamExecutable : public TorchExecutable {
     cudaEvent_t ready = Event(2 * step_.nodes.size() + 1);
     MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, caller.stream()), "cudaEventRecord"));
     MAGI_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(capture_stream.stream(), ready, 0), "cudaStreamWaitEvent"));
-    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    const bool edit = options_.graph_memset_kernels && compat::kCanEditCapturedCudaGraph;
+    std::unique_ptr<at::cuda::CUDAGraph> graph = compat::NewCudaGraph(/*editable=*/edit);
     absl::StatusOr<std::vector<at::Tensor>> outputs;
     std::string failure;
     {
@@ -694,6 +697,9 @@ class NcclStreamExecutable : public TorchExecutable {
         graph->capture_begin();
         outputs = RunStreams(inputs, /*capturing=*/true, /*timed=*/false);
         graph->capture_end();
+        current_node_ = -1;  // what fails from here on is the graph's, not one node's
+        if (edit && outputs.ok()) failure = RewriteMemsets(*graph);
+        if (failure.empty()) compat::InstantiateCudaGraph(*graph, edit);
       } catch (const c10::Error& error) {
         failure = error.what_without_backtrace();
       }
@@ -722,6 +728,23 @@ class NcclStreamExecutable : public TorchExecutable {
     static_outputs_ = *std::move(outputs);
     // Capture ran nothing: the first replay is this step. Order it after the caller's stream.
     return Replay(inputs);
+  }
+
+  // cuBLAS's 4-byte workspace memsets as kernel nodes (graph_memsets.h says why); an
+  // error message, or empty.
+  static std::string RewriteMemsets(at::cuda::CUDAGraph& graph) {
+    constexpr size_t kMaxBytes = 4096;  // one block of the fill kernel; larger ones stay memsets
+    cuda::MemsetRewrite rewrite;
+    cudaError_t error =
+        cuda::RewriteSmallMemsetsAsKernels(compat::CapturedCudaGraph(graph, /*editable=*/true), kMaxBytes, &rewrite);
+    if (error != cudaSuccess) {
+      return absl::StrCat("rewriting its memset nodes as kernels: ", cudaGetErrorString(error),
+                          " (graph_memset_kernels=false leaves them)");
+    }
+    std::fprintf(stderr, "magi: nccl_stream: CUDA graph: %d memset nodes of <= %zu bytes run as kernel nodes%s\n",
+                 rewrite.rewritten, kMaxBytes,
+                 rewrite.kept > 0 ? absl::StrCat(" (", rewrite.kept, " larger ones kept)").c_str() : "");
+    return "";
   }
 
   absl::StatusOr<std::vector<at::Tensor>> Replay(const std::vector<at::Tensor>& inputs) {
@@ -920,6 +943,8 @@ absl::StatusOr<NcclStreamOptions> NcclStreamOptions::FromComponentOptions(const 
       }
     } else if (key == "sync_each_step") {
       MAGI_ASSIGN_OR_RETURN(parsed.sync_each_step, ParseBool(key, value));
+    } else if (key == "graph_memset_kernels") {
+      MAGI_ASSIGN_OR_RETURN(parsed.graph_memset_kernels, ParseBool(key, value));
     } else if (key == "graph_warmup") {
       if (!absl::SimpleAtoi(value, &parsed.graph_warmup) || parsed.graph_warmup < 1) {
         return absl::InvalidArgumentError(absl::StrCat("nccl_stream option graph_warmup takes N >= 1, not '", value,
@@ -928,7 +953,7 @@ absl::StatusOr<NcclStreamOptions> NcclStreamOptions::FromComponentOptions(const 
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "nccl_stream takes cuda_graph, graph_warmup, skip_single_rank, donate, fuse_grad_cast, overlap_optimizer, "
-          "overlap_min_elements and sync_each_step, not '",
+          "overlap_min_elements, sync_each_step and graph_memset_kernels, not '",
           key, "'"));
     }
   }

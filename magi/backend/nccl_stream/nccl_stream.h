@@ -25,7 +25,10 @@
 //   (false; true: the AdamW batches run on an optimizer stream during the backward, as
 //   soon as their gradients exist, instead of after it on the compute stream;
 //   stream_plan.h, "Optimizer overlap"), overlap_min_elements=N (4194304: the parameters an overlapped batch holds at
-//   least before it closes at a later ready point).
+//   least before it closes at a later ready point), graph_memset_kernels=true|false (true:
+//   the captured graph's memset nodes of up to 4 KiB, cuBLAS's workspace resets before its
+//   GEMMs, run as kernel nodes, which the device starts ~3 us sooner; graph_memsets.h.
+//   LibTorch 2.11+, where a captured graph can be edited; ignored before).
 // Donation: with donate=true, Run overwrites the parameter-shard and moment inputs of
 // magi::adamw with their new values and returns those same tensors, and runs an op that
 // the memory plan writes over a donated input (InPlaceOperandOfResult: a KV cache's
@@ -53,6 +56,7 @@ struct NcclStreamOptions {
   bool fuse_grad_cast = true;
   bool overlap_optimizer = false;
   int64_t overlap_min_elements = int64_t{1} << 22;
+  bool graph_memset_kernels = true;
 
   static absl::StatusOr<NcclStreamOptions> FromComponentOptions(const ComponentOptions& options);
 };
