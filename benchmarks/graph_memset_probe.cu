@@ -95,6 +95,8 @@ int main() {
       std::sort(launch_us.begin(), launch_us.end());
       std::sort(wait_us.begin(), wait_us.end());
       std::printf("  %-40s %10.2f %14.1f %14.1f\n", names[variant], replay_us / links, launch_us[7], wait_us[7]);
+      CHECK(cudaEventDestroy(a));
+      CHECK(cudaEventDestroy(b));
       CHECK(cudaGraphExecDestroy(exec));
       CHECK(cudaGraphDestroy(graph));
     }

@@ -208,7 +208,7 @@ def main(argv):
     parser.add_argument("--json", default="", help="also write the breakdown as JSON here")
     parser.add_argument("--gaps", type=int, default=10, help="list this many of the longest idle gaps")
     parser.add_argument("--edges", type=int, default=0,
-                        help="also list the first and last N host and device events of the step")
+                        help="also list the step's first and last N events, host and device together")
     args = parser.parse_args(argv[1:])
     try:
         if args.gaps < 0:

@@ -8,12 +8,12 @@ Bazel has no CUDA rules offline, so a genrule of our own runs @local_cuda//:nvcc
 cuda_configure.bzl found; $$CC, which --action_env=CC sets on the GPU machine whose first g++
 on PATH is broken, is the host compiler) for Hopper: sm_90 code plus its PTX for later chips.
 The object links into a cc_library with `hdrs` and cudart. Both are tagged "cuda": built only
-with --config=cuda. `cu_hdrs` are further headers the source includes.
+with --config=cuda (`tags` adds to that). `cu_hdrs` are further headers the source includes.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_library")
 
-def magi_cuda_library(name, src, hdrs, cu_hdrs = [], deps = [], **kwargs):
+def magi_cuda_library(name, src, hdrs, cu_hdrs = [], deps = [], tags = [], **kwargs):
     native.genrule(
         name = name + "_cu",
         srcs = [src] + hdrs + cu_hdrs,
@@ -21,14 +21,14 @@ def magi_cuda_library(name, src, hdrs, cu_hdrs = [], deps = [], **kwargs):
         cmd = "$(location @local_cuda//:nvcc) $${CC:+-ccbin $$CC} -c -O3 -std=c++17 -Xcompiler -fPIC " +
               "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 " +
               "-I. -o $@ $(location %s)" % src,
-        tags = ["cuda"],
+        tags = ["cuda"] + tags,
         tools = ["@local_cuda//:nvcc"],
     )
     cc_library(
         name = name,
         srcs = [":" + name + "_cu"],
         hdrs = hdrs,
-        tags = ["cuda"],
+        tags = ["cuda"] + tags,
         deps = deps + ["@local_cuda//:cudart"],
         **kwargs
     )

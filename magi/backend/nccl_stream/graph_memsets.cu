@@ -25,32 +25,45 @@ __global__ void FillElements(char* dst, size_t pitch, unsigned value, unsigned e
   }
 }
 
-// A node's incoming or outgoing edges; false when one of them is not a default edge
-// (the query without edge data then fails with cudaErrorLossyQuery: the node is kept).
+// A node's incoming or outgoing edges, and whether all of them are default edges (full
+// dependencies, not programmatic or port-specific ones, which a kernel node's edges would not
+// reproduce: such a node is kept).
 cudaError_t Edges(cudaGraphNode_t node, bool incoming, std::vector<cudaGraphNode_t>& nodes, bool& default_edges) {
   size_t count = 0;
   default_edges = true;
 #if CUDART_VERSION >= 13000
-  auto query = [&](cudaGraphNode_t* out) {
-    return incoming ? cudaGraphNodeGetDependencies(node, out, nullptr, &count)
-                    : cudaGraphNodeGetDependentNodes(node, out, nullptr, &count);
+  std::vector<cudaGraphEdgeData> edges;
+  auto query = [&](cudaGraphNode_t* out, cudaGraphEdgeData* data) {
+    return incoming ? cudaGraphNodeGetDependencies(node, out, data, &count)
+                    : cudaGraphNodeGetDependentNodes(node, out, data, &count);
   };
+  cudaError_t error = query(nullptr, nullptr);
+  if (error == cudaErrorLossyQuery) {  // the count is set; the edges are read below
+    cudaGetLastError();                  // not left for a later launch check to find
+    error = cudaSuccess;
+  }
+  if (error != cudaSuccess || count == 0) {
+    nodes.clear();
+    return error;
+  }
+  nodes.resize(count);
+  edges.resize(count);
+  if ((error = query(nodes.data(), edges.data())) != cudaSuccess) return error;
+  for (const cudaGraphEdgeData& edge : edges) {
+    if (edge.type != cudaGraphDependencyTypeDefault || edge.from_port != 0 || edge.to_port != 0) default_edges = false;
+  }
+  return cudaSuccess;
 #else
+  // Before CUDA 13 these calls take no edge data (CUDA 12.3+ fail them where an edge is
+  // not a default one: the rewrite then stops with that error and the node stays).
   auto query = [&](cudaGraphNode_t* out) {
     return incoming ? cudaGraphNodeGetDependencies(node, out, &count) : cudaGraphNodeGetDependentNodes(node, out, &count);
   };
-#endif
   cudaError_t error = query(nullptr);
-  if (error == cudaSuccess) {
-    nodes.resize(count);
-    error = count == 0 ? cudaSuccess : query(nodes.data());
-  }
-  if (error == cudaErrorLossyQuery) {
-    cudaGetLastError();
-    default_edges = false;
-    return cudaSuccess;
-  }
-  return error;
+  nodes.resize(error == cudaSuccess ? count : 0);
+  if (error != cudaSuccess || count == 0) return error;
+  return query(nodes.data());
+#endif
 }
 
 cudaError_t AddEdge(cudaGraph_t graph, cudaGraphNode_t from, cudaGraphNode_t to) {
@@ -94,7 +107,7 @@ cudaError_t RewriteSmallMemsetsAsKernels(cudaGraph_t graph, size_t max_bytes, Me
     cudaKernelNodeParams kernel = {};
     kernel.func = reinterpret_cast<void*>(FillElements);
     kernel.gridDim = dim3(1);
-    kernel.blockDim = dim3(128);  // max_bytes is small: one block
+    kernel.blockDim = dim3(128);  // a few bytes (cuBLAS writes 4): one block is fastest
     kernel.kernelParams = args;
     cudaGraphNode_t fill;
     if ((error = cudaGraphAddKernelNode(&fill, graph, before.data(), before.size(), &kernel)) != cudaSuccess) {

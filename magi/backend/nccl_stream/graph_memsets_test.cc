@@ -2,7 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -10,7 +13,11 @@
 namespace magi::cuda {
 namespace {
 
-#define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+#define ASSERT_CUDA(call)                                                           \
+  do {                                                                              \
+    const cudaError_t error_ = (call);                                              \
+    ASSERT_EQ(error_, cudaSuccess) << #call << ": " << cudaGetErrorString(error_); \
+  } while (0)
 
 class GraphMemsetsTest : public ::testing::Test {
  protected:
@@ -135,14 +142,134 @@ TEST_F(GraphMemsetsTest, RewrittenGraphWritesTheSameBytesInTheSameOrder) {
   cudaFree(snapshot);
 }
 
-TEST_F(GraphMemsetsTest, AGraphWithoutMemsetsIsLeftAsItIs) {
+// A node's dependencies and dependents, each sorted (default edges only, as built here).
+using Neighbours = std::pair<std::vector<cudaGraphNode_t>, std::vector<cudaGraphNode_t>>;
+Neighbours NeighboursOf(cudaGraphNode_t node) {
+  Neighbours result;
+  size_t count = 0;
+  cudaGraphNodeGetDependencies(node, nullptr, nullptr, &count);
+  result.first.resize(count);
+  if (count > 0) cudaGraphNodeGetDependencies(node, result.first.data(), nullptr, &count);
+  count = 0;
+  cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &count);
+  result.second.resize(count);
+  if (count > 0) cudaGraphNodeGetDependentNodes(node, result.second.data(), nullptr, &count);
+  std::sort(result.first.begin(), result.first.end());
+  std::sort(result.second.begin(), result.second.end());
+  return result;
+}
+
+std::vector<cudaGraphNode_t> NodesOf(cudaGraph_t graph) {
+  size_t count = 0;
+  cudaGraphGetNodes(graph, nullptr, &count);
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0) cudaGraphGetNodes(graph, nodes.data(), &count);
+  return nodes;
+}
+
+// The shapes multi-stream capture makes: a memset that is a root, one with two dependencies
+// and two dependents, one that is a leaf. Each kernel node that replaces a memset has exactly
+// its edges, and the bytes each copy reads show the order held.
+TEST_F(GraphMemsetsTest, KernelNodesKeepTheEdgesOfRootsJoinsForksAndLeaves) {
+  constexpr size_t kBytes = 256;
+  uint8_t *buffer = nullptr, *pattern = nullptr, *out1 = nullptr, *out2 = nullptr, *out3 = nullptr;
+  for (uint8_t** allocation : {&buffer, &pattern, &out1, &out2, &out3}) {
+    void* memory = nullptr;
+    ASSERT_CUDA(cudaMalloc(&memory, kBytes));
+    *allocation = static_cast<uint8_t*>(memory);
+  }
+  std::vector<uint8_t> host_pattern(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) host_pattern[i] = static_cast<uint8_t>(i * 13 + 1);
+  ASSERT_CUDA(cudaMemcpy(pattern, host_pattern.data(), kBytes, cudaMemcpyHostToDevice));
+
+  for (bool rewrite : {false, true}) {
+    for (uint8_t* p : {buffer, out1, out2, out3}) ASSERT_CUDA(cudaMemset(p, 0xFF, kBytes));
+    cudaGraph_t graph = nullptr;
+    ASSERT_CUDA(cudaGraphCreate(&graph, 0));
+    auto memset = [&](cudaGraphNode_t* node, std::vector<cudaGraphNode_t> deps, void* dst, unsigned value,
+                      size_t bytes) {
+      cudaMemsetParams params = {};
+      params.dst = dst;
+      params.value = value;
+      params.elementSize = 1;
+      params.width = bytes;
+      params.height = 1;
+      return cudaGraphAddMemsetNode(node, graph, deps.data(), deps.size(), &params);
+    };
+    auto copy = [&](cudaGraphNode_t* node, std::vector<cudaGraphNode_t> deps, void* dst, const void* src,
+                    size_t bytes) {
+      return cudaGraphAddMemcpyNode1D(node, graph, deps.data(), deps.size(), dst, src, bytes,
+                                      cudaMemcpyDeviceToDevice);
+    };
+    cudaGraphNode_t m0, a, b, m1, c, d, m2;
+    ASSERT_CUDA(memset(&m0, {}, buffer, 0x00, 64));          // root
+    ASSERT_CUDA(copy(&a, {m0}, out1, buffer, 64));           // reads the zeros
+    ASSERT_CUDA(copy(&b, {m0}, buffer + 64, pattern, 64));
+    ASSERT_CUDA(memset(&m1, {a, b}, buffer, 0x77, 32));      // a join and a fork: after a read the zeros
+    ASSERT_CUDA(copy(&c, {m1}, out2, buffer, 128));
+    ASSERT_CUDA(copy(&d, {m1}, out3, buffer + 64, 64));
+    ASSERT_CUDA(memset(&m2, {d}, out3, 0x55, 16));           // a leaf, after d wrote there
+    std::vector<Neighbours> expected_edges = {NeighboursOf(m0), NeighboursOf(m1), NeighboursOf(m2)};
+    std::sort(expected_edges.begin(), expected_edges.end());
+    const std::vector<cudaGraphNode_t> before = NodesOf(graph);
+    if (rewrite) {
+      MemsetRewrite result;
+      ASSERT_CUDA(RewriteSmallMemsetsAsKernels(graph, /*max_bytes=*/64, &result));
+      EXPECT_EQ(result.rewritten, 3);
+      EXPECT_EQ(result.kept, 0);
+      std::vector<Neighbours> edges;
+      for (cudaGraphNode_t node : NodesOf(graph)) {
+        cudaGraphNodeType type;
+        ASSERT_CUDA(cudaGraphNodeGetType(node, &type));
+        EXPECT_NE(type, cudaGraphNodeTypeMemset);
+        if (type == cudaGraphNodeTypeKernel) edges.push_back(NeighboursOf(node));
+      }
+      std::sort(edges.begin(), edges.end());
+      EXPECT_EQ(edges, expected_edges);
+      EXPECT_EQ(NodesOf(graph).size(), before.size());
+    }
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    ASSERT_CUDA(cudaGraphLaunch(exec, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<uint8_t> got1(64), got2(128), got3(64);
+    ASSERT_CUDA(cudaMemcpy(got1.data(), out1, 64, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(got2.data(), out2, 128, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(got3.data(), out3, 64, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got1, std::vector<uint8_t>(64, 0x00)) << "rewrite=" << rewrite;
+    std::vector<uint8_t> want2(128, 0x00);
+    std::fill(want2.begin(), want2.begin() + 32, 0x77);
+    std::copy(host_pattern.begin(), host_pattern.begin() + 64, want2.begin() + 64);
+    EXPECT_EQ(got2, want2) << "rewrite=" << rewrite;
+    std::vector<uint8_t> want3(host_pattern.begin(), host_pattern.begin() + 64);
+    std::fill(want3.begin(), want3.begin() + 16, 0x55);
+    EXPECT_EQ(got3, want3) << "rewrite=" << rewrite;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  for (uint8_t* p : {buffer, pattern, out1, out2, out3}) cudaFree(p);
+}
+
+TEST_F(GraphMemsetsTest, GraphsWithoutMemsetsAreLeftAsTheyAre) {
   cudaGraph_t graph = nullptr;
   ASSERT_CUDA(cudaGraphCreate(&graph, 0));
   MemsetRewrite result;
-  ASSERT_CUDA(RewriteSmallMemsetsAsKernels(graph, 64, &result));
+  ASSERT_CUDA(RewriteSmallMemsetsAsKernels(graph, 64, &result));  // empty
   EXPECT_EQ(result.rewritten, 0);
   EXPECT_EQ(result.kept, 0);
+  void* memory = nullptr;
+  ASSERT_CUDA(cudaMalloc(&memory, 128));
+  char* bytes = static_cast<char*>(memory);
+  cudaGraphNode_t first, second;
+  ASSERT_CUDA(cudaGraphAddMemcpyNode1D(&first, graph, nullptr, 0, bytes, bytes + 64, 64, cudaMemcpyDeviceToDevice));
+  ASSERT_CUDA(cudaGraphAddMemcpyNode1D(&second, graph, &first, 1, bytes + 64, bytes, 64, cudaMemcpyDeviceToDevice));
+  ASSERT_CUDA(RewriteSmallMemsetsAsKernels(graph, 64, &result));  // copies only
+  EXPECT_EQ(result.rewritten, 0);
+  EXPECT_EQ(result.kept, 0);
+  EXPECT_EQ(NodesOf(graph).size(), 2u);
+  EXPECT_EQ(NeighboursOf(second).first, std::vector<cudaGraphNode_t>{first});
   cudaGraphDestroy(graph);
+  cudaFree(memory);
 }
 
 }  // namespace

@@ -697,9 +697,10 @@ class NcclStreamExecutable : public TorchExecutable {
         graph->capture_begin();
         outputs = RunStreams(inputs, /*capturing=*/true, /*timed=*/false);
         graph->capture_end();
-        current_node_ = -1;  // what fails from here on is the graph's, not one node's
-        if (edit && outputs.ok()) failure = RewriteMemsets(*graph);
-        if (failure.empty()) compat::InstantiateCudaGraph(*graph, edit);
+        if (outputs.ok()) {
+          if (edit) RewriteMemsets(*graph);
+          compat::InstantiateCudaGraph(*graph, edit);
+        }
       } catch (const c10::Error& error) {
         failure = error.what_without_backtrace();
       }
@@ -730,21 +731,23 @@ class NcclStreamExecutable : public TorchExecutable {
     return Replay(inputs);
   }
 
-  // cuBLAS's 4-byte workspace memsets as kernel nodes (graph_memsets.h says why); an
-  // error message, or empty.
-  static std::string RewriteMemsets(at::cuda::CUDAGraph& graph) {
-    constexpr size_t kMaxBytes = 4096;  // one block of the fill kernel; larger ones stay memsets
+  // cuBLAS's 4-byte workspace memsets as kernel nodes (graph_memsets.h says why). A failed
+  // rewrite leaves a graph that still does what was captured: it is warned about, not fatal.
+  static void RewriteMemsets(at::cuda::CUDAGraph& graph) {
+    constexpr size_t kMaxBytes = 4096;
     cuda::MemsetRewrite rewrite;
-    cudaError_t error =
-        cuda::RewriteSmallMemsetsAsKernels(compat::CapturedCudaGraph(graph, /*editable=*/true), kMaxBytes, &rewrite);
-    if (error != cudaSuccess) {
-      return absl::StrCat("rewriting its memset nodes as kernels: ", cudaGetErrorString(error),
-                          " (graph_memset_kernels=false leaves them)");
+    absl::Status rewritten = CudaStatus(
+        cuda::RewriteSmallMemsetsAsKernels(compat::CapturedCudaGraph(graph, /*editable=*/true), kMaxBytes, &rewrite),
+        "rewriting its memset nodes as kernel nodes");
+    if (!rewritten.ok()) {
+      cudaGetLastError();  // the error is reported here; the graph is instantiated as it stands
+      std::fprintf(stderr, "magi: nccl_stream: CUDA graph: %s; %d rewritten before it (graph_memset_kernels=false "
+                   "skips this)\n", std::string(rewritten.message()).c_str(), rewrite.rewritten);
+      return;
     }
-    std::fprintf(stderr, "magi: nccl_stream: CUDA graph: %d memset nodes of <= %zu bytes run as kernel nodes%s\n",
-                 rewrite.rewritten, kMaxBytes,
-                 rewrite.kept > 0 ? absl::StrCat(" (", rewrite.kept, " larger ones kept)").c_str() : "");
-    return "";
+    if (rewrite.rewritten + rewrite.kept == 0) return;
+    std::fprintf(stderr, "magi: nccl_stream: CUDA graph: %d memset nodes of <= %zu bytes run as kernel nodes, %d kept\n",
+                 rewrite.rewritten, kMaxBytes, rewrite.kept);
   }
 
   absl::StatusOr<std::vector<at::Tensor>> Replay(const std::vector<at::Tensor>& inputs) {
