@@ -12,6 +12,11 @@
 # (the first two as a CUDA graph replay), inductor_graph_split (inductor_graph with split fp32
 # masters); default the first three. Writes per config
 # NAME.log, NAME.breakdown.md (the tables), NAME.breakdown.json and NAME.trace.json.gz.
+# Reading the *_graph spans: under Kineto the device starts a replay of a graph whose memset
+# nodes nccl_stream rewrote (graph_memset_kernels, the default) only when the host's
+# cudaGraphLaunch returns, ~1.4 ms after the call for the 953M step, so the span (not the busy
+# time or the kernel times) includes that wait, which untraced steps do not have
+# (docs/benchmarks.md, session 12; `tools/kernel_breakdown.py --edges` shows it).
 set -euo pipefail
 out=${1:?usage: kernel_profile.sh OUT_DIR [nccl_stream|inductor|deterministic ...]}
 shift
