@@ -126,7 +126,7 @@ def main():
                                 "host_ms": s["host_seconds_per_step"] * 1e3,
                                 "predicted_ms": s["predicted_step_seconds"] * 1e3, "losses": s["losses"],
                                 "compile_s": s.get("compile_seconds"), "partitions": s.get("partitions"),
-                                "step_ms_each": each})
+                                "step_ms_each": each, **gpu_energy_of(s)})
                 print(f"  compiled in {s.get('compile_seconds', float('nan')):.1f} s, "
                       f"{s.get('partitions', 0)} partitions", flush=True)
     if "fsdp2" in wanted:
@@ -152,16 +152,27 @@ def main():
                                 "mean_ms": statistics.mean(s["ms_per_step_all"]),
                                 "tokens": s["tokens_per_s"] * s["ms_per_step_median"] / 1e3,
                                 "peak_gib": s.get("peak_gib"), "host_ms": None, "predicted_ms": None,
-                                "losses": s["losses"], "step_ms_each": s["ms_per_step_all"]})
+                                "losses": s["losses"], "step_ms_each": s["ms_per_step_all"], **gpu_energy_of(s)})
     write_table(results, args.out_dir)
+
+def gpu_energy_of(summary):
+    """The GPU energy members of a run's summary (examples:train or fsdp2_llama.py: NVML over the
+    timed steps), None where not measured (-1 or absent)."""
+    keys = {"joules": "gpu_joules_per_step", "watts": "gpu_average_watts", "sm_mhz": "gpu_sm_clock_mhz",
+            "limit_w": "gpu_power_limit_watts"}
+    return {k: (summary[v] if summary.get(v, -1) is not None and summary.get(v, -1) >= 0 else None)
+            for k, v in keys.items()}
+
 
 def write_table(results, out_dir):
     """Prints the Markdown table of `results` and writes table.md and results.json into out_dir."""
     # One statistic for every row: the median of the timed steps (a step at the GPU's power
     # cap now and then runs ~10% long; the mean is shown beside it).
+    # J/step, average W and SM MHz: the GPU's energy over the timed steps (NVML), the power that
+    # makes, and the SM clock after each step: at the power cap, time follows energy.
     lines = ["| run | ms/step (median) | mean ms | tokens/s | MFU | peak GiB | host ms/step | predicted ms | "
-             "max loss diff vs first |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "max loss diff vs first | J/step | average W (limit) | SM MHz |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     reference = results[0]["losses"] if results else []
     for r in results:
         tokens_per_s = r["tokens"] / (r["ms"] / 1e3)
@@ -171,7 +182,9 @@ def write_table(results, out_dir):
         lines.append(f"| {r['label']} | {r['ms']:.1f} | {fmt(r.get('mean_ms'), '{:.1f}')} | {tokens_per_s:,.0f} | "
                      f"{100 * mfu:.1f}% | "
                      f"{fmt(r['peak_gib'], '{:.1f}')} | {fmt(r['host_ms'], '{:.1f}')} | "
-                     f"{fmt(r['predicted_ms'], '{:.1f}')} | {diff:.2e} |")
+                     f"{fmt(r['predicted_ms'], '{:.1f}')} | {diff:.2e} | {fmt(r.get('joules'), '{:.1f}')} | "
+                     f"{fmt(r.get('watts'), '{:.0f}')}{fmt(r.get('limit_w'), ' ({:.0f})') if r.get('watts') else ''} | "
+                     f"{fmt(r.get('sm_mhz'), '{:.0f}')} |")
     table = "\n".join(lines)
     print("\n" + table)
     with open(os.path.join(out_dir, "table.md"), "w") as f:

@@ -34,6 +34,9 @@
 #include <torch/cuda.h>
 #ifdef MAGI_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+
+#include "magi/runtime/nvml/gpu_energy.h"
 #endif
 
 #include "absl/flags/flag.h"
@@ -148,6 +151,84 @@ ABSL_FLAG(std::string, calibration, "auto",
           "none (the device profile's formulas alone), or a CSV from --calibration_out");
 ABSL_FLAG(std::string, calibration_out, "", "Write the op times measured on rank 0 here (CSV) for later runs");
 ABSL_FLAG(std::string, dump_graph, "", "Write rank 0's compiled step graph (text IR) here");
+
+namespace {
+
+// The energy rank 0's GPU used over the timed steps (NVML; docs/benchmarks.md, session 12:
+// a step at the power cap takes as long as its energy allows), from the start of the first
+// timed step to the end of the last, and its SM clock sampled after each. Where NVML cannot
+// be read it says why once and measures nothing.
+class TimedEnergy {
+ public:
+  void Open(int cuda_device) {
+#ifdef MAGI_WITH_CUDA
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), cuda_device) != cudaSuccess) {
+      cudaGetLastError();
+      std::fprintf(stderr, "magi: GPU energy not measured: no PCI bus id for CUDA device %d\n", cuda_device);
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<magi::GpuEnergyMeter>> meter = magi::GpuEnergyMeter::Open(bus_id);
+    if (!meter.ok()) {
+      std::fprintf(stderr, "magi: GPU energy not measured: %s\n", std::string(meter.status().message()).c_str());
+      return;
+    }
+    meter_ = *std::move(meter);
+#else
+    (void)cuda_device;
+#endif
+  }
+  // Around each timed step, after the device was synchronized.
+  void BeforeTimedStep() {
+#ifdef MAGI_WITH_CUDA
+    if (meter_ == nullptr || first_joules_ >= 0) return;
+    if (absl::StatusOr<double> joules = meter_->TotalJoules(); joules.ok()) {
+      first_joules_ = *joules;
+      first_time_ = std::chrono::steady_clock::now();
+    }
+#endif
+  }
+  void AfterTimedStep() {
+#ifdef MAGI_WITH_CUDA
+    if (meter_ == nullptr || first_joules_ < 0) return;
+    absl::StatusOr<double> joules = meter_->TotalJoules();
+    absl::StatusOr<int> clock = meter_->SmClockMhz();
+    if (!joules.ok() || !clock.ok()) return;
+    last_joules_ = *joules;
+    last_time_ = std::chrono::steady_clock::now();
+    clock_sum_ += *clock;
+    ++steps_;
+#endif
+  }
+  // JSON members for the summary (every value -1 when nothing was measured).
+  std::string SummaryJson() const {
+    double per_step = -1, watts = -1, clock = -1, limit = -1;
+#ifdef MAGI_WITH_CUDA
+    if (steps_ > 0 && last_joules_ >= first_joules_) {
+      per_step = (last_joules_ - first_joules_) / steps_;
+      const double seconds = std::chrono::duration<double>(last_time_ - first_time_).count();
+      watts = seconds > 0 ? (last_joules_ - first_joules_) / seconds : -1;
+      clock = clock_sum_ / steps_;
+      if (absl::StatusOr<double> got = meter_->PowerLimitWatts(); got.ok()) limit = *got;
+    }
+#endif
+    return absl::StrFormat(
+        "\"gpu_joules_per_step\": %.3f, \"gpu_average_watts\": %.1f, \"gpu_sm_clock_mhz\": %.0f, "
+        "\"gpu_power_limit_watts\": %.1f",
+        per_step, watts, clock, limit);
+  }
+  bool measured() const { return steps_ > 0; }
+
+ private:
+#ifdef MAGI_WITH_CUDA
+  std::unique_ptr<magi::GpuEnergyMeter> meter_;
+#endif
+  double first_joules_ = -1, last_joules_ = -1, clock_sum_ = 0;
+  int steps_ = 0;
+  std::chrono::steady_clock::time_point first_time_, last_time_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -527,6 +608,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   int timed_steps = 0;
   int64_t allocator_peak_bytes = -1;  // CUDA builds on a GPU only
   const int untimed_steps = std::max(0, absl::GetFlag(FLAGS_untimed_steps));
+  TimedEnergy energy;
+  if (rank == 0 && device.is_cuda()) energy.Open(device.index());
   for (int step = first_step; step < steps; ++step) {
     std::vector<at::Tensor> local_batch = batch(step);
     const double step_lr = (*trainer)->next_learning_rate();
@@ -547,11 +630,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     // warm-up steps count, since a CUDA graph allocates its memory while it is captured.
     if (device.is_cuda() && step == first_step) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 #endif
+    // A step recorded by Kineto is slowed by the recording: not timed.
+    const bool timed = step >= first_step + untimed_steps && kernel_trace == nullptr;
+    if (timed) energy.BeforeTimedStep();
     auto step_start = std::chrono::steady_clock::now();
     absl::StatusOr<double> local_loss = (*trainer)->Step(local_batch);
     if (!local_loss.ok()) return Fail(rank, local_loss.status().message());
     if (device.is_cuda()) torch::cuda::synchronize();  // kernels are asynchronous: time their completion
     double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    if (timed) energy.AfterTimedStep();
     if (kernel_trace != nullptr) {
       absl::Status written = kernel_trace->StopAndSave(absl::GetFlag(FLAGS_kernel_trace));
       if (!written.ok()) return Fail(rank, written.message());
@@ -568,8 +655,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       allocator_peak_bytes = std::max<int64_t>(allocator_peak_bytes, stats.allocated_bytes[0].peak);
     }
 #endif
-    // A step recorded by Kineto is slowed by the recording: not timed.
-    if (step >= first_step + untimed_steps && kernel_trace == nullptr) {
+    if (timed) {
       step_seconds_sum += step_seconds;
       timed_step_seconds.push_back(step_seconds);
       host_seconds_sum += run.host_seconds;
@@ -671,7 +757,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
         "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
         "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, "
-        "\"calibrated_kernels_from_steps\": %d, \"timed_step_seconds\": [%s], "
+        "\"calibrated_kernels_from_steps\": %d, \"timed_step_seconds\": [%s], %s, "
         "\"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
@@ -680,7 +766,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
-        (*trainer)->calibration_stats().from_steps, each_step_json, losses_json);
+        (*trainer)->calibration_stats().from_steps, each_step_json, energy.SummaryJson(), losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);
@@ -695,6 +781,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
     if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);
+    if (energy.measured()) std::fprintf(stderr, "GPU over the timed steps: {%s}\n", energy.SummaryJson().c_str());
     if (std::string note = (*trainer)->FinishStepCalibration(); !note.empty()) {
       std::fprintf(stderr, "magi: %s\n", note.c_str());
     }

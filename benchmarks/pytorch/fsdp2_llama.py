@@ -55,6 +55,7 @@ if _HERE not in sys.path:
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+import gpu_energy  # noqa: E402
 import llama  # noqa: E402
 import tensor_file  # noqa: E402
 
@@ -288,13 +289,23 @@ def run(args):
     dist.barrier()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    # Rank 0's GPU energy over the timed steps (NVML; None where it cannot be read).
+    energy = None
+    if device.type == "cuda" and rank == 0:
+        props = torch.cuda.get_device_properties(device)
+        energy = gpu_energy.TimedEnergy.open("%04x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id,
+                                                                   props.pci_device_id))
     losses, times_ms = [], []
     for step, (tokens, targets) in enumerate(batches):
         _sync(device)
+        if energy is not None and step >= args.warmup:
+            energy.before_timed_step()
         start = time.perf_counter()
         losses.append(train_step(model, optimizer, tokens, targets))
         _sync(device)
         times_ms.append((time.perf_counter() - start) * 1e3)
+        if energy is not None and step >= args.warmup:
+            energy.after_timed_step()
 
     # Cross-rank reductions, after the timed loop: mean loss per step, slowest rank's time, max peak.
     loss_sum = torch.stack(losses).float()
@@ -328,6 +339,7 @@ def run(args):
         "ms_per_step_all": timed,
         "tokens_per_s": tokens_per_step / (median_ms / 1e3),
         "peak_gib": peak_gib,
+        **gpu_energy.TimedEnergy.summary(energy),
         "losses": mean_losses,
         "torch_version": torch.__version__,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else
