@@ -12,6 +12,8 @@
 // sharded checkpoint: checkpoint/step-<N>/ with one file per rank and a manifest that
 // commits the step once every rank's file is on disk (--checkpoint_every, --keep_checkpoints).
 // --resume continues from the newest committed step, at any --world_size (resharded).
+// On CUDA the summary also has rank 0's GPU energy over the timed steps (gpu_joules_per_step,
+// gpu_average_watts, gpu_sm_clock_mhz, gpu_power_limit_watts; NVML, -1 where not measured).
 //
 // --deterministic (docs/deterministic.md): bitwise-identical losses and parameters run
 // after run on the same hardware kind and world size. The process settings are applied
