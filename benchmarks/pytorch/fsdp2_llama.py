@@ -339,7 +339,7 @@ def run(args):
         "ms_per_step_all": timed,
         "tokens_per_s": tokens_per_step / (median_ms / 1e3),
         "peak_gib": peak_gib,
-        **gpu_energy.TimedEnergy.summary(energy),
+        **(energy.summary() if energy is not None else gpu_energy.NOT_MEASURED),
         "losses": mean_losses,
         "torch_version": torch.__version__,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else

@@ -8,7 +8,7 @@ the enforced power limit read once. Under a power cap a step takes as long as it
 
     meter = TimedEnergy.open("0000:19:00.0")   # None, with a note on stderr, where NVML is missing
     meter.before_timed_step(); ...; meter.after_timed_step()
-    report.update(TimedEnergy.summary(meter))  # gpu_joules_per_step, gpu_average_watts, ... (-1: not measured)
+    report.update(meter.summary() if meter else NOT_MEASURED)  # gpu_joules_per_step, ... (-1: not measured)
 """
 import ctypes
 import sys
@@ -71,18 +71,21 @@ class TimedEnergy:
         self._clock_sum += clock.value
         self._steps += 1
 
-    @staticmethod
-    def summary(meter):
-        """The report's GPU members; -1 where nothing was measured (no meter, no timed step)."""
-        out = {"gpu_joules_per_step": -1.0, "gpu_average_watts": -1.0, "gpu_sm_clock_mhz": -1.0,
-               "gpu_power_limit_watts": -1.0}
-        if meter is None or meter._steps == 0:
+    def summary(self):
+        """The report's GPU members; -1 where nothing was measured (no timed step)."""
+        out = dict(NOT_MEASURED)
+        if self._steps == 0:
             return out
-        joules = meter._last - meter._first
-        seconds = meter._last_time - meter._first_time
+        joules = self._last - self._first
+        seconds = self._last_time - self._first_time
         limit = ctypes.c_uint()
-        meter._check(meter._nvml, meter._nvml.nvmlDeviceGetEnforcedPowerLimit(meter._device, ctypes.byref(limit)),
-                     "enforced power limit")
-        out.update(gpu_joules_per_step=joules / meter._steps, gpu_average_watts=joules / seconds if seconds > 0 else -1.0,
-                   gpu_sm_clock_mhz=meter._clock_sum / meter._steps, gpu_power_limit_watts=limit.value / 1e3)
+        self._check(self._nvml, self._nvml.nvmlDeviceGetEnforcedPowerLimit(self._device, ctypes.byref(limit)),
+                    "enforced power limit")
+        out.update(gpu_joules_per_step=joules / self._steps, gpu_average_watts=joules / seconds if seconds > 0 else -1.0,
+                   gpu_sm_clock_mhz=self._clock_sum / self._steps, gpu_power_limit_watts=limit.value / 1e3)
         return out
+
+
+# What a report holds where no meter could be opened.
+NOT_MEASURED = {"gpu_joules_per_step": -1.0, "gpu_average_watts": -1.0, "gpu_sm_clock_mhz": -1.0,
+                "gpu_power_limit_watts": -1.0}
