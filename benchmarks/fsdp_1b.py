@@ -156,22 +156,34 @@ def main():
     write_table(results, args.out_dir)
 
 def gpu_energy_of(summary):
-    """The GPU energy members of a run's summary (examples:train or fsdp2_llama.py: NVML over the
-    timed steps), None where not measured (-1 or absent)."""
-    keys = {"joules": "gpu_joules_per_step", "watts": "gpu_average_watts", "sm_mhz": "gpu_sm_clock_mhz",
+    """The GPU energy members of a run's summary (examples:train or fsdp2_llama.py: NVML read
+    before the first timed step and after the last), None where not measured (-1 or absent)."""
+    keys = {"joules": "gpu_joules_per_step", "window_s": "gpu_window_seconds", "watts": "gpu_average_watts",
             "limit_w": "gpu_power_limit_watts"}
-    return {k: (summary[v] if summary.get(v, -1) is not None and summary.get(v, -1) >= 0 else None)
-            for k, v in keys.items()}
+    out = {}
+    for key, name in keys.items():
+        value = summary.get(name)
+        out[key] = value if value is not None and value >= 0 else None
+    return out
+
+
+def between_steps_ms(result):
+    """Per timed step, the energy window's time beyond the timed steps' own (None if unknown)."""
+    each = result.get("step_ms_each") or []
+    if result.get("window_s") is None or not each:
+        return None
+    return (1e3 * result["window_s"] - sum(each)) / len(each)
 
 
 def write_table(results, out_dir):
     """Prints the Markdown table of `results` and writes table.md and results.json into out_dir."""
     # One statistic for every row: the median of the timed steps (a step at the GPU's power
     # cap now and then runs ~10% long; the mean is shown beside it).
-    # J/step, average W and SM MHz: the GPU's energy over the timed steps (NVML), the power that
-    # makes, and the SM clock after each step: at the power cap, time follows energy.
+    # J/step: the GPU's energy from before the first timed step to after the last (NVML), per
+    # step; the window also holds the loop's work between steps, whose share is the window's
+    # time beyond the steps' ("between steps"). Average W over that window (the enforced limit).
     lines = ["| run | ms/step (median) | mean ms | tokens/s | MFU | peak GiB | host ms/step | predicted ms | "
-             "max loss diff vs first | J/step | average W (limit) | SM MHz |",
+             "max loss diff vs first | J/step | between steps ms/step | average W (limit) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     reference = results[0]["losses"] if results else []
     for r in results:
@@ -183,8 +195,8 @@ def write_table(results, out_dir):
                      f"{100 * mfu:.1f}% | "
                      f"{fmt(r['peak_gib'], '{:.1f}')} | {fmt(r['host_ms'], '{:.1f}')} | "
                      f"{fmt(r['predicted_ms'], '{:.1f}')} | {diff:.2e} | {fmt(r.get('joules'), '{:.1f}')} | "
-                     f"{fmt(r.get('watts'), '{:.0f}')}{fmt(r.get('limit_w'), ' ({:.0f})') if r.get('watts') else ''} | "
-                     f"{fmt(r.get('sm_mhz'), '{:.0f}')} |")
+                     f"{fmt(between_steps_ms(r), '{:.1f}')} | {fmt(r.get('watts'), '{:.0f}')}"
+                     f"{fmt(r.get('limit_w'), ' ({:.0f})') if r.get('limit_w') is not None else ''} |")
     table = "\n".join(lines)
     print("\n" + table)
     with open(os.path.join(out_dir, "table.md"), "w") as f:

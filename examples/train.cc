@@ -12,8 +12,8 @@
 // sharded checkpoint: checkpoint/step-<N>/ with one file per rank and a manifest that
 // commits the step once every rank's file is on disk (--checkpoint_every, --keep_checkpoints).
 // --resume continues from the newest committed step, at any --world_size (resharded).
-// On CUDA the summary also has rank 0's GPU energy over the timed steps (gpu_joules_per_step,
-// gpu_average_watts, gpu_sm_clock_mhz, gpu_power_limit_watts; NVML, -1 where not measured).
+// The summary also has rank 0's GPU energy over the timed steps (gpu_joules_per_step,
+// gpu_window_seconds, gpu_average_watts, gpu_power_limit_watts; NVML on CUDA, else -1).
 //
 // --deterministic (docs/deterministic.md): bitwise-identical losses and parameters run
 // after run on the same hardware kind and world size. The process settings are applied
@@ -37,8 +37,6 @@
 #ifdef MAGI_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
-
-#include "magi/runtime/nvml/gpu_energy.h"
 #endif
 
 #include "absl/flags/flag.h"
@@ -58,6 +56,7 @@
 #include "magi/runtime/deterministic/deterministic.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
+#include "magi/runtime/nvml/gpu_energy.h"
 #include "magi/backend/communicator.h"
 
 ABSL_FLAG(int, world_size, 2, "Number of processes (ranks) when launching locally");
@@ -157,9 +156,12 @@ ABSL_FLAG(std::string, dump_graph, "", "Write rank 0's compiled step graph (text
 namespace {
 
 // The energy rank 0's GPU used over the timed steps (NVML; docs/benchmarks.md, session 12:
-// a step at the power cap takes as long as its energy allows), from the start of the first
-// timed step to the end of the last, and its SM clock sampled after each. Where NVML cannot
-// be read it says why once and measures nothing.
+// at the power cap a step takes as long as its energy allows). NVML is read twice per run:
+// before the first timed step and once the timed steps are over (EndWindow), never between
+// steps, since each read leaves the GPU idle and idle time lets a power-capped GPU run the
+// next steps faster. The window so includes the loop's work between the steps (the loss
+// all-reduce and read, the next batch): its length is reported with it. Where NVML cannot
+// be read it says why and reports -1.
 class TimedEnergy {
  public:
   void Open(int cuda_device) {
@@ -171,68 +173,55 @@ class TimedEnergy {
       return;
     }
     absl::StatusOr<std::unique_ptr<magi::GpuEnergyMeter>> meter = magi::GpuEnergyMeter::Open(bus_id);
-    if (!meter.ok()) {
-      std::fprintf(stderr, "magi: GPU energy not measured: %s\n", std::string(meter.status().message()).c_str());
+    absl::StatusOr<double> limit = meter.ok() ? (*meter)->PowerLimitWatts() : meter.status();
+    if (!limit.ok()) {
+      std::fprintf(stderr, "magi: GPU energy not measured: %s\n", std::string(limit.status().message()).c_str());
       return;
     }
     meter_ = *std::move(meter);
+    limit_watts_ = *limit;
 #else
     (void)cuda_device;
 #endif
   }
-  // Around each timed step, after the device was synchronized.
+  // Before each timed step, the device synchronized: the first starts the window.
   void BeforeTimedStep() {
-#ifdef MAGI_WITH_CUDA
-    if (meter_ == nullptr || first_joules_ >= 0) return;
-    if (absl::StatusOr<double> joules = meter_->TotalJoules(); joules.ok()) {
-      first_joules_ = *joules;
-      first_time_ = std::chrono::steady_clock::now();
-    }
-#endif
+    if (meter_ == nullptr || start_joules_ >= 0) return;
+    start_joules_ = Read();
+    start_time_ = std::chrono::steady_clock::now();
   }
-  void AfterTimedStep() {
-#ifdef MAGI_WITH_CUDA
-    if (meter_ == nullptr || first_joules_ < 0) return;
-    absl::StatusOr<double> joules = meter_->TotalJoules();
-    absl::StatusOr<int> clock = meter_->SmClockMhz();
-    if (!joules.ok() || !clock.ok()) return;
-    last_joules_ = *joules;
-    last_time_ = std::chrono::steady_clock::now();
-    clock_sum_ += *clock;
-    ++steps_;
-#endif
+  void AfterTimedStep() { ++steps_; }
+  // Once the timed steps are over (before an untimed step after them, else after the loop).
+  void EndWindow() {
+    if (meter_ == nullptr || start_joules_ < 0 || end_joules_ >= 0) return;
+    end_joules_ = Read();
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
   }
-  // JSON members for the summary (every value -1 when nothing was measured).
+  bool measured() const { return steps_ > 0 && start_joules_ >= 0 && end_joules_ >= start_joules_; }
+  // JSON members for the summary (-1 where nothing was measured).
   std::string SummaryJson() const {
-    double per_step = -1, watts = -1, clock = -1, limit = -1;
-#ifdef MAGI_WITH_CUDA
-    if (steps_ > 0 && last_joules_ >= first_joules_) {
-      per_step = (last_joules_ - first_joules_) / steps_;
-      const double seconds = std::chrono::duration<double>(last_time_ - first_time_).count();
-      watts = seconds > 0 ? (last_joules_ - first_joules_) / seconds : -1;
-      clock = clock_sum_ / steps_;
-      if (absl::StatusOr<double> got = meter_->PowerLimitWatts(); got.ok()) limit = *got;
-    }
-#endif
+    const bool ok = measured() && seconds_ > 0;
+    const double joules = ok ? end_joules_ - start_joules_ : -1;
     return absl::StrFormat(
-        "\"gpu_joules_per_step\": %.3f, \"gpu_average_watts\": %.1f, \"gpu_sm_clock_mhz\": %.0f, "
+        "\"gpu_joules_per_step\": %.3f, \"gpu_window_seconds\": %.4f, \"gpu_average_watts\": %.1f, "
         "\"gpu_power_limit_watts\": %.1f",
-        per_step, watts, clock, limit);
+        ok ? joules / steps_ : -1.0, ok ? seconds_ : -1.0, ok ? joules / seconds_ : -1.0, ok ? limit_watts_ : -1.0);
   }
-  bool measured() const { return steps_ > 0; }
 
  private:
-#ifdef MAGI_WITH_CUDA
+  double Read() {
+    absl::StatusOr<double> joules = meter_->TotalJoules();
+    if (joules.ok()) return *joules;
+    std::fprintf(stderr, "magi: GPU energy not measured: %s\n", std::string(joules.status().message()).c_str());
+    meter_.reset();
+    return -1;
+  }
+
   std::unique_ptr<magi::GpuEnergyMeter> meter_;
-#endif
-  double first_joules_ = -1, last_joules_ = -1, clock_sum_ = 0;
+  double limit_watts_ = -1, start_joules_ = -1, end_joules_ = -1, seconds_ = -1;
   int steps_ = 0;
-  std::chrono::steady_clock::time_point first_time_, last_time_;
+  std::chrono::steady_clock::time_point start_time_;
 };
-
-}  // namespace
-
-namespace {
 
 std::string DefaultDataPath(const char* argv0) {
   // `bazel run` starts us in the runfiles tree, where the data dependency lives.
@@ -622,6 +611,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (device.is_cuda()) torch::cuda::synchronize();
     std::unique_ptr<magi::compat::KernelTrace> kernel_trace;
     if (step + 1 == steps && !absl::GetFlag(FLAGS_kernel_trace).empty() && rank == 0) {
+      energy.EndWindow();  // the traced step is not timed
       absl::StatusOr<std::unique_ptr<magi::compat::KernelTrace>> started =
           magi::compat::KernelTrace::Start(device.is_cuda());
       if (!started.ok()) return Fail(rank, started.status().message());
@@ -712,6 +702,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       }
     }
   }
+  energy.EndWindow();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double tokens_per_s = (steps - first_step) * static_cast<double>(env.world_size) * local * seq / seconds;
   if (rank == 0 && tty) std::fprintf(stderr, "\n");
@@ -783,7 +774,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
     if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);
-    if (energy.measured()) std::fprintf(stderr, "GPU over the timed steps: {%s}\n", energy.SummaryJson().c_str());
+    if (energy.measured()) std::fprintf(stderr, "GPU energy over the timed steps: {%s}\n", energy.SummaryJson().c_str());
     if (std::string note = (*trainer)->FinishStepCalibration(); !note.empty()) {
       std::fprintf(stderr, "magi: %s\n", note.c_str());
     }

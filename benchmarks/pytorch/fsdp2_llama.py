@@ -289,23 +289,27 @@ def run(args):
     dist.barrier()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    # Rank 0's GPU energy over the timed steps (NVML; None where it cannot be read).
+    # Rank 0's GPU energy over the timed steps (NVML, read at the window's two ends only; None
+    # where it cannot be read).
     energy = None
     if device.type == "cuda" and rank == 0:
         props = torch.cuda.get_device_properties(device)
-        energy = gpu_energy.TimedEnergy.open("%04x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id,
-                                                                   props.pci_device_id))
+        pci = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+        if None in pci:
+            print("gpu_energy: GPU energy not measured: this PyTorch gives no PCI bus id", file=sys.stderr)
+        else:
+            energy = gpu_energy.WindowEnergy.open("%04x:%02x:%02x.0" % tuple(pci))
     losses, times_ms = [], []
     for step, (tokens, targets) in enumerate(batches):
         _sync(device)
-        if energy is not None and step >= args.warmup:
-            energy.before_timed_step()
+        if energy is not None and step == args.warmup:
+            energy.start()
         start = time.perf_counter()
         losses.append(train_step(model, optimizer, tokens, targets))
         _sync(device)
         times_ms.append((time.perf_counter() - start) * 1e3)
-        if energy is not None and step >= args.warmup:
-            energy.after_timed_step()
+    if energy is not None:
+        energy.end()
 
     # Cross-rank reductions, after the timed loop: mean loss per step, slowest rank's time, max peak.
     loss_sum = torch.stack(losses).float()
@@ -339,7 +343,7 @@ def run(args):
         "ms_per_step_all": timed,
         "tokens_per_s": tokens_per_step / (median_ms / 1e3),
         "peak_gib": peak_gib,
-        **(energy.summary() if energy is not None else gpu_energy.NOT_MEASURED),
+        **(energy.summary(len(batches) - args.warmup) if energy is not None else gpu_energy.NOT_MEASURED),
         "losses": mean_losses,
         "torch_version": torch.__version__,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else

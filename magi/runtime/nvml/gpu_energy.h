@@ -3,8 +3,9 @@
 // Why: a training step that runs at the GPU's power cap takes as long as its energy allows
 // (docs/benchmarks.md, session 12), so joules per step, not only seconds, say whether a
 // change helped. NVML's total energy counter (millijoules since the driver loaded; Volta and
-// later) read around a step gives that step's energy; the SM clock and the enforced power
-// limit say at what clock and under what cap it ran.
+// later) is updated every few tens of milliseconds, so read it around many steps, not one,
+// and not between steps: each read costs host time during which the GPU idles, and idle time
+// lets a power-capped GPU run the next steps faster (examples:train reads it twice a run).
 //
 // NVML is loaded at run time (dlopen of the driver's libnvidia-ml.so.1): nothing links it,
 // and on a machine without an NVIDIA driver Open returns Unavailable naming the library.
