@@ -15,7 +15,6 @@ namespace {
 using NvmlReturn = int;
 using NvmlDevice = void*;
 constexpr NvmlReturn kNvmlSuccess = 0;
-constexpr int kNvmlClockSm = 1;  // NVML_CLOCK_SM
 constexpr char kNvmlLibrary[] = "libnvidia-ml.so.1";
 
 }  // namespace
@@ -27,7 +26,6 @@ struct GpuEnergyMeter::Library {
   const char* (*error_string)(NvmlReturn) = nullptr;
   NvmlReturn (*device_by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*total_energy)(NvmlDevice, unsigned long long*) = nullptr;  // NOLINT(runtime/int): NVML's type
-  NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;
   NvmlReturn (*enforced_power_limit)(NvmlDevice, unsigned int*) = nullptr;
   bool initialized = false;
 
@@ -60,7 +58,6 @@ absl::StatusOr<std::unique_ptr<GpuEnergyMeter>> GpuEnergyMeter::Open(const std::
       {"nvmlErrorString", reinterpret_cast<void**>(&library->error_string)},
       {"nvmlDeviceGetHandleByPciBusId_v2", reinterpret_cast<void**>(&library->device_by_pci_bus_id)},
       {"nvmlDeviceGetTotalEnergyConsumption", reinterpret_cast<void**>(&library->total_energy)},
-      {"nvmlDeviceGetClockInfo", reinterpret_cast<void**>(&library->clock_info)},
       {"nvmlDeviceGetEnforcedPowerLimit", reinterpret_cast<void**>(&library->enforced_power_limit)},
   };
   for (const Symbol& symbol : symbols) {
@@ -92,15 +89,6 @@ absl::StatusOr<double> GpuEnergyMeter::TotalJoules() const {
     return status;
   }
   return static_cast<double>(millijoules) / 1e3;
-}
-
-absl::StatusOr<int> GpuEnergyMeter::SmClockMhz() const {
-  unsigned int mhz = 0;
-  if (absl::Status status = library_->Check(library_->clock_info(device_, kNvmlClockSm, &mhz), "SM clock");
-      !status.ok()) {
-    return status;
-  }
-  return static_cast<int>(mhz);
 }
 
 absl::StatusOr<double> GpuEnergyMeter::PowerLimitWatts() const {

@@ -1,4 +1,4 @@
-// The energy and SM clock of one NVIDIA GPU, read through NVML, for benchmarks.
+// The energy and power limit of one NVIDIA GPU, read through NVML, for benchmarks.
 //
 // Why: a training step that runs at the GPU's power cap takes as long as its energy allows
 // (docs/benchmarks.md, session 12), so joules per step, not only seconds, say whether a
@@ -31,8 +31,6 @@ class GpuEnergyMeter {
 
   // Joules used since the driver loaded (NVML's counter is in millijoules).
   absl::StatusOr<double> TotalJoules() const;
-  // The SM clock now, in MHz.
-  absl::StatusOr<int> SmClockMhz() const;
   // The power limit the GPU enforces now, in watts.
   absl::StatusOr<double> PowerLimitWatts() const;
 

@@ -31,9 +31,6 @@ TEST(GpuEnergyMeterGpuTest, EnergyGrowsWhileTheGpuWorks) {
     for (int i = 0; i < 20; ++i) ASSERT_EQ(cudaMemsetAsync(buffer, i, size_t{1} << 30), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
-  absl::StatusOr<int> clock = (*meter)->SmClockMhz();
-  ASSERT_TRUE(clock.ok()) << clock.status();
-  EXPECT_GT(*clock, 0);
   absl::StatusOr<double> after = (*meter)->TotalJoules();
   ASSERT_TRUE(after.ok()) << after.status();
   // At least 10 W over the half second (an idle H200 draws ~80 W), at most the limit.
