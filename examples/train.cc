@@ -742,6 +742,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     }
     std::string csv = "step,loss\n";
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);
+    const std::string energy_json = energy.SummaryJson();
     std::string summary = absl::StrFormat(
         "{\"initial_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, \"world_size\": %d, \"tokens_per_s\": %.1f, "
         "\"peak_memory_bytes\": %d, \"predicted_peak_memory_bytes\": %d, \"step_seconds\": %.6f, "
@@ -759,7 +760,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
-        (*trainer)->calibration_stats().from_steps, each_step_json, energy.SummaryJson(), losses_json);
+        (*trainer)->calibration_stats().from_steps, each_step_json, energy_json, losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);
@@ -774,7 +775,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
                  "checkpoint/}\n",
                  initial_loss, final_loss, steps, seconds, tokens_per_s, out_dir.c_str());
     if (check_eager) std::fprintf(stderr, "largest relative loss difference to eager: %.2e\n", worst_relative);
-    if (energy.measured()) std::fprintf(stderr, "GPU energy over the timed steps: {%s}\n", energy.SummaryJson().c_str());
+    if (energy.measured()) std::fprintf(stderr, "GPU energy over the timed steps: {%s}\n", energy_json.c_str());
     if (std::string note = (*trainer)->FinishStepCalibration(); !note.empty()) {
       std::fprintf(stderr, "magi: %s\n", note.c_str());
     }

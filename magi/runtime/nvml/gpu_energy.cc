@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "magi/base/status_macros.h"
 
 namespace magi {
 namespace {
@@ -66,14 +67,11 @@ absl::StatusOr<std::unique_ptr<GpuEnergyMeter>> GpuEnergyMeter::Open(const std::
       return absl::UnavailableError(absl::StrCat(kNvmlLibrary, " has no ", symbol.name, " (driver too old)"));
     }
   }
-  if (absl::Status status = library->Check(library->init(), "init"); !status.ok()) return status;
+  MAGI_RETURN_IF_ERROR(library->Check(library->init(), "init"));
   library->initialized = true;
   NvmlDevice device = nullptr;
-  if (absl::Status status = library->Check(library->device_by_pci_bus_id(pci_bus_id.c_str(), &device),
-                                           absl::StrCat("no GPU at PCI bus id '", pci_bus_id, "'").c_str());
-      !status.ok()) {
-    return status;
-  }
+  MAGI_RETURN_IF_ERROR(library->Check(library->device_by_pci_bus_id(pci_bus_id.c_str(), &device),
+                                      absl::StrCat("no GPU at PCI bus id '", pci_bus_id, "'").c_str()));
   return std::unique_ptr<GpuEnergyMeter>(new GpuEnergyMeter(std::move(library), device));
 }
 
@@ -84,20 +82,13 @@ GpuEnergyMeter::~GpuEnergyMeter() = default;
 
 absl::StatusOr<double> GpuEnergyMeter::TotalJoules() const {
   unsigned long long millijoules = 0;  // NOLINT(runtime/int): NVML's type
-  if (absl::Status status = library_->Check(library_->total_energy(device_, &millijoules), "total energy");
-      !status.ok()) {
-    return status;
-  }
+  MAGI_RETURN_IF_ERROR(library_->Check(library_->total_energy(device_, &millijoules), "total energy"));
   return static_cast<double>(millijoules) / 1e3;
 }
 
 absl::StatusOr<double> GpuEnergyMeter::PowerLimitWatts() const {
   unsigned int milliwatts = 0;
-  if (absl::Status status =
-          library_->Check(library_->enforced_power_limit(device_, &milliwatts), "enforced power limit");
-      !status.ok()) {
-    return status;
-  }
+  MAGI_RETURN_IF_ERROR(library_->Check(library_->enforced_power_limit(device_, &milliwatts), "enforced power limit"));
   return milliwatts / 1e3;
 }
 
