@@ -10,7 +10,8 @@
 # CONFIG is any of: nccl_stream (the ATen kernels), inductor (+ the inductor partitions),
 # deterministic (nccl_stream in deterministic mode), nccl_stream_graph and inductor_graph
 # (the first two as a CUDA graph replay), inductor_graph_split (inductor_graph with split fp32
-# masters); default the first three. Writes per config
+# masters), inductor_graph_split_unaligned (the same without align-collectives); default the
+# first three. Writes per config
 # NAME.log, NAME.breakdown.md (the tables), NAME.breakdown.json and NAME.trace.json.gz.
 # Reading the *_graph spans: under Kineto the device starts a replay of a graph whose memset
 # nodes nccl_stream rewrote (graph_memset_kernels, the default) only when the host's
@@ -38,9 +39,13 @@ for config in "${configs[@]}"; do
     # The same with split fp32 masters (no parameter casts; docs/fsdp.md).
     inductor_graph_split) flags=('--backend=nccl_stream{cuda_graph=true}' --partition_backends=inductor
                                  --split_master_weights) ;;
+    # ... with the collectives left where capture put them (no align-collectives before
+    # partitioning: docs/backends.md).
+    inductor_graph_split_unaligned) flags=('--backend=nccl_stream{cuda_graph=true}' --partition_backends=inductor
+                                           --split_master_weights --partition_align_collectives=false) ;;
     deterministic) flags=(--backend=nccl_stream --deterministic) ;;
     *) echo "kernel_profile.sh: unknown config '$config' (nccl_stream, inductor, deterministic, nccl_stream_graph," \
-         "inductor_graph, inductor_graph_split)" >&2; exit 2 ;;
+         "inductor_graph, inductor_graph_split, inductor_graph_split_unaligned)" >&2; exit 2 ;;
   esac
   echo "== $config: ${flags[*]}"
   if ! "$train" "${common[@]}" "${flags[@]}" --out_dir="$out/$config" --kernel_trace="$out/$config.trace.json" \

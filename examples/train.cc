@@ -126,6 +126,9 @@ ABSL_FLAG(int, partition_min_nodes, 1, "Runs of fewer nodes stay with the primar
 ABSL_FLAG(int, partition_max_nodes, 0,
           "Longer runs are split into partitions of at most this many nodes (0: unbounded); bounds what one "
           "generated program costs to compile");
+ABSL_FLAG(bool, partition_align_collectives, true,
+          "Before partitioning, move collectives that sit inside fusible chains to the nearest GEMM or attention "
+          "(pass align-collectives; docs/backends.md)");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled Shakespeare sonnets)");
 ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summary and checkpoint go");
 ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
@@ -485,6 +488,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   optimization.split_master_weights = absl::GetFlag(FLAGS_split_master_weights);
   optimization.partition_min_nodes = absl::GetFlag(FLAGS_partition_min_nodes);
   optimization.partition_max_nodes = absl::GetFlag(FLAGS_partition_max_nodes);
+  optimization.partition_align_collectives = absl::GetFlag(FLAGS_partition_align_collectives);
   if (rank == 0 && optimization.memory_budget_bytes > 0) {
     std::fprintf(stderr, "magi: searching a strategy for %.3f GB per rank...\n", absl::GetFlag(FLAGS_budget_gb));
   }

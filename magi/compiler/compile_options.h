@@ -62,6 +62,10 @@ struct PartitionOptions {
   // Longer runs are split (0: no limit): bounds what one partition costs to compile (a
   // backend that generates code, such as inductor, compiles each partition as one program).
   int max_nodes = 0;
+  // Before the first partition backend cuts the step, move collectives that sit inside
+  // chains it could fuse to the nearest kernel boundary (magi/passes/align_collectives.h):
+  // fewer, longer partitions and no activation written and read back at the cut.
+  bool align_collectives = true;
   // Print the notes of CompiledStep (what each backend declined, fallbacks) to stderr.
   bool log = true;
 };

@@ -5,10 +5,12 @@
 #include <map>
 #include <set>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/verifier.h"
+#include "magi/passes/align_collectives.h"
 #include "magi/passes/auto_recompute_registration.h"
 #include "magi/passes/batch_invariant.h"
 #include "magi/passes/pipeline.h"
@@ -182,6 +184,18 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, Registry<Backend>::Global().Create(name, parsed.second));
     int nodes_before = graph.num_nodes();
     Capability capability = backend->GetCapability(step_module, graph);
+    if (options.partitioning.align_collectives && partition_backends.empty()) {
+      // Before the first partition backend cuts the step: collectives out of its fusible
+      // chains (align_collectives.h); what it declines is a kernel boundary anyway.
+      absl::flat_hash_set<const Node*> declined;
+      for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
+      int moved = AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes,
+                                   [&declined](const Node& node) { return declined.contains(&node); });
+      if (moved > 0) {
+        note(absl::StrCat("align-collectives: ", moved, " groups of collectives moved to kernel boundaries of @",
+                          graph.name(), " before partitioning for '", name, "'"));
+      }
+    }
     MAGI_ASSIGN_OR_RETURN(std::vector<Partition> partitions,
                           OutlinePartitions(step_module, graph, name, capability, options.partitioning.min_nodes,
                                             options.partitioning.max_nodes));

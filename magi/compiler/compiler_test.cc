@@ -389,6 +389,47 @@ TEST(CompilerTest, PartitionsThatFailToCompileFallBackToThePrimaryWithAWarning) 
   EXPECT_NE(compiled->notes[2].find("partition @step.test-flaky.1 (2 nodes) failed"), std::string::npos);
 }
 
+// A gather whose wait sits inside a chain the partition backend takes (adds): before
+// partitioning the driver moves it out (align-collectives), so the chain is one partition.
+TEST(CompilerTest, CollectivesInsideAFusibleChainMoveOutBeforePartitioning) {
+  constexpr char kChain[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @step {
+    input %x: f32[4,4]
+    input %s: f32[2,4] {role = param}
+    input %w: f32[4,4] {role = param}
+    %a = aten::add.Tensor(%x, %x, 1) : f32[4,4]
+    %b = aten::add.Tensor(%a, %a, 1) : f32[4,4]
+    %f = magi::all_gather_start([%s], group = "dp") : future<f32[4,4]>
+    %g = magi::wait(%f) : f32[4,4]
+    %c = aten::add.Tensor(%b, %g, 1) : f32[4,4]
+    %h = aten::mm(%c, %w) : f32[4,4]
+    output y = %h
+  }
+}
+)";
+  for (bool align : {true, false}) {
+    SCOPED_TRACE(align);
+    absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kChain);
+    ASSERT_TRUE(module.ok()) << module.status();
+    CompileOptions options;
+    options.optimization.canonicalize = "";
+    options.backend = "test-primary";
+    options.partitioning.backends = {"test-flaky"};
+    options.partitioning.log = false;
+    options.partitioning.align_collectives = align;
+    absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    ASSERT_TRUE(VerifyModule(compiled->module()).ok());
+    EXPECT_EQ(compiled->partitions.size(), align ? 1u : 2u);
+    const std::vector<std::string> notes = compiled->notes;
+    const bool noted = !notes.empty() && notes[0] ==
+                                             "align-collectives: 1 groups of collectives moved to kernel boundaries "
+                                             "of @step before partitioning for 'test-flaky'";
+    EXPECT_EQ(noted, align) << (notes.empty() ? "" : notes[0]);
+  }
+}
+
 TEST(CompilerTest, ABackendThatDeclinesEverythingSaysWhy) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
   ASSERT_TRUE(module.ok()) << module.status();

@@ -117,7 +117,7 @@ expect_failure "missing file" 1 "cannot open $TMP/none.mir: No such file or dire
 printf 'garbage' > "$TMP/bad.pb"
 expect_failure "bad protobuf" 1 "bad.pb: not a valid magi.proto.ModuleProto" -- $MAGI verify "$TMP/bad.pb"
 expect_failure "unknown extension" 1 "unknown IR file extension" -- $MAGI verify "$TMP/file.txt"
-expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: auto-recompute, batch-invariant, bucket-collectives, cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
+expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: align-collectives, auto-recompute, batch-invariant, bucket-collectives, cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
 expect_failure "bad pipeline" 1 "pass pipeline, column 5: expected a pass name" -- $MAGI opt $SAMPLE --passes=dce,
 expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=nope
 expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob

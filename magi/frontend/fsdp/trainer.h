@@ -75,6 +75,8 @@ struct StepOptimization {
   std::vector<std::string> partition_backends;
   int partition_min_nodes = 1;
   int partition_max_nodes = 0;
+  // Collectives moved out of fusible chains before partitioning (PartitionOptions::align_collectives).
+  bool partition_align_collectives = true;
   // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): bitwise-
   // identical steps run after run. The process must have called
   // magi::EnableDeterministicMode() first (the backend checks); the ranks check that

@@ -1,0 +1,178 @@
+#include "magi/passes/align_collectives.h"
+
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "magi/analysis/op_traits.h"
+#include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
+#include "magi/registry/registry.h"
+
+namespace magi {
+namespace {
+
+// A node beside which a partition cut costs nothing: its inputs and outputs are in memory
+// whatever a fusing backend does around it, or it is never fused or moved anyway.
+bool IsAnchor(const Node& node, const ExtraAnchor& extra_anchor) {
+  const OpTraits traits = GetOpTraits(node.op());
+  if (traits.matmul_like() || !traits.movable() || node.op() == kCallOp) return true;
+  return extra_anchor != nullptr && extra_anchor(node);
+}
+
+// Whether a group placed before rest[at] (at == rest.size(): at the end) has an anchor,
+// or the graph's start or end, as its nearest non-view neighbour on one side.
+bool HasAnchorBeside(const std::vector<Node*>& rest, int at, const ExtraAnchor& extra_anchor) {
+  int before = at - 1;
+  while (before >= 0 && IsViewOp(rest[before]->op())) --before;
+  if (before < 0 || IsAnchor(*rest[before], extra_anchor)) return true;
+  int after = at;
+  while (after < static_cast<int>(rest.size()) && IsViewOp(rest[after]->op())) ++after;
+  return after == static_cast<int>(rest.size()) || IsAnchor(*rest[after], extra_anchor);
+}
+
+// Whether the group may be moved across `node` at all: compute that may be reordered.
+bool Crossable(const Node& node) {
+  return !IsCommunication(node.op()) && GetOpTraits(node.op()).movable() && node.op() != kCallOp;
+}
+
+bool UsesAny(const Node& node, const absl::flat_hash_set<const Value*>& values) {
+  for (const Value* operand : node.operands()) {
+    if (values.contains(operand)) return true;
+  }
+  return false;
+}
+
+struct Group {
+  int begin = 0;  // index in program order of the first node
+  int end = 0;    // one past the last
+};
+
+// A node that exists only to feed collectives (every use of its results is a collective
+// start: a gradient's cast to the reduction dtype, a bucket's flattening). It goes where
+// the collectives go, so it neither pins them nor counts as a boundary of its own.
+bool FeedsOnlyCollectives(const Node& node) {
+  if (!Crossable(node) || GetOpTraits(node.op()).matmul_like() || node.num_results() == 0) return false;
+  for (const Value* result : node.results()) {
+    if (!result->has_uses()) return false;
+    for (const Use& use : result->uses()) {
+      if (!IsCollectiveStart(use.user->op())) return false;
+    }
+  }
+  return true;
+}
+
+// The groups of `order` in program order: maximal runs of communication nodes and the
+// nodes that only feed them, with at least one communication node.
+std::vector<Group> FindGroups(const std::vector<Node*>& order) {
+  std::vector<Group> groups;
+  const int n = static_cast<int>(order.size());
+  for (int i = 0; i < n;) {
+    if (!IsCommunication(order[i]->op()) && !FeedsOnlyCollectives(*order[i])) {
+      ++i;
+      continue;
+    }
+    Group group{i, i};
+    bool communicates = false;
+    while (group.end < n && (IsCommunication(order[group.end]->op()) || FeedsOnlyCollectives(*order[group.end]))) {
+      communicates = communicates || IsCommunication(order[group.end]->op());
+      ++group.end;
+    }
+    if (communicates) groups.push_back(group);
+    i = group.end;
+  }
+  return groups;
+}
+
+// Where the group order[group.begin, group.end) should go: an index into `rest` (the
+// other nodes in order) to move it before, or -1 to leave it.
+int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std::vector<Node*>& rest, int max_nodes,
+                 const ExtraAnchor& extra_anchor) {
+  const int home = group.begin;  // the group sits before rest[home]
+  if (HasAnchorBeside(rest, home, extra_anchor)) return -1;
+  absl::flat_hash_set<const Value*> results;  // what the group produces
+  absl::flat_hash_set<const Node*> members;
+  bool waits_only = true;
+  for (int i = group.begin; i < group.end; ++i) {
+    members.insert(order[i]);
+    for (const Value* result : order[i]->results()) results.insert(result);
+    waits_only = waits_only && order[i]->op() == kWaitOp;
+  }
+  // Later: across rest[home], rest[home + 1], ... while none of them reads the group.
+  int later = -1;
+  for (int at = home + 1; at <= static_cast<int>(rest.size()) && at - home <= max_nodes; ++at) {
+    const Node& crossed = *rest[at - 1];
+    if (!Crossable(crossed) || UsesAny(crossed, results)) break;
+    if (at < static_cast<int>(rest.size()) && HasAnchorBeside(rest, at, extra_anchor)) {
+      later = at;
+      break;
+    }
+  }
+  // Earlier: across rest[home - 1], rest[home - 2], ... while the group reads none of them.
+  int earlier = -1;
+  for (int at = home - 1; at >= 0 && home - at <= max_nodes; --at) {
+    const Node& crossed = *rest[at];
+    if (!Crossable(crossed)) break;
+    bool read = false;
+    for (const Value* result : crossed.results()) {
+      for (const Use& use : result->uses()) read = read || members.contains(use.user);
+    }
+    if (read) break;
+    if (HasAnchorBeside(rest, at, extra_anchor)) {
+      earlier = at;
+      break;
+    }
+  }
+  if (later < 0) return earlier;
+  if (earlier < 0) return later;
+  const int later_distance = later - home, earlier_distance = home - earlier;
+  if (later_distance != earlier_distance) return later_distance < earlier_distance ? later : earlier;
+  return waits_only ? later : earlier;
+}
+
+}  // namespace
+
+int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_anchor) {
+  int moved = 0;
+  // One group at a time, in program order: a move can make a group adjacent to the next,
+  // so the groups are found again after each move.
+  for (int index = 0;; ++index) {
+    std::vector<Node*> order = graph.nodes();
+    std::vector<Group> groups = FindGroups(order);
+    if (index >= static_cast<int>(groups.size())) break;
+    const Group& group = groups[index];
+    std::vector<Node*> rest;
+    rest.reserve(order.size() - (group.end - group.begin));
+    rest.insert(rest.end(), order.begin(), order.begin() + group.begin);
+    rest.insert(rest.end(), order.begin() + group.end, order.end());
+    const int target = ChooseTarget(order, group, rest, max_nodes, extra_anchor);
+    if (target < 0) continue;
+    for (int i = group.begin; i < group.end; ++i) graph.MoveBefore(order[i], rest[target]);
+    ++moved;
+    // A group moved next to another one is one group with it from here on: look at the
+    // group now at this index again. Each such merge leaves one group fewer, so this ends.
+    if (FindGroups(graph.nodes()).size() < groups.size()) --index;
+  }
+  return moved;
+}
+
+absl::StatusOr<bool> AlignCollectivesPass::RunImpl(Module& module) {
+  bool changed = false;
+  for (Graph* graph : module.graphs()) changed = AlignCollectives(*graph, max_nodes_) > 0 || changed;
+  return changed;
+}
+
+MAGI_REGISTER(Pass, "align-collectives", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
+  int max_nodes = AlignCollectivesPass::kDefaultMaxNodes;
+  for (const auto& [key, value] : options) {
+    if (key != "max_nodes") return absl::InvalidArgumentError(absl::StrCat("align-collectives takes max_nodes, not '", key, "'"));
+    if (!absl::SimpleAtoi(value, &max_nodes) || max_nodes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("align-collectives: max_nodes must be a non-negative integer, not '", value, "'"));
+    }
+  }
+  return std::make_unique<AlignCollectivesPass>(max_nodes);
+});
+
+}  // namespace magi

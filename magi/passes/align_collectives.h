@@ -1,0 +1,64 @@
+// Collectives placed where a fusing backend has a kernel boundary anyway.
+//
+// The compile driver cuts the step into partitions at every collective start and wait
+// (magi/compiler/partitioner.h), and a fusing backend (inductor) fuses only within a
+// partition. Where a collective sits inside a chain of fusible compute, the cut costs
+// memory traffic: on the Llama step the wait for a block's gathered weights sits right
+// before its first user, RMSNorm's `* weight`, so the norm's `x * rsqrt(mean(x^2))` is
+// written to memory by one partition and read back by the next to be multiplied by the
+// weight (an extra kernel and a full activation written and read, per block); in the
+// backward, the reduce-scatter of a block's gradients starts right after the norm
+// weight's gradient, cutting the norm's backward in two (four kernels where one
+// reduction would do). A cut next to a GEMM or an attention costs nothing: their inputs
+// and outputs are in memory whatever is fused around them.
+//
+// What the pass does, per group (a maximal run of adjacent communication nodes): if the
+// nearest compute node that is not a view, on one side or the other, is an anchor
+// (matmul-like, attention, a node with effects or randomness, a magi::call, or a node the
+// caller names, e.g. one the fusing backend declines), the group stays. Otherwise it moves
+// to the nearest place, counted in nodes crossed, where it would have an anchor beside it:
+// later across nodes that use none of its results, or earlier across nodes none of its
+// nodes reads, never across another communication node, a node with effects or
+// randomness, or more than `max_nodes` nodes. A tie goes to the direction that keeps
+// overlap: later for a group of waits only (the stream blocks later), earlier otherwise
+// (the collective starts earlier). A group with no such place within reach stays.
+//
+// The cost: a wait moved earlier blocks the stream a few kernels sooner, a start moved
+// later starts its collective a few kernels later (on the Llama step: an RMSNorm's
+// kernels, tens of microseconds, against collectives prefetched a whole block ahead).
+// What it does NOT do: change which collectives run, their order among themselves, or any
+// value. Registered as "align-collectives{max_nodes=N}" (default 64); the compile driver
+// runs it before partitioning when a partition backend is used
+// (PartitionOptions::align_collectives), with the backend's declined nodes as anchors.
+#ifndef MAGI_PASSES_ALIGN_COLLECTIVES_H_
+#define MAGI_PASSES_ALIGN_COLLECTIVES_H_
+
+#include <functional>
+
+#include "magi/ir/graph.h"
+#include "magi/passes/pass.h"
+
+namespace magi {
+
+// Nodes beside which a partition cut costs nothing beyond what the default anchors say.
+using ExtraAnchor = std::function<bool(const Node&)>;
+
+// Moves the groups of `graph` as described above; returns how many groups moved.
+int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_anchor = nullptr);
+
+class AlignCollectivesPass : public Pass {
+ public:
+  static constexpr int kDefaultMaxNodes = 64;
+  explicit AlignCollectivesPass(int max_nodes = kDefaultMaxNodes) : max_nodes_(max_nodes) {}
+  absl::string_view name() const override { return "align-collectives"; }
+
+ protected:
+  absl::StatusOr<bool> RunImpl(Module& module) override;
+
+ private:
+  int max_nodes_;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_PASSES_ALIGN_COLLECTIVES_H_
