@@ -12,7 +12,9 @@
 // reduction would do). A cut next to a GEMM or an attention costs nothing: their inputs
 // and outputs are in memory whatever is fused around them.
 //
-// What the pass does, per group (a maximal run of adjacent communication nodes): if the
+// What the pass does, per group (a maximal run of adjacent communication nodes and of nodes
+// that only feed collective starts, such as the gradients' casts to the reduction dtype,
+// which a fusing backend declines but the primary folds into the reduction): if the
 // nearest compute node that is not a view, on one side or the other, is an anchor
 // (matmul-like, attention, a node with effects or randomness, a magi::call, or a node the
 // caller names, e.g. one the fusing backend declines), the group stays. Otherwise it moves
