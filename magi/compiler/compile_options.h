@@ -64,7 +64,10 @@ struct PartitionOptions {
   int max_nodes = 0;
   // Before the first partition backend cuts the step, move collectives that sit inside
   // chains it could fuse to the nearest kernel boundary (magi/passes/align_collectives.h):
-  // fewer, longer partitions and no activation written and read back at the cut.
+  // fewer, longer partitions and no activation written and read back at the cut. Only the
+  // first partition backend's view counts (what it declines are the boundaries); the
+  // prediction is made again after the moves, and under a memory budget moves that would
+  // break it are not made.
   bool align_collectives = true;
   // Print the notes of CompiledStep (what each backend declined, fallbacks) to stderr.
   bool log = true;

@@ -1,6 +1,7 @@
 #include "magi/compiler/compiler.h"
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -143,6 +144,38 @@ absl::StatusOr<OptimizedStep> OptimizeStepImpl(std::unique_ptr<Module> module, c
   return step;
 }
 
+// Before the first partition backend cuts `graph`: collectives out of the chains it would
+// fuse (align_collectives.h), with what it declines as kernel boundaries. The moves change
+// when collectives run and so what is live when: the prediction is made again, and under a
+// memory budget a plan that no longer fits is put back as it was.
+absl::Status AlignBeforePartitioning(Graph& graph, const std::string& backend, const Capability& capability,
+                                     const CompileOptions& options, const CostModel& model,
+                                     SimulationResult& prediction, const std::function<void(std::string)>& note) {
+  absl::flat_hash_set<const Node*> declined;
+  for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
+  const std::vector<Node*> before = graph.nodes();
+  std::vector<int64_t> schedule;
+  for (const Node* node : before) schedule.push_back(node->annotations().schedule);
+  const int moves = AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes,
+                                     [&declined](const Node& node) { return declined.contains(&node); });
+  if (moves == 0) return absl::OkStatus();
+  MAGI_ASSIGN_OR_RETURN(SimulationResult aligned, Simulate(graph, model));
+  const int64_t budget = options.optimization.memory_budget_bytes;
+  if (budget > 0 && aligned.peak_bytes > budget && aligned.peak_bytes > prediction.peak_bytes) {
+    for (size_t i = 0; i < before.size(); ++i) {
+      graph.MoveBefore(before[i], nullptr);
+      before[i]->mutable_annotations().schedule = schedule[i];
+    }
+    note(absl::StrCat("align-collectives: not applied to @", graph.name(), ": its predicted peak ",
+                      aligned.peak_bytes, " bytes exceeds the budget of ", budget, " bytes"));
+    return absl::OkStatus();
+  }
+  prediction = aligned;
+  note(absl::StrCat("align-collectives: ", moves, " moves of collectives to kernel boundaries of @", graph.name(),
+                    " before partitioning for '", backend, "'"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
@@ -185,16 +218,8 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     int nodes_before = graph.num_nodes();
     Capability capability = backend->GetCapability(step_module, graph);
     if (options.partitioning.align_collectives && partition_backends.empty()) {
-      // Before the first partition backend cuts the step: collectives out of its fusible
-      // chains (align_collectives.h); what it declines is a kernel boundary anyway.
-      absl::flat_hash_set<const Node*> declined;
-      for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
-      int moved = AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes,
-                                   [&declined](const Node& node) { return declined.contains(&node); });
-      if (moved > 0) {
-        note(absl::StrCat("align-collectives: ", moved, " groups of collectives moved to kernel boundaries of @",
-                          graph.name(), " before partitioning for '", name, "'"));
-      }
+      MAGI_RETURN_IF_ERROR(AlignBeforePartitioning(graph, name, capability, options, *cost.model,
+                                                   compiled.optimized.prediction, note));
     }
     MAGI_ASSIGN_OR_RETURN(std::vector<Partition> partitions,
                           OutlinePartitions(step_module, graph, name, capability, options.partitioning.min_nodes,

@@ -424,10 +424,44 @@ TEST(CompilerTest, CollectivesInsideAFusibleChainMoveOutBeforePartitioning) {
     EXPECT_EQ(compiled->partitions.size(), align ? 1u : 2u);
     const std::vector<std::string> notes = compiled->notes;
     const bool noted = !notes.empty() && notes[0] ==
-                                             "align-collectives: 1 groups of collectives moved to kernel boundaries "
-                                             "of @step before partitioning for 'test-flaky'";
+                                             "align-collectives: 1 moves of collectives to kernel boundaries of "
+                                             "@step before partitioning for 'test-flaky'";
     EXPECT_EQ(noted, align) << (notes.empty() ? "" : notes[0]);
   }
+}
+
+// What the partition backend declines is a boundary already: the gather goes only as far
+// as the exp it declines, not on to the top.
+TEST(CompilerTest, AlignCollectivesStopsAtWhatThePartitionBackendDeclines) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @step {
+    input %x: f32[4,4]
+    input %s: f32[2,4] {role = param}
+    input %w: f32[4,4] {role = param}
+    %a = aten::add.Tensor(%x, %x, 1) : f32[4,4]
+    %e = aten::exp(%a) : f32[4,4]
+    %b = aten::add.Tensor(%e, %e, 1) : f32[4,4]
+    %f = magi::all_gather_start([%s], group = "dp") : future<f32[4,4]>
+    %g = magi::wait(%f) : f32[4,4]
+    %c = aten::add.Tensor(%b, %g, 1) : f32[4,4]
+    %h = aten::mm(%c, %w) : f32[4,4]
+    output y = %h
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  CompileOptions options;
+  options.optimization.canonicalize = "";
+  options.backend = "test-primary";
+  options.partitioning.backends = {"test-flaky"};
+  options.partitioning.log = false;
+  absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  std::vector<std::string> ops;
+  for (const Node* node : compiled->graph().nodes()) ops.push_back(node->op());
+  EXPECT_EQ(ops, (std::vector<std::string>{"magi::call", "aten::exp", "magi::all_gather_start", "magi::wait",
+                                           "magi::call", "aten::mm"}));
 }
 
 TEST(CompilerTest, ABackendThatDeclinesEverythingSaysWhy) {

@@ -1,5 +1,6 @@
 #include "magi/passes/align_collectives.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -21,18 +22,26 @@ bool IsAnchor(const Node& node, const ExtraAnchor& extra_anchor) {
   return extra_anchor != nullptr && extra_anchor(node);
 }
 
-// Whether a group placed before rest[at] (at == rest.size(): at the end) has an anchor,
-// or the graph's start or end, as its nearest non-view neighbour on one side.
+// A view moves no data, so it is looked through, unless the caller makes it an anchor (a
+// backend that declines it cuts there).
+bool LookThrough(const Node& node, const ExtraAnchor& extra_anchor) {
+  return IsViewOp(node.op()) && (extra_anchor == nullptr || !extra_anchor(node));
+}
+
+// Whether a group placed before rest[at] (at == rest.size(): at the end) has an anchor, or
+// the graph's start or end, as its nearest neighbour on one side, views looked through.
 bool HasAnchorBeside(const std::vector<Node*>& rest, int at, const ExtraAnchor& extra_anchor) {
   int before = at - 1;
-  while (before >= 0 && IsViewOp(rest[before]->op())) --before;
+  while (before >= 0 && LookThrough(*rest[before], extra_anchor)) --before;
   if (before < 0 || IsAnchor(*rest[before], extra_anchor)) return true;
   int after = at;
-  while (after < static_cast<int>(rest.size()) && IsViewOp(rest[after]->op())) ++after;
+  while (after < static_cast<int>(rest.size()) && LookThrough(*rest[after], extra_anchor)) ++after;
   return after == static_cast<int>(rest.size()) || IsAnchor(*rest[after], extra_anchor);
 }
 
 // Whether the group may be moved across `node` at all: compute that may be reordered.
+// (Every other node is an anchor, so the searches below stop beside it first; this keeps
+// them from crossing one whatever the anchors say.)
 bool Crossable(const Node& node) {
   return !IsCommunication(node.op()) && GetOpTraits(node.op()).movable() && node.op() != kCallOp;
 }
@@ -43,11 +52,6 @@ bool UsesAny(const Node& node, const absl::flat_hash_set<const Value*>& values) 
   }
   return false;
 }
-
-struct Group {
-  int begin = 0;  // index in program order of the first node
-  int end = 0;    // one past the last
-};
 
 // A node that exists only to feed collectives (every use of its results is a collective
 // start: a gradient's cast to the reduction dtype, a bucket's flattening). It goes where
@@ -63,19 +67,34 @@ bool FeedsOnlyCollectives(const Node& node) {
   return true;
 }
 
-// The groups of `order` in program order: maximal runs of communication nodes and the
-// nodes that only feed them, with at least one communication node.
-std::vector<Group> FindGroups(const std::vector<Node*>& order) {
+struct Group {
+  int begin = 0;  // index in program order of the first node
+  int end = 0;    // one past the last
+};
+
+// The nodes groups are made of: communication and what only feeds it. Moves change no
+// uses, so this is computed once.
+absl::flat_hash_set<const Node*> GroupMembers(const Graph& graph) {
+  absl::flat_hash_set<const Node*> members;
+  for (const Node* node : graph.nodes()) {
+    if (IsCommunication(node->op()) || FeedsOnlyCollectives(*node)) members.insert(node);
+  }
+  return members;
+}
+
+// The groups of `order` in program order: maximal runs of members with at least one
+// communication node.
+std::vector<Group> FindGroups(const std::vector<Node*>& order, const absl::flat_hash_set<const Node*>& members) {
   std::vector<Group> groups;
   const int n = static_cast<int>(order.size());
   for (int i = 0; i < n;) {
-    if (!IsCommunication(order[i]->op()) && !FeedsOnlyCollectives(*order[i])) {
+    if (!members.contains(order[i])) {
       ++i;
       continue;
     }
     Group group{i, i};
     bool communicates = false;
-    while (group.end < n && (IsCommunication(order[group.end]->op()) || FeedsOnlyCollectives(*order[group.end]))) {
+    while (group.end < n && members.contains(order[group.end])) {
       communicates = communicates || IsCommunication(order[group.end]->op());
       ++group.end;
     }
@@ -86,16 +105,16 @@ std::vector<Group> FindGroups(const std::vector<Node*>& order) {
 }
 
 // Where the group order[group.begin, group.end) should go: an index into `rest` (the
-// other nodes in order) to move it before, or -1 to leave it.
+// other nodes in order) to move it before (rest.size(): to the end), or -1 to leave it.
 int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std::vector<Node*>& rest, int max_nodes,
                  const ExtraAnchor& extra_anchor) {
   const int home = group.begin;  // the group sits before rest[home]
   if (HasAnchorBeside(rest, home, extra_anchor)) return -1;
   absl::flat_hash_set<const Value*> results;  // what the group produces
-  absl::flat_hash_set<const Node*> members;
+  absl::flat_hash_set<const Node*> in_group;
   bool waits_only = true;
   for (int i = group.begin; i < group.end; ++i) {
-    members.insert(order[i]);
+    in_group.insert(order[i]);
     for (const Value* result : order[i]->results()) results.insert(result);
     waits_only = waits_only && order[i]->op() == kWaitOp;
   }
@@ -104,7 +123,7 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
   for (int at = home + 1; at <= static_cast<int>(rest.size()) && at - home <= max_nodes; ++at) {
     const Node& crossed = *rest[at - 1];
     if (!Crossable(crossed) || UsesAny(crossed, results)) break;
-    if (at < static_cast<int>(rest.size()) && HasAnchorBeside(rest, at, extra_anchor)) {
+    if (HasAnchorBeside(rest, at, extra_anchor)) {
       later = at;
       break;
     }
@@ -116,7 +135,7 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
     if (!Crossable(crossed)) break;
     bool read = false;
     for (const Value* result : crossed.results()) {
-      for (const Use& use : result->uses()) read = read || members.contains(use.user);
+      for (const Use& use : result->uses()) read = read || in_group.contains(use.user);
     }
     if (read) break;
     if (HasAnchorBeside(rest, at, extra_anchor)) {
@@ -134,27 +153,47 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
 }  // namespace
 
 int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_anchor) {
-  int moved = 0;
-  // One group at a time, in program order: a move can make a group adjacent to the next,
-  // so the groups are found again after each move.
-  for (int index = 0;; ++index) {
+  const absl::flat_hash_set<const Node*> members = GroupMembers(graph);
+  int moves = 0;
+  // One group at a time, in program order. A moved group may land next to other members
+  // (another group, or a cast that feeds it) and grow; the grown group is looked at again
+  // from its new place. Groups only ever grow (members move together), so this ends.
+  for (int index = 0;;) {
     std::vector<Node*> order = graph.nodes();
-    std::vector<Group> groups = FindGroups(order);
+    std::vector<Group> groups = FindGroups(order, members);
     if (index >= static_cast<int>(groups.size())) break;
-    const Group& group = groups[index];
+    const Group group = groups[index];
     std::vector<Node*> rest;
     rest.reserve(order.size() - (group.end - group.begin));
     rest.insert(rest.end(), order.begin(), order.begin() + group.begin);
     rest.insert(rest.end(), order.begin() + group.end, order.end());
     const int target = ChooseTarget(order, group, rest, max_nodes, extra_anchor);
-    if (target < 0) continue;
-    for (int i = group.begin; i < group.end; ++i) graph.MoveBefore(order[i], rest[target]);
-    ++moved;
-    // A group moved next to another one is one group with it from here on: look at the
-    // group now at this index again. Each such merge leaves one group fewer, so this ends.
-    if (FindGroups(graph.nodes()).size() < groups.size()) --index;
+    if (target < 0) {
+      ++index;
+      continue;
+    }
+    Node* before = target < static_cast<int>(rest.size()) ? rest[target] : nullptr;
+    for (int i = group.begin; i < group.end; ++i) {
+      graph.MoveBefore(order[i], before);
+      // A schedule position from schedule-overlap no longer holds (other passes that add or
+      // move nodes reset it too).
+      order[i]->mutable_annotations().schedule = -1;
+    }
+    ++moves;
+    const Node* first = order[group.begin];
+    std::vector<Group> now = FindGroups(graph.nodes(), members);
+    std::vector<Node*> new_order = graph.nodes();
+    for (int i = 0; i < static_cast<int>(now.size()); ++i) {
+      if (std::find(new_order.begin() + now[i].begin, new_order.begin() + now[i].end, first) ==
+          new_order.begin() + now[i].end) {
+        continue;
+      }
+      const bool grew = now[i].end - now[i].begin > group.end - group.begin;
+      index = grew ? i : i + 1;
+      break;
+    }
   }
-  return moved;
+  return moves;
 }
 
 absl::StatusOr<bool> AlignCollectivesPass::RunImpl(Module& module) {

@@ -235,6 +235,118 @@ TEST(AlignCollectivesTest, CastsThatOnlyFeedTheCollectiveMoveWithIt) {
                                            "aten::mm"}));
 }
 
+// The op order of `body` after the pass with `extra_anchor`, and whether a second run
+// changes nothing.
+std::vector<std::string> OpsAfterPassWith(const std::string& body, const ExtraAnchor& extra_anchor, int max_nodes = 64) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(absl::StrCat(
+      "module @m {\n  process_group @dp {axis = \"dp\", size = 2}\n  graph @g {\n    input %a: f32[4,4]\n"
+      "    input %b: f32[4]\n    ",
+      body, "\n    output y = %y\n  }\n}\n"));
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return {};
+  Graph& graph = *(*module)->FindGraph("g");
+  AlignCollectives(graph, max_nodes, extra_anchor);
+  EXPECT_TRUE(VerifyModule(**module).ok());
+  const std::string once = PrintModule(**module);
+  EXPECT_EQ(AlignCollectives(graph, max_nodes, extra_anchor), 0) << "not idempotent:\n" << once;
+  std::vector<std::string> ops;
+  for (const Node* node : graph.nodes()) ops.push_back(node->op());
+  return ops;
+}
+
+TEST(AlignCollectivesTest, TheNearerSideWinsAndTiesKeepOverlap) {
+  // A GEMM two nodes up and one two nodes down.
+  const std::string chain_before = "%mm = aten::mm(%a, %a) : f32[4,4]\n    %e = aten::exp(%b) : f32[4]\n"
+                                   "    %r = aten::relu(%e) : f32[4]\n    ";
+  const std::string chain_after = "\n    %n = aten::neg(%b) : f32[4]\n    %s = aten::sin(%n) : f32[4]\n"
+                                  "    %mm2 = aten::mm(%a, %a) : f32[4,4]\n    %y = aten::add.Tensor(%r, %s, alpha = 1) : f32[4]";
+  // Waits only: later (the stream blocks later).
+  EXPECT_EQ(OpsAfterPassWith("%f = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n    " + chain_before +
+                                 "%g = magi::wait(%f) : f32[8]" + chain_after,
+                             nullptr),
+            (std::vector<std::string>{"magi::all_gather_start", "aten::mm", "aten::exp", "aten::relu", "aten::neg",
+                                      "aten::sin", "magi::wait", "aten::mm", "aten::add.Tensor"}));
+  // A start and its wait: earlier (the collective starts earlier).
+  EXPECT_EQ(OpsAfterPassWith(chain_before + "%f = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                                            "    %g = magi::wait(%f) : f32[8]" + chain_after,
+                             nullptr),
+            (std::vector<std::string>{"aten::mm", "magi::all_gather_start", "magi::wait", "aten::exp", "aten::relu",
+                                      "aten::neg", "aten::sin", "aten::mm", "aten::add.Tensor"}));
+  // One node further up: down is nearer.
+  EXPECT_EQ(OpsAfterPassWith("%mm = aten::mm(%a, %a) : f32[4,4]\n    %c = aten::cos(%b) : f32[4]\n"
+                             "    %e = aten::exp(%c) : f32[4]\n    %r = aten::relu(%e) : f32[4]\n"
+                             "    %f = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                             "    %g = magi::wait(%f) : f32[8]" + chain_after,
+                             nullptr),
+            (std::vector<std::string>{"aten::mm", "aten::cos", "aten::exp", "aten::relu", "aten::neg", "aten::sin",
+                                      "magi::all_gather_start", "magi::wait", "aten::mm", "aten::add.Tensor"}));
+}
+
+TEST(AlignCollectivesTest, AGroupThatJoinsTheOneBeforeMovesOnWithIt) {
+  // Group 2 moves up into group 1; the joined group then sits beside the GEMM at the top.
+  // Group 3, after them, still moves down to its GEMM.
+  EXPECT_EQ(OpsAfterPassWith("%mm = aten::mm(%a, %a) : f32[4,4]\n"
+                             "    %f1 = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                             "    %g1 = magi::wait(%f1) : f32[8]\n"
+                             "    %e = aten::exp(%g1) : f32[8]\n"
+                             "    %f2 = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                             "    %g2 = magi::wait(%f2) : f32[8]\n"
+                             "    %r = aten::relu(%e) : f32[8]\n"
+                             "    %f3 = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                             "    %g3 = magi::wait(%f3) : f32[8]\n"
+                             "    %n = aten::neg(%r) : f32[8]\n"
+                             "    %mm2 = aten::mm(%a, %a) : f32[4,4]\n"
+                             "    %s = aten::add.Tensor(%n, %g2, alpha = 1) : f32[8]\n"
+                             "    %y = aten::add.Tensor(%s, %g3, alpha = 1) : f32[8]",
+                             nullptr),
+            (std::vector<std::string>{"aten::mm", "magi::all_gather_start", "magi::wait", "magi::all_gather_start",
+                                      "magi::wait", "aten::exp", "aten::relu", "aten::neg", "magi::all_gather_start",
+                                      "magi::wait", "aten::mm", "aten::add.Tensor", "aten::add.Tensor"}));
+}
+
+TEST(AlignCollectivesTest, TheGraphsEndIsAPlaceToo) {
+  // Waits whose results only the graph returns, no anchor below: they go to the end.
+  EXPECT_EQ(OpsAfterPassWith("%f = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                             "    %mm = aten::mm(%a, %a) : f32[4,4]\n    %e = aten::exp(%b) : f32[4]\n"
+                             "    %r = aten::relu(%e) : f32[4]\n    %y = magi::wait(%f) : f32[8]\n"
+                             "    %n = aten::neg(%r) : f32[4]\n    %s = aten::sin(%n) : f32[4]",
+                             nullptr),
+            (std::vector<std::string>{"magi::all_gather_start", "aten::mm", "aten::exp", "aten::relu", "aten::neg",
+                                      "aten::sin", "magi::wait"}));
+}
+
+TEST(AlignCollectivesTest, ADeclinedViewIsABoundaryNotLookedThrough) {
+  const std::string body = "%e = aten::exp(%b) : f32[4]\n    %v = aten::view(%e, [2, 2]) : f32[2,2]\n"
+                           "    %f = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                           "    %g = magi::wait(%f) : f32[8]\n    %n = aten::neg(%v) : f32[2,2]\n"
+                           "    %mm = aten::mm(%a, %a) : f32[4,4]\n    %y = aten::add.Tensor(%g, %g, alpha = 1) : f32[8]";
+  // Views looked through: exp and neg are fusible neighbours, so the group moves down to
+  // the GEMM (one node; up to the graph's start would be two).
+  EXPECT_EQ(OpsAfterPassWith(body, nullptr),
+            (std::vector<std::string>{"aten::exp", "aten::view", "aten::neg", "magi::all_gather_start", "magi::wait",
+                                      "aten::mm", "aten::add.Tensor"}));
+  // A backend that declines the view cuts there anyway: the group stays.
+  EXPECT_EQ(OpsAfterPassWith(body, [](const Node& node) { return node.op() == "aten::view"; }),
+            (std::vector<std::string>{"aten::exp", "aten::view", "magi::all_gather_start", "magi::wait", "aten::neg",
+                                      "aten::mm", "aten::add.Tensor"}));
+}
+
+TEST(AlignCollectivesTest, ADeclinedCastApartFromItsCollectiveIsPickedUpInOnePass) {
+  // The cast feeds only the reduce-scatter but sits one node above it: the group moves up
+  // beside it (a declined node: a tie with the graph's end below, and a start goes up),
+  // takes it in, and the grown group, which cannot pass the exp its cast reads, moves on
+  // down to the end: exp, relu and neg are left as one fusible run.
+  EXPECT_EQ(OpsAfterPassWith("%mm = aten::mm(%a, %a) : f32[4,4]\n    %z = aten::exp(%b) : f32[4]\n"
+                             "    %c = aten::_to_copy(%z, dtype = dtype(f64)) : f64[4]\n"
+                             "    %x = aten::relu(%z) : f32[4]\n"
+                             "    %f = magi::reduce_scatter_start([%c], group = \"dp\", reduce_op = \"avg\") : future<f64[2]>\n"
+                             "    %w = magi::wait(%f) : f64[2]\n"
+                             "    %y = aten::neg(%x) : f32[4]",
+                             [](const Node& node) { return node.op() == "aten::_to_copy"; }),
+            (std::vector<std::string>{"aten::mm", "aten::exp", "aten::relu", "aten::neg", "aten::_to_copy",
+                                      "magi::reduce_scatter_start", "magi::wait"}));
+}
+
 TEST(AlignCollectivesTest, MaxNodesBoundsTheMove) {
   // Five nodes to cross to reach the GEMM: max_nodes=4 leaves the group, 5 moves it.
   for (int max_nodes : {4, 5}) {
@@ -275,11 +387,16 @@ TEST(AlignCollectivesTest, RejectsBadOptions) {
 }
 
 // The captured 4-layer Llama step (sharded for 2 ranks), with and without the overlap
-// schedule: the pass keeps every node and the collectives' order, leaves no group it can
-// place inside a fusible chain, and is idempotent.
+// schedule, with the default anchors and with inductor's (it declines the casts feeding
+// reductions and magi:: ops): the pass keeps every node and the collectives' order and is
+// idempotent.
 TEST(AlignCollectivesTest, LlamaStepKeepsNodesAndCollectiveOrder) {
+  const ExtraAnchor inductor_like = [](const Node& node) {
+    return node.op() == "aten::_to_copy" || node.op_namespace() == "magi";
+  };
   for (const char* pipeline : {"", "bucket-collectives,schedule-overlap{prefetch=2}"}) {
-    SCOPED_TRACE(pipeline);
+   for (const ExtraAnchor& anchor : {ExtraAnchor(nullptr), inductor_like}) {
+    SCOPED_TRACE(absl::StrCat(pipeline, anchor ? " inductor-like anchors" : ""));
     std::unique_ptr<Module> module = testing::LoadTestdata("llama4_fsdp_step.mir");
     ASSERT_NE(module, nullptr);
     if (*pipeline != '\0') testing::RunPipeline(*module, pipeline);
@@ -293,14 +410,15 @@ TEST(AlignCollectivesTest, LlamaStepKeepsNodesAndCollectiveOrder) {
     };
     const std::vector<const Node*> collectives = snapshot(true);
     const int num_nodes = graph.num_nodes();
-    const int moved = AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes);
+    const int moved = AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes, anchor);
     EXPECT_GT(moved, 0);
     ASSERT_TRUE(VerifyModule(*module).ok());
     EXPECT_EQ(graph.num_nodes(), num_nodes);
     EXPECT_EQ(snapshot(true), collectives);
     const std::string once = PrintModule(*module);
-    EXPECT_EQ(AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes), 0);
+    EXPECT_EQ(AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes, anchor), 0);
     EXPECT_EQ(PrintModule(*module), once);
+   }
   }
 }
 
