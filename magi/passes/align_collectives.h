@@ -15,15 +15,19 @@
 // What the pass does, per group (a maximal run of adjacent communication nodes and of nodes
 // that only feed collective starts, such as the gradients' casts to the reduction dtype,
 // which a fusing backend declines but the primary folds into the reduction): if the
-// nearest compute node that is not a view, on one side or the other, is an anchor
-// (matmul-like, attention, a node with effects or randomness, a magi::call, or a node the
-// caller names, e.g. one the fusing backend declines), the group stays. Otherwise it moves
-// to the nearest place, counted in nodes crossed, where it would have an anchor beside it:
-// later across nodes that use none of its results, or earlier across nodes none of its
-// nodes reads, never across another communication node, a node with effects or
-// randomness, or more than `max_nodes` nodes. A tie goes to the direction that keeps
-// overlap: later for a group of waits only (the stream blocks later), earlier otherwise
-// (the collective starts earlier). A group with no such place within reach stays.
+// nearest compute node on one side or the other (views looked through, unless the caller
+// makes them anchors) is an anchor (matmul-like, attention, a node with effects or
+// randomness, a magi::call, another collective, a node the caller names, e.g. one the
+// fusing backend declines) or there is none (the graph's start or end), the group stays.
+// Otherwise it moves to the nearest such place, counted in nodes crossed: later across
+// nodes that use none of its results, or earlier across nodes none of its nodes reads,
+// never across another communication node, a node with effects or randomness, or more than
+// `max_nodes` nodes per move. A tie goes to the direction that keeps overlap: later for a
+// group of waits only (the stream blocks later), earlier otherwise (the collective starts
+// earlier). A group with no such place within reach stays. A group that lands beside
+// another one, or beside a node that feeds it, is one group with it from then on and is
+// looked at again from there (so a collective may travel further than `max_nodes` in all);
+// one run is a fixed point.
 //
 // The cost: a wait moved earlier blocks the stream a few kernels sooner, a start moved
 // later starts its collective a few kernels later (on the Llama step: an RMSNorm's
