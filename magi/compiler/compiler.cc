@@ -161,13 +161,21 @@ absl::Status AlignBeforePartitioning(Graph& graph, const std::string& backend, c
   if (moves == 0) return absl::OkStatus();
   MAGI_ASSIGN_OR_RETURN(SimulationResult aligned, Simulate(graph, model));
   const int64_t budget = options.optimization.memory_budget_bytes;
+  std::string why_not;
   if (budget > 0 && aligned.peak_bytes > budget && aligned.peak_bytes > prediction.peak_bytes) {
+    why_not = absl::StrCat("its predicted peak ", aligned.peak_bytes, " bytes exceeds the budget of ", budget, " bytes");
+  } else if (aligned.step_seconds > prediction.step_seconds * 1.001 + 1e-5) {
+    // The pass moves only collectives that keep their overlap; the cost model (which does
+    // not model fusion) must agree, or the moves are not worth it.
+    why_not = absl::StrFormat("the predicted step would take %.3f ms, not %.3f", aligned.step_seconds * 1e3,
+                              prediction.step_seconds * 1e3);
+  }
+  if (!why_not.empty()) {
     for (size_t i = 0; i < before.size(); ++i) {
       graph.MoveBefore(before[i], nullptr);
       before[i]->mutable_annotations().schedule = schedule[i];
     }
-    note(absl::StrCat("align-collectives: not applied to @", graph.name(), ": its predicted peak ",
-                      aligned.peak_bytes, " bytes exceeds the budget of ", budget, " bytes"));
+    note(absl::StrCat("align-collectives: not applied to @", graph.name(), ": ", why_not));
     return absl::OkStatus();
   }
   prediction = aligned;

@@ -112,15 +112,30 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
   if (HasAnchorBeside(rest, home, extra_anchor)) return -1;
   absl::flat_hash_set<const Value*> results;  // what the group produces
   absl::flat_hash_set<const Node*> in_group;
-  bool waits_only = true;
   for (int i = group.begin; i < group.end; ++i) {
     in_group.insert(order[i]);
     for (const Value* result : order[i]->results()) results.insert(result);
-    waits_only = waits_only && order[i]->op() == kWaitOp;
+  }
+  // Overlap: a start whose wait is elsewhere would start its collective later if moved
+  // down; a wait whose start is elsewhere would block the stream sooner if moved up. Such
+  // groups only move the way that keeps (or adds) overlap; a group holding its starts'
+  // waits runs its collectives exposed wherever it sits, so it may go either way.
+  bool lone_start = false, lone_wait = false;
+  for (int i = group.begin; i < group.end; ++i) {
+    const Node& node = *order[i];
+    if (IsCollectiveStart(node.op())) {
+      for (const Value* future : node.results()) {
+        for (const Use& use : future->uses()) lone_start = lone_start || !in_group.contains(use.user);
+      }
+    } else if (node.op() == kWaitOp) {
+      for (const Value* future : node.operands()) {
+        lone_wait = lone_wait || future->is_graph_input() || !in_group.contains(future->producer());
+      }
+    }
   }
   // Later: across rest[home], rest[home + 1], ... while none of them reads the group.
   int later = -1;
-  for (int at = home + 1; at <= static_cast<int>(rest.size()) && at - home <= max_nodes; ++at) {
+  for (int at = home + 1; !lone_start && at <= static_cast<int>(rest.size()) && at - home <= max_nodes; ++at) {
     const Node& crossed = *rest[at - 1];
     if (!Crossable(crossed) || UsesAny(crossed, results)) break;
     if (HasAnchorBeside(rest, at, extra_anchor)) {
@@ -130,7 +145,7 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
   }
   // Earlier: across rest[home - 1], rest[home - 2], ... while the group reads none of them.
   int earlier = -1;
-  for (int at = home - 1; at >= 0 && home - at <= max_nodes; --at) {
+  for (int at = home - 1; !lone_wait && at >= 0 && home - at <= max_nodes; --at) {
     const Node& crossed = *rest[at];
     if (!Crossable(crossed)) break;
     bool read = false;
@@ -146,8 +161,7 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
   if (later < 0) return earlier;
   if (earlier < 0) return later;
   const int later_distance = later - home, earlier_distance = home - earlier;
-  if (later_distance != earlier_distance) return later_distance < earlier_distance ? later : earlier;
-  return waits_only ? later : earlier;
+  return later_distance < earlier_distance ? later : earlier;  // a tie: the collectives start earlier
 }
 
 }  // namespace

@@ -22,17 +22,20 @@
 // Otherwise it moves to the nearest such place, counted in nodes crossed: later across
 // nodes that use none of its results, or earlier across nodes none of its nodes reads,
 // never across another communication node, a node with effects or randomness, or more than
-// `max_nodes` nodes per move. A tie goes to the direction that keeps overlap: later for a
-// group of waits only (the stream blocks later), earlier otherwise (the collective starts
-// earlier). A group with no such place within reach stays. A group that lands beside
+// `max_nodes` nodes per move, and never the way that loses overlap: a group with a start
+// whose wait is elsewhere never moves later (its collective would start later), one with a
+// wait whose start is elsewhere never earlier (the stream would block sooner). Only a group
+// that holds its starts' waits (collectives that run exposed wherever they sit) may go
+// either way; a tie goes earlier. So in a step scheduled for overlap (schedule-overlap:
+// gathers started a layer ahead, waits at their first use) the pass moves little or
+// nothing; it pays where collectives run exposed, as in world 1, where nccl_stream skips
+// them. A group with no such place within reach stays. A group that lands beside
 // another one, or beside a node that feeds it, is one group with it from then on and is
 // looked at again from there (so a collective may travel further than `max_nodes` in all);
 // one run is a fixed point.
 //
-// The cost: a wait moved earlier blocks the stream a few kernels sooner, a start moved
-// later starts its collective a few kernels later (on the Llama step: an RMSNorm's
-// kernels, tens of microseconds, against collectives prefetched a whole block ahead).
-// What it does NOT do: change which collectives run, their order among themselves, or any
+// The cost: buffers live a little longer or shorter (the compile driver predicts the step
+// again and keeps a memory budget). What it does NOT do: change which collectives run, their order among themselves, or any
 // value. Registered as "align-collectives{max_nodes=N}" (default 64); the compile driver
 // runs it before partitioning when a partition backend is used
 // (PartitionOptions::align_collectives), with the backend's declined nodes as anchors.
