@@ -322,6 +322,17 @@ MAGI_REGISTER(Backend, "test-nothing", [](const ComponentOptions& options) -> ab
   return std::make_unique<StubBackend>("test-nothing", StubBackend::Kind::kNothing, options);
 });
 
+// The stub backends with `partition_backend` taking what it accepts: no canonicalization,
+// no notes on stderr.
+CompileOptions StubPartitionOptions(const std::string& partition_backend) {
+  CompileOptions options;
+  options.optimization.canonicalize = "";
+  options.backend = "test-primary";
+  options.partitioning.backends = {partition_backend};
+  options.partitioning.log = false;
+  return options;
+}
+
 // Two identical layers (add, mul) and an add-only tail, split by mms.
 constexpr char kLayers[] = R"(module @m {
   graph @step {
@@ -342,12 +353,8 @@ constexpr char kLayers[] = R"(module @m {
 TEST(CompilerTest, PartitionsThatFailToCompileFallBackToThePrimaryWithAWarning) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
   ASSERT_TRUE(module.ok()) << module.status();
-  CompileOptions options;
-  options.optimization.canonicalize = "";
-  options.backend = "test-primary";
-  options.partitioning.backends = {"test-flaky"};
+  CompileOptions options = StubPartitionOptions("test-flaky");
   options.partitioning.backend_options["test-flaky"] = {{"tag", "/a/path"}};
-  options.partitioning.log = false;
   absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   // The two layer partitions (identical, one compile) fell back; the tail stayed.
@@ -412,11 +419,7 @@ TEST(CompilerTest, CollectivesInsideAFusibleChainMoveOutBeforePartitioning) {
     SCOPED_TRACE(align);
     absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kChain);
     ASSERT_TRUE(module.ok()) << module.status();
-    CompileOptions options;
-    options.optimization.canonicalize = "";
-    options.backend = "test-primary";
-    options.partitioning.backends = {"test-flaky"};
-    options.partitioning.log = false;
+    CompileOptions options = StubPartitionOptions("test-flaky");
     options.partitioning.align_collectives = align;
     absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
@@ -451,12 +454,7 @@ TEST(CompilerTest, AlignCollectivesStopsAtWhatThePartitionBackendDeclines) {
 }
 )");
   ASSERT_TRUE(module.ok()) << module.status();
-  CompileOptions options;
-  options.optimization.canonicalize = "";
-  options.backend = "test-primary";
-  options.partitioning.backends = {"test-flaky"};
-  options.partitioning.log = false;
-  absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+  absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", StubPartitionOptions("test-flaky"));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   std::vector<std::string> ops;
   for (const Node* node : compiled->graph().nodes()) ops.push_back(node->op());
@@ -467,11 +465,7 @@ TEST(CompilerTest, AlignCollectivesStopsAtWhatThePartitionBackendDeclines) {
 TEST(CompilerTest, ABackendThatDeclinesEverythingSaysWhy) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
   ASSERT_TRUE(module.ok()) << module.status();
-  CompileOptions options;
-  options.optimization.canonicalize = "";
-  options.backend = "test-primary";
-  options.partitioning.backends = {"test-nothing"};
-  options.partitioning.log = false;
+  CompileOptions options = StubPartitionOptions("test-nothing");
   absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   EXPECT_TRUE(compiled->partitions.empty());
@@ -487,11 +481,7 @@ TEST(CompilerTest, PartitionBackendsAreToldAndThePlanHashIncludesFallbacks) {
   for (bool deterministic : {true, false}) {
     absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
     ASSERT_TRUE(module.ok()) << module.status();
-    CompileOptions options;
-    options.optimization.canonicalize = "";
-    options.backend = "test-primary";
-    options.partitioning.backends = {"test-flaky"};
-    options.partitioning.log = false;
+    CompileOptions options = StubPartitionOptions("test-flaky");
     options.deterministic = deterministic;
     StubBackend::told_deterministic.clear();
     absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);

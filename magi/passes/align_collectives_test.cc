@@ -148,38 +148,49 @@ TEST(AlignCollectivesTest, LeavesGroupsBesideAnAnchorOrWithNowhereToGo) {
   }
 }
 
-// The op order of `body` (nodes between the inputs %a: f32[4,4], %b: f32[4] and output %y)
-// after the pass.
-std::vector<std::string> OpsAfterPass(const std::string& body) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(absl::StrCat(
-      "module @m {\n  process_group @dp {axis = \"dp\", size = 2}\n  graph @g {\n    input %a: f32[4,4]\n"
-      "    input %b: f32[4]\n    ",
-      body, "\n    output y = %y\n  }\n}\n"));
+// The op order of graph @g of `module_text` after the pass with `extra_anchor`; checks that
+// the result verifies and that a second run changes nothing.
+// `moves`, if given, gets how many moves the first run made.
+std::vector<std::string> OpsOfModuleAfterPass(const std::string& module_text, const ExtraAnchor& extra_anchor,
+                                              int* moves = nullptr) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(module_text);
   EXPECT_TRUE(module.ok()) << module.status();
   if (!module.ok()) return {};
   Graph& graph = *(*module)->FindGraph("g");
-  AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes);
+  const int made = AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes, extra_anchor);
+  if (moves != nullptr) *moves = made;
   EXPECT_TRUE(VerifyModule(**module).ok());
+  const std::string once = PrintModule(**module);
+  EXPECT_EQ(AlignCollectives(graph, AlignCollectivesPass::kDefaultMaxNodes, extra_anchor), 0)
+      << "not idempotent:\n" << once;
   std::vector<std::string> ops;
   for (const Node* node : graph.nodes()) ops.push_back(node->op());
   return ops;
 }
 
+// The same for `body`: nodes between the inputs %a: f32[4,4], %b: f32[4] and the output %y.
+std::vector<std::string> OpsAfterPassWith(const std::string& body, const ExtraAnchor& extra_anchor) {
+  return OpsOfModuleAfterPass(absl::StrCat("module @m {\n  process_group @dp {axis = \"dp\", size = 2}\n  graph @g {\n"
+                                           "    input %a: f32[4,4]\n    input %b: f32[4]\n    ",
+                                           body, "\n    output y = %y\n  }\n}\n"),
+                              extra_anchor);
+}
+
 TEST(AlignCollectivesTest, StopsBesideEffectsAndOtherCollectives) {
   // A node with side effects is never crossed (nor fused: a cut beside it is free).
-  EXPECT_EQ(OpsAfterPass("%e = aten::exp(%b) : f32[4]\n"
+  EXPECT_EQ(OpsAfterPassWith("%e = aten::exp(%b) : f32[4]\n"
                          "    %f = magi::all_gather_start([%e], group = \"dp\") : future<f32[8]>\n"
                          "    %g = magi::wait(%f) : f32[8]\n"
                          "    %r = aten::relu(%e) : f32[4]\n"
                          "    %s = aten::relu_(%r) : f32[4]\n"
                          "    %t = aten::neg(%r) : f32[4]\n"
                          "    %mm = aten::mm(%a, %a) : f32[4,4]\n"
-                         "    %y = aten::relu(%g) : f32[8]"),
+                         "    %y = aten::relu(%g) : f32[8]", nullptr),
             (std::vector<std::string>{"aten::exp", "aten::relu", "magi::all_gather_start", "magi::wait",
                                       "aten::relu_", "aten::neg", "aten::mm", "aten::relu"}));
   // Another collective is never crossed: the first group joins it (the two stay in order),
   // and the joined group goes on to the GEMM.
-  EXPECT_EQ(OpsAfterPass("%e = aten::exp(%b) : f32[4]\n"
+  EXPECT_EQ(OpsAfterPassWith("%e = aten::exp(%b) : f32[4]\n"
                          "    %f = magi::all_gather_start([%e], group = \"dp\") : future<f32[8]>\n"
                          "    %g = magi::wait(%f) : f32[8]\n"
                          "    %r = aten::relu(%e) : f32[4]\n"
@@ -188,7 +199,7 @@ TEST(AlignCollectivesTest, StopsBesideEffectsAndOtherCollectives) {
                          "    %t = aten::neg(%r) : f32[4]\n"
                          "    %mm = aten::mm(%a, %a) : f32[4,4]\n"
                          "    %y = aten::add.Tensor(%g, %g2, alpha = 1) : f32[8]\n"
-                         "    %z = aten::neg(%y) : f32[8]"),
+                         "    %z = aten::neg(%y) : f32[8]", nullptr),
             (std::vector<std::string>{"aten::exp", "aten::relu", "aten::neg", "magi::all_gather_start", "magi::wait",
                                       "magi::all_gather_start", "magi::wait", "aten::mm", "aten::add.Tensor",
                                       "aten::neg"}));
@@ -198,7 +209,7 @@ TEST(AlignCollectivesTest, CastsThatOnlyFeedTheCollectiveMoveWithIt) {
   // The gradient casts to the reduction dtype sit between the norm's backward and the
   // reduce-scatter; a fusing backend declines them (the primary folds them into the
   // reduction), but they are not a boundary: they go with the collective.
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  const char* text = R"(module @m {
   process_group @dp {axis = "dp", size = 2}
   graph @g {
     input %dy: bf16[4,8]
@@ -222,36 +233,13 @@ TEST(AlignCollectivesTest, CastsThatOnlyFeedTheCollectiveMoveWithIt) {
     output g2 = %g2
   }
 }
-)");
-  ASSERT_TRUE(module.ok()) << module.status();
-  Graph& graph = *(*module)->FindGraph("g");
-  EXPECT_EQ(AlignCollectives(graph, 64, [](const Node& node) { return node.op() == "aten::_to_copy"; }), 1);
-  ASSERT_TRUE(VerifyModule(**module).ok());
-  std::vector<std::string> ops;
-  for (const Node* node : graph.nodes()) ops.push_back(node->op());
-  EXPECT_EQ(ops, (std::vector<std::string>{"aten::mul.Tensor", "aten::mul.Tensor", "aten::sum.dim_IntList",
-                                           "aten::sum.dim_IntList", "aten::mul.Tensor", "aten::_to_copy",
-                                           "aten::_to_copy", "magi::reduce_scatter_start", "magi::wait", "aten::t",
-                                           "aten::mm"}));
-}
-
-// The op order of `body` after the pass with `extra_anchor`, and whether a second run
-// changes nothing.
-std::vector<std::string> OpsAfterPassWith(const std::string& body, const ExtraAnchor& extra_anchor, int max_nodes = 64) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(absl::StrCat(
-      "module @m {\n  process_group @dp {axis = \"dp\", size = 2}\n  graph @g {\n    input %a: f32[4,4]\n"
-      "    input %b: f32[4]\n    ",
-      body, "\n    output y = %y\n  }\n}\n"));
-  EXPECT_TRUE(module.ok()) << module.status();
-  if (!module.ok()) return {};
-  Graph& graph = *(*module)->FindGraph("g");
-  AlignCollectives(graph, max_nodes, extra_anchor);
-  EXPECT_TRUE(VerifyModule(**module).ok());
-  const std::string once = PrintModule(**module);
-  EXPECT_EQ(AlignCollectives(graph, max_nodes, extra_anchor), 0) << "not idempotent:\n" << once;
-  std::vector<std::string> ops;
-  for (const Node* node : graph.nodes()) ops.push_back(node->op());
-  return ops;
+)";
+  int moves = 0;
+  EXPECT_EQ(OpsOfModuleAfterPass(text, [](const Node& node) { return node.op() == "aten::_to_copy"; }, &moves),
+            (std::vector<std::string>{"aten::mul.Tensor", "aten::mul.Tensor", "aten::sum.dim_IntList",
+                                      "aten::sum.dim_IntList", "aten::mul.Tensor", "aten::_to_copy", "aten::_to_copy",
+                                      "magi::reduce_scatter_start", "magi::wait", "aten::t", "aten::mm"}));
+  EXPECT_EQ(moves, 1);
 }
 
 TEST(AlignCollectivesTest, TheNearerSideWinsAndTiesKeepOverlap) {
@@ -383,16 +371,12 @@ TEST(AlignCollectivesTest, MaxNodesBoundsTheMove) {
 TEST(AlignCollectivesTest, ExtraAnchorsCountAsBoundaries) {
   // With rsqrt declared an anchor (as a partition backend's declined node is), the wait
   // only moves up to it.
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kForwardBoundary);
-  ASSERT_TRUE(module.ok()) << module.status();
-  Graph& graph = *(*module)->FindGraph("g");
-  EXPECT_EQ(AlignCollectives(graph, 64, [](const Node& node) { return node.op() == "aten::rsqrt"; }), 1);
-  ASSERT_TRUE(VerifyModule(**module).ok());
-  std::vector<std::string> ops;
-  for (const Node* node : graph.nodes()) ops.push_back(node->op());
-  EXPECT_EQ(ops, (std::vector<std::string>{"aten::t", "aten::mm", "aten::add.Tensor", "aten::pow.Tensor_Scalar",
-                                           "aten::mean.dim", "aten::rsqrt", "magi::all_gather_start", "magi::wait",
-                                           "aten::mul.Tensor", "aten::mul.Tensor", "aten::t", "aten::mm"}));
+  int moves = 0;
+  EXPECT_EQ(OpsOfModuleAfterPass(kForwardBoundary, [](const Node& node) { return node.op() == "aten::rsqrt"; }, &moves),
+            (std::vector<std::string>{"aten::t", "aten::mm", "aten::add.Tensor", "aten::pow.Tensor_Scalar",
+                                      "aten::mean.dim", "aten::rsqrt", "magi::all_gather_start", "magi::wait",
+                                      "aten::mul.Tensor", "aten::mul.Tensor", "aten::t", "aten::mm"}));
+  EXPECT_EQ(moves, 1);
 }
 
 TEST(AlignCollectivesTest, RejectsBadOptions) {
