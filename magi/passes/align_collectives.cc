@@ -195,8 +195,8 @@ int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_ancho
     }
     ++moves;
     const Node* first = order[group.begin];
-    std::vector<Group> now = FindGroups(graph.nodes(), members);
-    std::vector<Node*> new_order = graph.nodes();
+    const std::vector<Node*> new_order = graph.nodes();
+    const std::vector<Group> now = FindGroups(new_order, members);
     for (int i = 0; i < static_cast<int>(now.size()); ++i) {
       if (std::find(new_order.begin() + now[i].begin, new_order.begin() + now[i].end, first) ==
           new_order.begin() + now[i].end) {
