@@ -1,8 +1,8 @@
 #include "magi/compiler/compiler.h"
 
 #include <algorithm>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 
