@@ -104,6 +104,24 @@ std::vector<Group> FindGroups(const std::vector<Node*>& order, const absl::flat_
   return groups;
 }
 
+// For each place before rest[i] (i in [0, rest.size()]): how many collectives started in
+// `rest` before it have not been waited for before it (in flight there).
+std::vector<int> InFlight(const std::vector<Node*>& rest) {
+  std::vector<int> in_flight(rest.size() + 1, 0);
+  absl::flat_hash_set<const Node*> open;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    in_flight[i] = static_cast<int>(open.size());
+    const Node& node = *rest[i];
+    if (IsCollectiveStart(node.op())) {
+      open.insert(&node);
+    } else if (node.op() == kWaitOp) {
+      for (const Value* future : node.operands()) open.erase(future->producer());
+    }
+  }
+  in_flight[rest.size()] = static_cast<int>(open.size());
+  return in_flight;
+}
+
 // Where the group order[group.begin, group.end) should go: an index into `rest` (the
 // other nodes in order) to move it before (rest.size(): to the end), or -1 to leave it.
 int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std::vector<Node*>& rest, int max_nodes,
@@ -133,11 +151,19 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
       }
     }
   }
+  // A group that holds its starts' waits runs exposed wherever it sits, unless another
+  // collective is in flight there: its collective then queues behind that one, and moving
+  // it changes what computes while the other runs (up, it would wait for the other sooner).
+  // So it moves only through places where nothing is in flight.
+  const bool paired = !lone_start && !lone_wait;
+  const std::vector<int> in_flight = paired ? InFlight(rest) : std::vector<int>();
+  auto blocked = [&](int at) { return paired && in_flight[at] > 0; };
+  if (blocked(home)) return -1;
   // Later: across rest[home], rest[home + 1], ... while none of them reads the group.
   int later = -1;
   for (int at = home + 1; !lone_start && at <= static_cast<int>(rest.size()) && at - home <= max_nodes; ++at) {
     const Node& crossed = *rest[at - 1];
-    if (!Crossable(crossed) || UsesAny(crossed, results)) break;
+    if (!Crossable(crossed) || UsesAny(crossed, results) || blocked(at)) break;
     if (HasAnchorBeside(rest, at, extra_anchor)) {
       later = at;
       break;
@@ -147,7 +173,7 @@ int ChooseTarget(const std::vector<Node*>& order, const Group& group, const std:
   int earlier = -1;
   for (int at = home - 1; !lone_wait && at >= 0 && home - at <= max_nodes; --at) {
     const Node& crossed = *rest[at];
-    if (!Crossable(crossed)) break;
+    if (!Crossable(crossed) || blocked(at)) break;
     bool read = false;
     for (const Value* result : crossed.results()) {
       for (const Use& use : result->uses()) read = read || in_group.contains(use.user);

@@ -26,7 +26,8 @@
 // whose wait is elsewhere never moves later (its collective would start later), one with a
 // wait whose start is elsewhere never earlier (the stream would block sooner). Only a group
 // that holds its starts' waits (collectives that run exposed wherever they sit) may go
-// either way; a tie goes earlier. So in a step scheduled for overlap (schedule-overlap:
+// either way, and only through places where no other collective is in flight (else it
+// would queue behind that one and change what computes while it runs); a tie goes earlier. So in a step scheduled for overlap (schedule-overlap:
 // gathers started a layer ahead, waits at their first use) the pass moves little or
 // nothing; it pays where collectives run exposed, as in world 1, where nccl_stream skips
 // them. A group with no such place within reach stays. A group that lands beside

@@ -291,6 +291,30 @@ TEST(AlignCollectivesTest, ALoneWaitNeverMovesUpAndALoneStartNeverMovesDown) {
                                       "aten::mm", "magi::wait", "aten::add.Tensor"}));
 }
 
+TEST(AlignCollectivesTest, AGroupWithItsWaitStaysWhileAnotherCollectiveIsInFlight) {
+  // A big gather runs from the top to the end; a small gather with its wait sits inside a
+  // chain. Moved up to the GEMM it would queue behind the big one with the chain waiting
+  // for both (this graph with a 128 MB gather and 4 MB adds, `magi simulate --device=cpu`:
+  // 51.2 -> 54.3 ms when the first version moved it): it stays.
+  const std::string body = "%f1 = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                           "    %mm = aten::mm(%a, %a) : f32[4,4]\n    %e = aten::exp(%mm) : f32[4,4]\n"
+                           "    %f2 = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                           "    %g2 = magi::wait(%f2) : f32[8]\n    %n = aten::neg(%e) : f32[4,4]\n"
+                           "    %g1 = magi::wait(%f1) : f32[8]\n"
+                           "    %y = aten::add.Tensor(%g1, %g2, alpha = 1) : f32[8]";
+  EXPECT_EQ(OpsAfterPassWith(body, nullptr),
+            (std::vector<std::string>{"magi::all_gather_start", "aten::mm", "aten::exp", "magi::all_gather_start",
+                                      "magi::wait", "aten::neg", "magi::wait", "aten::add.Tensor"}));
+  // Without the big gather in flight, the same group moves up to the GEMM.
+  EXPECT_EQ(OpsAfterPassWith("%mm = aten::mm(%a, %a) : f32[4,4]\n    %e = aten::exp(%mm) : f32[4,4]\n"
+                             "    %f2 = magi::all_gather_start([%b], group = \"dp\") : future<f32[8]>\n"
+                             "    %g2 = magi::wait(%f2) : f32[8]\n    %n = aten::neg(%e) : f32[4,4]\n"
+                             "    %y = aten::add.Tensor(%g2, %g2, alpha = 1) : f32[8]",
+                             nullptr),
+            (std::vector<std::string>{"aten::mm", "magi::all_gather_start", "magi::wait", "aten::exp", "aten::neg",
+                                      "aten::add.Tensor"}));
+}
+
 TEST(AlignCollectivesTest, AGroupThatJoinsTheOneBeforeMovesOnWithIt) {
   // Group 2 moves up into group 1; the joined group then sits beside the GEMM at the top.
   // Group 3, after them, still moves down to its GEMM.
