@@ -462,6 +462,51 @@ TEST(CompilerTest, AlignCollectivesStopsAtWhatThePartitionBackendDeclines) {
                                            "magi::call", "aten::mm"}));
 }
 
+// Moved up to the GEMM, the gathered buffer would be live while the chain's temporaries
+// are: a peak over the memory budget, so the driver puts the move back and says why.
+TEST(CompilerTest, AlignCollectivesIsUndoneWhenItBreaksTheMemoryBudget) {
+  constexpr char kChain[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @step {
+    input %x: f32[256,64]
+    input %s: f32[128,64] {role = param}
+    input %w: f32[64,256] {role = param}
+    %h = aten::mm(%x, %w) : f32[256,256]
+    %a = aten::add.Tensor(%h, %h, 1) : f32[256,256]
+    %b = aten::add.Tensor(%a, %a, 1) : f32[256,256]
+    %f = magi::all_gather_start([%s], group = "dp") : future<f32[256,64]>
+    %g = magi::wait(%f) : f32[256,64]
+    %y = aten::add.Tensor(%g, %g, 1) : f32[256,64]
+    output y = %y
+    output b = %b
+  }
+}
+)";
+  // The peak each way, from the driver's own prediction (no budget: aligned).
+  int64_t plain_peak = 0, aligned_peak = 0;
+  for (bool align : {false, true}) {
+    absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kChain);
+    ASSERT_TRUE(module.ok()) << module.status();
+    CompileOptions options = StubPartitionOptions("test-flaky");
+    options.partitioning.align_collectives = align;
+    absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    (align ? aligned_peak : plain_peak) = compiled->optimized.prediction.peak_bytes;
+  }
+  ASSERT_GT(aligned_peak, plain_peak);
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kChain);
+  ASSERT_TRUE(module.ok()) << module.status();
+  CompileOptions options = StubPartitionOptions("test-flaky");
+  options.optimization.memory_budget_bytes = plain_peak;
+  absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ(compiled->optimized.prediction.peak_bytes, plain_peak);
+  ASSERT_FALSE(compiled->notes.empty());
+  EXPECT_EQ(compiled->notes[0].rfind("align-collectives: not applied to @step: its predicted peak ", 0), 0u)
+      << compiled->notes[0];
+  EXPECT_EQ(compiled->partitions.size(), 2u);  // the adds stay cut at the gather
+}
+
 TEST(CompilerTest, ABackendThatDeclinesEverythingSaysWhy) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
   ASSERT_TRUE(module.ok()) << module.status();
