@@ -198,10 +198,9 @@ int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_ancho
   // One group at a time, in program order. A moved group may land next to other members
   // (another group, or a cast that feeds it) and grow; the grown group is looked at again
   // from its new place. Groups only ever grow (members move together), so this ends.
-  for (int index = 0;;) {
-    std::vector<Node*> order = graph.nodes();
-    std::vector<Group> groups = FindGroups(order, members);
-    if (index >= static_cast<int>(groups.size())) break;
+  std::vector<Node*> order = graph.nodes();
+  std::vector<Group> groups = FindGroups(order, members);
+  for (int index = 0; index < static_cast<int>(groups.size());) {
     const Group group = groups[index];
     std::vector<Node*> rest;
     rest.reserve(order.size() - (group.end - group.begin));
@@ -221,14 +220,14 @@ int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_ancho
     }
     ++moves;
     const Node* first = order[group.begin];
-    const std::vector<Node*> new_order = graph.nodes();
-    const std::vector<Group> now = FindGroups(new_order, members);
-    for (int i = 0; i < static_cast<int>(now.size()); ++i) {
-      if (std::find(new_order.begin() + now[i].begin, new_order.begin() + now[i].end, first) ==
-          new_order.begin() + now[i].end) {
+    order = graph.nodes();
+    groups = FindGroups(order, members);
+    for (int i = 0; i < static_cast<int>(groups.size()); ++i) {
+      if (std::find(order.begin() + groups[i].begin, order.begin() + groups[i].end, first) ==
+          order.begin() + groups[i].end) {
         continue;
       }
-      const bool grew = now[i].end - now[i].begin > group.end - group.begin;
+      const bool grew = groups[i].end - groups[i].begin > group.end - group.begin;
       index = grew ? i : i + 1;
       break;
     }
