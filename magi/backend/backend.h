@@ -55,6 +55,11 @@ class Executable {
  public:
   virtual ~Executable() = default;
   virtual absl::string_view backend_name() const = 0;
+  // Names the compiled code where the backend can (e.g. the inductor package's content
+  // hash): executables with equal keys run the same kernels. "": the backend does not say
+  // (then the graph it was compiled from and the backend name stand for it). Calibration
+  // caches a partition's measured time under it.
+  virtual std::string code_key() const { return std::string(); }
 };
 
 // What the compiler hands a backend besides the graph.

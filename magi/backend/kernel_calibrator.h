@@ -21,17 +21,19 @@
 #ifndef MAGI_BACKEND_KERNEL_CALIBRATOR_H_
 #define MAGI_BACKEND_KERNEL_CALIBRATOR_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "magi/backend/backend.h"
 #include "magi/ir/graph.h"
 
 namespace magi {
 
 // One kernel to time: a compute node or a collective start of a graph of the module
-// being compiled (never a wait or a call).
+// being compiled (never a wait), or a partition call with its compiled partition.
 struct KernelRequest {
   const Node* node = nullptr;
   // A time measured earlier on this machine (the cache), if any.
@@ -46,6 +48,10 @@ struct KernelRequest {
   // communicator's threads share the cores, and the collective takes longer than alone
   // (about 2x on 2 cores, docs/passes.md): it is measured with that much compute running.
   double compute_during_seconds = 0;
+  // For a magi::call node: the compiled partition it runs (after the compile driver's
+  // partition backends compiled it). The calibrator runs it by itself on inputs of the
+  // call's operand types, as it runs a kernel. Null otherwise.
+  std::shared_ptr<Executable> callee;
 };
 
 // The time of one kernel as every rank agrees on it.

@@ -94,18 +94,56 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
     }
     MAGI_RETURN_IF_ERROR(Measure(collectives, collective_keys, &measured_now));
   }
-  if (measured_now > 0) {
-    absl::Status saved = cache_.Save();
-    if (!saved.ok()) {
-      warnings_.push_back(absl::StrCat("warning: ", saved.message(), "; the ", measured_now,
-                                       " times measured now serve this compile only"));
-    }
-  }
+  SaveCache(measured_now);
   return absl::OkStatus();
 }
 
+absl::Status AutoCalibration::CalibrateCalls(const Graph& graph,
+                                             const std::map<std::string, std::shared_ptr<Executable>>& callees) {
+  std::vector<KernelRequest> requests;
+  std::vector<std::string> keys, cache_keys;
+  std::set<std::string> seen;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() != kCallOp) continue;
+    auto callee = callees.find(CalleeName(*node));
+    if (callee == callees.end() || callee->second == nullptr) continue;
+    std::string key = CalibrationTable::KeyOf(*node);
+    if (table_->Find(key) || unmeasurable_.count(key) || !seen.insert(key).second) continue;
+    const Executable& executable = *callee->second;
+    std::string cache_key = absl::StrCat(key, " on ", executable.backend_name());
+    if (std::string code = executable.code_key(); !code.empty()) absl::StrAppend(&cache_key, " code ", code);
+    KernelRequest request;
+    request.node = node;
+    request.callee = callee->second;
+    request.known = steps_cache_.table().Find(key);
+    if (request.known) {
+      known_from_steps_.insert(key);
+    } else {
+      request.known = cache_.table().Find(cache_key);
+    }
+    requests.push_back(std::move(request));
+    keys.push_back(std::move(key));
+    cache_keys.push_back(std::move(cache_key));
+  }
+  // Called on every rank whatever its graph (see Calibrate).
+  int measured_now = 0;
+  MAGI_RETURN_IF_ERROR(Measure(requests, keys, &measured_now, cache_keys));
+  SaveCache(measured_now);
+  return absl::OkStatus();
+}
+
+void AutoCalibration::SaveCache(int measured_now) {
+  if (measured_now == 0) return;
+  absl::Status saved = cache_.Save();
+  if (!saved.ok()) {
+    warnings_.push_back(absl::StrCat("warning: ", saved.message(), "; the ", measured_now,
+                                     " times measured now serve this compile only"));
+  }
+}
+
 absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests, const std::vector<std::string>& keys,
-                                      int* measured_now) {
+                                      int* measured_now, const std::vector<std::string>& cache_keys) {
+  MAGI_CHECK(cache_keys.empty() || cache_keys.size() == keys.size());
   auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<KernelTime>> times = calibrator_->Calibrate(requests);
   stats_.measure_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -129,7 +167,7 @@ absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests
     if (time.measured) {
       ++stats_.measured;
       ++*measured_now;
-      cache_.Set(keys[i], *time.seconds, std::max<int64_t>(1, time.runs));
+      cache_.Set(cache_keys.empty() ? keys[i] : cache_keys[i], *time.seconds, std::max<int64_t>(1, time.runs));
     } else if (known_from_steps_.count(keys[i])) {
       ++stats_.from_steps;
     } else {

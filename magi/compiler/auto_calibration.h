@@ -11,9 +11,9 @@
 // step runs before it (the median over its occurrences, from the times just measured):
 // collectives issued after compute take longer than back to back
 // (KernelRequest::compute_before_seconds says why). The compile driver calls Calibrate on
-// the graph it is about to search or run passes on, and again on the optimized graph,
-// whose fused collectives and new
-// shapes were not there before. The table is filled with the times the calibrator
+// the graph it is about to search or run passes on, again on the optimized graph,
+// whose fused collectives and new shapes were not there before, and (CalibrateCalls) on
+// the partitioned step once its partitions are compiled. The table is filled with the times the calibrator
 // returns (the same on every rank), never straight from this machine's file, so all
 // ranks plan with one table even when their caches differ.
 //
@@ -27,6 +27,7 @@
 #ifndef MAGI_COMPILER_AUTO_CALIBRATION_H_
 #define MAGI_COMPILER_AUTO_CALIBRATION_H_
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -61,6 +62,17 @@ class AutoCalibration {
   // serve this compile. Fails only when the calibrator does (ranks that cannot agree).
   absl::Status Calibrate(const Graph& graph);
 
+  // Gives `table` a time for every distinct partition call of `graph` it lacks: the
+  // magi::call nodes whose callee `callees` (by callee graph name, CompileContext's map)
+  // holds a compiled executable, run by itself (KernelRequest::callee). The cost model
+  // then times the partitioned step by what the partition backends compiled, not by the
+  // ATen kernels they replaced. Cached in the micro-run cache under the call's key plus
+  // the executable's backend and code key (another compile of the same partition, e.g.
+  // with other Inductor settings, is measured again); earlier runs' steps are used first,
+  // as for kernels. Calls without an executable keep the cost model's formula (the sum of
+  // the callee's nodes). Same failure rules as Calibrate.
+  absl::Status CalibrateCalls(const Graph& graph, const std::map<std::string, std::shared_ptr<Executable>>& callees);
+
   const CalibrationStats& stats() const { return stats_; }
   const CalibrationCache& cache() const { return cache_; }
   const CalibrationCache& steps_cache() const { return steps_cache_; }
@@ -72,8 +84,11 @@ class AutoCalibration {
 
  private:
   // Asks the calibrator for `requests` (keys[i] is requests[i]'s) and records the times.
+  // `cache_keys` (empty: `keys`) are where the micro-run cache files the times.
   absl::Status Measure(const std::vector<KernelRequest>& requests, const std::vector<std::string>& keys,
-                       int* measured_now);
+                       int* measured_now, const std::vector<std::string>& cache_keys = {});
+  // Saves the micro-run cache after `measured_now` new times (a failure is a warning).
+  void SaveCache(int measured_now);
 
   std::shared_ptr<KernelCalibrator> calibrator_;
   CalibrationTable* table_;

@@ -10,10 +10,13 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/compiler/compiler.h"
+#include "magi/ir/magi_ops.h"
+#include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/passes/pass_test_util.h"
 #include "magi/registry/registry.h"
@@ -39,6 +42,42 @@ class NullBackend : public Backend {
 };
 MAGI_REGISTER(Backend, "null", [](const ComponentOptions&) -> absl::StatusOr<std::unique_ptr<Backend>> {
   return std::make_unique<NullBackend>();
+});
+
+// A partition backend that takes exp and neg and declines the rest; its executables name
+// their code by the option `code` (as the inductor package's hash would).
+class CodedExecutable : public Executable {
+ public:
+  explicit CodedExecutable(std::string code) : code_(std::move(code)) {}
+  absl::string_view backend_name() const override { return "pointwise-test"; }
+  std::string code_key() const override { return code_; }
+
+ private:
+  std::string code_;
+};
+class PointwiseBackend : public Backend {
+ public:
+  explicit PointwiseBackend(std::string code) : code_(std::move(code)) {}
+  absl::string_view name() const override { return "pointwise-test"; }
+  Capability GetCapability(const Module&, const Graph& graph) const override {
+    Capability capability;
+    for (const Node* node : graph.nodes()) {
+      if (node->op() != "aten::exp" && node->op() != "aten::neg") capability.unsupported.push_back({node, "not exp or neg"});
+    }
+    return capability;
+  }
+  using Backend::Compile;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module&, const Graph&,
+                                                      const CompileContext&) const override {
+    return std::unique_ptr<Executable>(new CodedExecutable(code_));
+  }
+
+ private:
+  std::string code_;
+};
+MAGI_REGISTER(Backend, "pointwise-test", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  auto code = options.find("code");
+  return std::make_unique<PointwiseBackend>(code == options.end() ? "" : code->second);
 });
 
 // "Measures" 3x the cpu profile's formula plus 1 us, and records every key it measured.
@@ -283,6 +322,80 @@ TEST(AutoCalibrationTest, AnUnwritableCacheIsAWarningAndTheTimesStillServe) {
       << step->notes[0];
   EXPECT_NE(step->notes[0].find("times measured now serve this compile only"), std::string::npos) << step->notes[0];
   for (const std::string& key : KernelKeys(step->graph())) EXPECT_TRUE(step->calibration->Find(key)) << key;
+}
+
+// After partitioning, each distinct compiled partition is measured by itself (one request
+// per structure, with its executable), cached under its code key, and the step predicted
+// again with those times; a recompile with the same code reads the cache, another code is
+// measured again.
+TEST(AutoCalibrationTest, CompiledPartitionsAreMeasuredAndThePartitionedStepPredicted) {
+  constexpr absl::string_view kStep = R"(module @m {
+  graph @step {
+    input %x: f32[256,256]
+    input %w: f32[256,256] {role = param}
+    %e0 = aten::exp(%x) : f32[256,256]
+    %n0 = aten::neg(%e0) : f32[256,256]
+    %h0 = aten::mm(%n0, %w) : f32[256,256]
+    %e1 = aten::exp(%h0) : f32[256,256]
+    %n1 = aten::neg(%e1) : f32[256,256]
+    %h1 = aten::mm(%n1, %w) : f32[256,256]
+    %n2 = aten::neg(%h1) : f32[256,256]
+    output y = %n2
+  }
+}
+)";
+  const std::string dir = FreshDir("partitions");
+  auto compile = [&](const std::string& code, std::shared_ptr<CountingCalibrator> calibrator) {
+    CompileOptions options;
+    options.backend = "null";
+    options.partitioning.log = false;
+    options.partitioning.backends = {absl::StrCat("pointwise-test{code=", code, "}")};
+    options.cost_model.device_profile = "cpu";
+    options.cost_model.calibrator = std::move(calibrator);
+    options.cost_model.calibration_cache_dir = dir;
+    absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+    EXPECT_TRUE(module.ok()) << module.status();
+    return Compile(*std::move(module), "step", options);
+  };
+  auto first = std::make_shared<CountingCalibrator>();
+  absl::StatusOr<CompiledStep> step = compile("A", first);
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_EQ(step->partitions.size(), 3u);
+  std::set<std::string> call_keys;
+  for (const Node* node : step->graph().nodes()) {
+    if (node->op() == kCallOp) call_keys.insert(CalibrationTable::KeyOf(*node));
+  }
+  ASSERT_EQ(call_keys.size(), 2u);  // exp+neg twice (one structure), neg once
+  std::set<std::string> measured_calls;
+  for (const std::string& key : first->measured) {
+    if (call_keys.count(key)) measured_calls.insert(key);
+  }
+  EXPECT_EQ(measured_calls, call_keys);
+  EXPECT_EQ(std::count_if(first->measured.begin(), first->measured.end(),
+                          [&](const std::string& key) { return call_keys.count(key) > 0; }),
+            2);  // one request per structure
+  // The counting calibrator's partition is 3x its nodes' formula + 1 us, the kernels it
+  // replaced 3x + 1 us each: 1 us less per partition of two nodes.
+  EXPECT_NEAR(step->prediction.step_seconds, step->optimized.prediction.step_seconds - 2e-6, 1e-9);
+  EXPECT_EQ(step->prediction.peak_bytes, step->optimized.prediction.peak_bytes);
+  const std::string& note = step->notes.back();
+  EXPECT_NE(note.find("predicted step with the compiled partitions"), std::string::npos) << note;
+  EXPECT_NE(note.find("2 of 2 distinct partitions timed as compiled"), std::string::npos) << note;
+  CalibrationCache cache = CalibrationCache::Open(dir, "test device, libtorch 0.0");
+  for (const std::string& key : call_keys) {
+    EXPECT_TRUE(cache.table().Find(key + " on pointwise-test code A").has_value()) << key;
+  }
+
+  auto again = std::make_shared<CountingCalibrator>();
+  step = compile("A", again);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(again->measured.empty());
+  EXPECT_NEAR(step->prediction.step_seconds, step->optimized.prediction.step_seconds - 2e-6, 1e-9);
+
+  auto recompiled = std::make_shared<CountingCalibrator>();
+  step = compile("B", recompiled);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(std::set<std::string>(recompiled->measured.begin(), recompiled->measured.end()), call_keys);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "magi/base/status_macros.h"
+#include "magi/ir/magi_ops.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/align_collectives.h"
 #include "magi/passes/auto_recompute_registration.h"
@@ -184,6 +185,47 @@ absl::Status AlignBeforePartitioning(Graph& graph, const std::string& backend, c
   return absl::OkStatus();
 }
 
+// CompiledStep::prediction: the step with its partitions as compiled. Fused partitions
+// run faster than the ATen kernels they replace (the 953M step on an H200: 118 ms
+// predicted from those kernels, 90 ms measured), so each distinct compiled partition is
+// timed by itself and the partitioned graph simulated again. Every rank calls the
+// calibrator here whenever partition backends were asked for (all ranks compile with the
+// same options), so none is left waiting in its exchange.
+absl::Status PredictPartitionedStep(const Graph& graph, const CompileOptions& options, CostModelBundle& cost,
+                                    CompiledStep& compiled, const std::function<void(std::string)>& note) {
+  compiled.prediction = compiled.optimized.prediction;
+  if (options.partitioning.backends.empty()) return absl::OkStatus();
+  if (cost.auto_calibration != nullptr) {
+    MAGI_RETURN_IF_ERROR(cost.auto_calibration->CalibrateCalls(graph, compiled.partition_executables));
+    compiled.optimized.calibration_summary = cost.auto_calibration->Summary();
+    compiled.optimized.calibration_stats = cost.auto_calibration->stats();
+  }
+  if (compiled.partitions.empty()) return absl::OkStatus();
+  absl::StatusOr<SimulationResult> partitioned = Simulate(graph, *cost.model);
+  if (!partitioned.ok()) {
+    note(absl::StrCat("warning: the partitioned step could not be simulated (the prediction stays the plan's): ",
+                      partitioned.status().message()));
+    return absl::OkStatus();
+  }
+  std::set<std::string> distinct, measured;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() != kCallOp) continue;
+    const std::string key = CalibrationTable::KeyOf(*node);
+    distinct.insert(key);
+    if (cost.calibration != nullptr && cost.calibration->Find(key)) measured.insert(key);
+  }
+  partitioned->peak_bytes = compiled.optimized.prediction.peak_bytes;
+  partitioned->peak_node = -1;  // an index into the graph before partitioning has no meaning here
+  if (cost.auto_calibration != nullptr) note(absl::StrFormat(
+      "predicted step with the compiled partitions: %.1f ms (%d of %d distinct partitions timed as compiled%s); "
+      "%.1f ms by the kernels they replace",
+      partitioned->step_seconds * 1e3, measured.size(), distinct.size(),
+      measured.size() < distinct.size() ? ", the others by their nodes' times" : "",
+      compiled.optimized.prediction.step_seconds * 1e3));
+  compiled.prediction = *std::move(partitioned);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const std::string& graph_name,
@@ -293,6 +335,7 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     MAGI_RETURN_IF_ERROR(VerifyModule(step_module));
     MAGI_RETURN_IF_ERROR(CheckPrimaryCapability(*primary, step_module, graph));
   }
+  MAGI_RETURN_IF_ERROR(PredictPartitionedStep(graph, options, cost, compiled, note));
   // The plan is final here (fallbacks included): what the primary backend compiles.
   compiled.plan_hash = PlanHash(step_module, options);
   if (!options.expected_plan_hash.empty() && options.expected_plan_hash != compiled.plan_hash) {

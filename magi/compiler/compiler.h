@@ -103,9 +103,15 @@ struct CompiledStep {
   // What the driver reported: calibration, per partition backend what it took and
   // declined, fallbacks.
   std::vector<std::string> notes;
-  // The measured times the search and the prediction used (null: the formulas alone);
+  // The step as it runs: the partitioned step graph simulated, each partition call timed
+  // by its compiled partition run by itself (calibration by default,
+  // AutoCalibration::CalibrateCalls; without calibration, by its nodes' times summed).
+  // Its peak is optimized.prediction's: the buffers inside a partition are its backend's,
+  // which the simulator does not see. optimized.prediction when nothing was outlined.
+  SimulationResult prediction;
+  // The measured times the search and the predictions used (null: the formulas alone);
   // Simulate(graph-before-partitioning, CostModel(profile, calibration.get())) reproduces
-  // optimized.prediction.
+  // optimized.prediction, Simulate(graph(), ...) prediction's times.
   std::shared_ptr<const CalibrationTable> calibration;
   const Module& module() const { return *optimized.module; }
   const Graph& graph() const { return optimized.graph(); }

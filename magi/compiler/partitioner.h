@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "magi/backend/backend.h"
+#include "magi/ir/graph_utils.h"  // StructuralKey
 #include "magi/ir/module.h"
 
 namespace magi {
@@ -50,9 +51,6 @@ absl::StatusOr<std::vector<Partition>> OutlinePartitions(Module& module, Graph& 
 // primary backend runs its nodes. NotFound if `module` has no graph `callee`.
 absl::Status InlinePartition(Module& module, Graph& graph, const std::string& callee);
 
-// A key equal for graphs that compute the same thing: input types, ops, constant
-// arguments, result types and how values connect, but not value names or annotations.
-std::string StructuralKey(const Graph& graph);
 
 }  // namespace magi
 

@@ -30,15 +30,6 @@ std::string KindName(CollectiveKind kind) {
 
 }  // namespace
 
-uint64_t Fnv1a64(absl::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
 std::string CanonicalRunOptions(const CompileOptions& options) {
   std::string text = absl::StrCat("backend=", options.backend, "\n");
   for (const auto& [key, value] : options.backend_options) absl::StrAppend(&text, "backend_option.", key, "=", value, "\n");
@@ -51,7 +42,7 @@ std::string CanonicalRunOptions(const CompileOptions& options) {
 
 std::string PlanHash(const Module& module, const CompileOptions& options) {
   std::string text = absl::StrCat(kPlanHashVersion, PrintModule(module), "\n", CanonicalRunOptions(options));
-  return absl::StrFormat("%016x", Fnv1a64(text));
+  return Fnv1a64Hex(text);
 }
 
 std::string DescribeCollectives(const Graph& graph) {

@@ -20,13 +20,11 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "magi/base/fnv1a.h"
 #include "magi/compiler/compile_options.h"
 #include "magi/ir/module.h"
 
 namespace magi {
-
-// 64-bit FNV-1a of `text`.
-uint64_t Fnv1a64(absl::string_view text);
 
 // The text PlanHash hashes for `options` (one "key=value" per line, fixed order).
 std::string CanonicalRunOptions(const CompileOptions& options);

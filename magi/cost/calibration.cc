@@ -9,12 +9,20 @@
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
 #include "magi/ir/collectives.h"
+#include "magi/ir/graph_utils.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
 
 std::string CalibrationTable::KeyOf(const Node& node) {
   std::string key = node.op();
-  if (IsCollectiveStart(node.op())) {
+  if (node.op() == kCallOp) {
+    // A partition call: its time is the callee's, whichever of the identical partitions it
+    // calls (their names differ), so the key names the callee's structure.
+    const Module* module = node.graph() != nullptr ? node.graph()->module() : nullptr;
+    const Graph* callee = module != nullptr ? module->FindGraph(CalleeName(node)) : nullptr;
+    absl::StrAppend(&key, "[partition ", callee != nullptr ? StructuralHash(*callee) : "@" + CalleeName(node), "]");
+  } else if (IsCollectiveStart(node.op())) {
     // Only the size of the transfer and the group matter, not the tensors' names.
     const Module* module = node.graph() != nullptr ? node.graph()->module() : nullptr;
     const Attribute* group = node.FindArg("group");

@@ -5,6 +5,9 @@
 // operand and result types ("aten::mm(f32[8,64], f32[64,64]) -> f32[8,64]"). For a
 // collective the key is its start's (kind, group size, input types) and the time is
 // start + wait of a run where nothing overlapped the two (the unscheduled graph).
+// For a partition call (magi::call) it is the callee's StructuralHash and the call's
+// types ("magi::call[partition 1f0c...](bf16[...], ...) -> ..."): identical partitions
+// share one time, the compiled partition's run by itself.
 //
 // The file is CSV, one entry per line: `mean_seconds,count,key`, written atomically;
 // lines starting with '#' are comments. Means are printed with 17 significant digits, so

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "magi/analysis/op_traits.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
 namespace {
@@ -132,6 +133,22 @@ NodeCost CostModel::Cost(const Node& node) const {
       cost.seconds = *measured;
       cost.calibrated = true;
       return cost;
+    }
+  }
+  if (node.op() == kCallOp) {
+    // An unmeasured partition: what its nodes would cost one by one (a fused partition
+    // is faster; calibration by default measures compiled partitions, AutoCalibration).
+    const Module* module = node.graph() != nullptr ? node.graph()->module() : nullptr;
+    const Graph* callee = module != nullptr ? module->FindGraph(CalleeName(node)) : nullptr;
+    if (callee != nullptr && callee != node.graph()) {
+      NodeCost sum;
+      for (const Node* inner : callee->nodes()) {
+        NodeCost part = Cost(*inner);
+        sum.flops += part.flops;
+        sum.bytes += part.bytes;
+        sum.seconds += part.seconds;
+      }
+      return sum;
     }
   }
   if (std::optional<CollectiveKind> kind = GetCollectiveKind(node.op())) {

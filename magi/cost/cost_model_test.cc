@@ -208,5 +208,66 @@ TEST(CalibrationTest, MeasuredTimesReplaceTheFormulaAndRoundTrip) {
   }
 }
 
+// A partition call is timed by its compiled partition when the table has it (one key for
+// identical partitions, whatever their names), else by its callee's nodes one by one.
+TEST(CalibrationTest, PartitionCallsShareAKeyByStructureAndSumTheirNodesUnmeasured) {
+  auto profile = ParseDeviceProfile(kProfile);
+  ASSERT_TRUE(profile.ok());
+  auto module = Parse(R"(module @m {
+  graph @step.ew.0 {
+    input %x: f32[64,64]
+    %e = aten::exp(%x) : f32[64,64]
+    %n = aten::neg(%e) : f32[64,64]
+    output n = %n
+  }
+  graph @step.ew.1 {
+    input %y: f32[64,64]
+    %u = aten::exp(%y) : f32[64,64]
+    %v = aten::neg(%u) : f32[64,64]
+    output v = %v
+  }
+  graph @step.ew.2 {
+    input %y: f32[64,64]
+    %u = aten::neg(%y) : f32[64,64]
+    %v = aten::exp(%u) : f32[64,64]
+    output v = %v
+  }
+  graph @step {
+    input %a: f32[64,64]
+    %b = magi::call([%a], callee = "step.ew.0") : f32[64,64]
+    %m = aten::mm(%b, %b) : f32[64,64]
+    %c = magi::call([%m], callee = "step.ew.1") : f32[64,64]
+    %d = magi::call([%c], callee = "step.ew.2") : f32[64,64]
+    output d = %d
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const Graph& step = *module->FindGraph("step");
+  const Node& b = *step.FindValue("b")->producer();
+  const Node& c = *step.FindValue("c")->producer();
+  const Node& d = *step.FindValue("d")->producer();
+  EXPECT_EQ(CalibrationTable::KeyOf(b), CalibrationTable::KeyOf(c));
+  EXPECT_NE(CalibrationTable::KeyOf(b), CalibrationTable::KeyOf(d));
+  EXPECT_EQ(CalibrationTable::KeyOf(b).rfind("magi::call[partition ", 0), 0u) << CalibrationTable::KeyOf(b);
+  EXPECT_NE(CalibrationTable::KeyOf(b).find("(f32[64,64]) -> f32[64,64]"), std::string::npos);
+
+  CalibrationTable table;
+  CostModel model(*profile, &table);
+  const Graph& callee = *module->FindGraph("step.ew.0");
+  double nodes = 0;
+  for (const Node* node : callee.nodes()) nodes += model.Cost(*node).seconds;
+  NodeCost unmeasured = model.Cost(b);
+  EXPECT_FALSE(unmeasured.calibrated);
+  EXPECT_DOUBLE_EQ(unmeasured.seconds, nodes);
+  EXPECT_GT(unmeasured.bytes, 0);
+
+  table.Set(CalibrationTable::KeyOf(b), 7e-6);
+  EXPECT_TRUE(model.Cost(b).calibrated);
+  EXPECT_DOUBLE_EQ(model.Cost(b).seconds, 7e-6);
+  EXPECT_DOUBLE_EQ(model.Cost(c).seconds, 7e-6);  // the identical partition
+  EXPECT_FALSE(model.Cost(d).calibrated);
+}
+
 }  // namespace
 }  // namespace magi

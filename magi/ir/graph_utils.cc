@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/check.h"
+#include "magi/base/fnv1a.h"
 
 namespace magi {
 
@@ -149,5 +150,44 @@ absl::StatusOr<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& graph, absl:
   }
   return sub;
 }
+
+std::string StructuralKey(const Graph& graph) {
+  absl::flat_hash_map<const Value*, int> number;
+  std::string key;
+  for (const Value* input : graph.inputs()) {
+    absl::StrAppend(&key, "in ", input->type().ToString(), " ", InputRoleName(input->role()), ";");
+    number.emplace(input, static_cast<int>(number.size()));
+  }
+  for (const Node* node : graph.nodes()) {
+    absl::StrAppend(&key, node->op(), "(");
+    for (const Argument& arg : node->args()) {
+      absl::StrAppend(&key, arg.name, "=");
+      if (arg.value.kind() == AttrKind::kOperand) {
+        absl::StrAppend(&key, "$", number.at(node->operand(arg.value.as_operand().index)));
+      } else if (arg.value.kind() == AttrKind::kOperandList) {
+        absl::StrAppend(&key, "[");
+        for (int index : arg.value.as_operand_list().indices) {
+          absl::StrAppend(&key, index == OperandListRef::kNoOperand ? std::string("none")
+                                                                     : absl::StrCat("$", number.at(node->operand(index))),
+                          ",");
+        }
+        absl::StrAppend(&key, "]");
+      } else {
+        absl::StrAppend(&key, arg.value.ToString());
+      }
+      absl::StrAppend(&key, ",");
+    }
+    absl::StrAppend(&key, ")->");
+    for (const Value* result : node->results()) {
+      absl::StrAppend(&key, result->type().ToString(), ",");
+      number.emplace(result, static_cast<int>(number.size()));
+    }
+    absl::StrAppend(&key, ";");
+  }
+  for (const GraphOutput& output : graph.outputs()) absl::StrAppend(&key, "out $", number.at(output.value), ";");
+  return key;
+}
+
+std::string StructuralHash(const Graph& graph) { return Fnv1a64Hex(StructuralKey(graph)); }
 
 }  // namespace magi

@@ -41,6 +41,13 @@ std::unique_ptr<Module> CloneModule(const Module& module);
 absl::StatusOr<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& graph, absl::Span<Node* const> nodes,
                                                        std::string name);
 
+// A key equal for graphs that compute the same thing: input types, ops, constant
+// arguments, result types and how values connect, but not value names or annotations.
+// (Identical partitions share one compiled executable and one measured time.)
+std::string StructuralKey(const Graph& graph);
+// StructuralKey's 64-bit FNV-1a as 16 hex digits: stable across runs and hosts.
+std::string StructuralHash(const Graph& graph);
+
 }  // namespace magi
 
 #endif  // MAGI_IR_GRAPH_UTILS_H_

@@ -4,8 +4,15 @@
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
+#include <cstdlib>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "magi/backend/interpreter/kernel_calibrator.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
+#include "magi/cost/simulator.h"
 #include "magi/frontend/capture/capture.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/ir/magi_ops.h"
@@ -62,6 +69,58 @@ TEST(PartitionedStepTest, TinyLlamaStepMatchesTheInterpreter) {
     EXPECT_TRUE(torch::equal(reference.outputs[i], partitioned.outputs[i]))
         << name << " differs by " << (reference.outputs[i] - partitioned.outputs[i]).abs().max().item<double>();
   }
+}
+
+// Calibration by default times each distinct compiled partition by itself (the elementwise
+// backend's fused loops, run through their TorchExecutable on synthesized inputs) and
+// predicts the partitioned step with those times; the step still runs as before.
+TEST(PartitionedStepTest, CompiledPartitionsAreTimedForThePrediction) {
+  torch::manual_seed(0);
+  models::Llama model(models::LlamaConfig::Tiny());
+  at::Tensor tokens = torch::randint(0, 256, {2, 16}, torch::kLong);
+  at::Tensor targets = torch::randint(0, 256, {2, 16}, torch::kLong);
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(
+      *model, [&](const std::vector<at::Tensor>& in) { return models::LanguageModelLoss(model->forward(in[0]), in[1]); },
+      {tokens, targets});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  absl::StatusOr<std::vector<at::Tensor>> inputs = BindInputs(*captured, *model, {tokens, targets});
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+
+  CompileOptions options;
+  options.partitioning.backends = {"elementwise"};
+  options.cost_model.device_profile = "cpu";
+  options.cost_model.calibrator = MakeTorchKernelCalibrator(TorchKernelCalibratorOptions());
+  options.cost_model.calibration_cache_dir = std::string(std::getenv("TEST_TMPDIR")) + "/partition_times";
+  absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(*captured->module), captured->graph_name, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_FALSE(compiled->partitions.empty());
+  std::set<std::string> call_keys;
+  for (const Node* node : compiled->graph().nodes()) {
+    if (node->op() != kCallOp) continue;
+    const std::string key = CalibrationTable::KeyOf(*node);
+    call_keys.insert(key);
+    std::optional<double> seconds = compiled->calibration->Find(key);
+    ASSERT_TRUE(seconds.has_value()) << key;
+    EXPECT_GT(*seconds, 0) << key;
+  }
+  const std::string expected = absl::StrCat(call_keys.size(), " of ", call_keys.size(), " distinct partitions timed as compiled");
+  bool noted = false;
+  for (const std::string& note : compiled->notes) noted |= note.find(expected) != std::string::npos;
+  EXPECT_TRUE(noted) << absl::StrJoin(compiled->notes, "\n");
+  // The prediction is of the graph that runs: simulating it with the same table agrees.
+  CostModel model_of_step(*LoadDeviceProfile("cpu"), compiled->calibration.get());
+  absl::StatusOr<SimulationResult> again = Simulate(compiled->graph(), model_of_step);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_DOUBLE_EQ(again->step_seconds, compiled->prediction.step_seconds);
+  EXPECT_NE(compiled->prediction.step_seconds, compiled->optimized.prediction.step_seconds);
+
+  auto* executable = dynamic_cast<TorchExecutable*>(compiled->executable.get());
+  ASSERT_NE(executable, nullptr);
+  Outcome reference = CompileAndRun(*captured, *inputs, {});
+  absl::StatusOr<std::vector<at::Tensor>> outputs = executable->Run(*inputs);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(outputs->size(), reference.outputs.size());
+  for (size_t i = 0; i < outputs->size(); ++i) EXPECT_TRUE(torch::equal((*outputs)[i], reference.outputs[i])) << i;
 }
 
 TEST(PartitionedStepTest, AlphaUsesOneRoundingLikeATen) {

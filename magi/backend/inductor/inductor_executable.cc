@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "magi/compat/torch_compat.h"
 
 namespace magi::inductor {
@@ -51,6 +52,13 @@ InductorExecutable::InductorExecutable(std::unique_ptr<compat::AotiPackage> pack
       input_names_(std::move(input_names)),
       num_outputs_(num_outputs),
       info_(std::move(info)) {}
+
+std::string InductorExecutable::code_key() const {
+  absl::string_view name = info_.package_path;
+  if (size_t slash = name.rfind('/'); slash != absl::string_view::npos) name.remove_prefix(slash + 1);
+  absl::ConsumeSuffix(&name, ".pt2");
+  return std::string(name);
+}
 
 absl::StatusOr<std::vector<at::Tensor>> InductorExecutable::Run(const std::vector<at::Tensor>& inputs) {
   auto start = std::chrono::steady_clock::now();

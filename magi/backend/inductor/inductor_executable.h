@@ -33,6 +33,9 @@ class InductorExecutable : public TorchExecutable {
                      std::vector<std::string> input_names, int num_outputs, PackageInfo info);
 
   absl::string_view backend_name() const override { return "inductor"; }
+  // The package's key (the sha256 its file is named by): FX program, Inductor settings,
+  // PyTorch version and device.
+  std::string code_key() const override;
   // Runs the package on `inputs` (CUDA: on the current stream). InvalidArgument naming the
   // input when its dtype, sizes or device differ from the compiled ones; an input with
   // other strides is copied into the compiled strides first.

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <mutex>
 
@@ -29,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "magi/backend/common/step_plan.h"
+#include "magi/backend/torch_executable.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/cost/calibration.h"
@@ -340,6 +342,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // by itself. Fails only for a collective (its peers wait on it).
   absl::StatusOr<std::optional<Timing>> Measure(const KernelRequest& request) {
     const Node& node = *request.node;
+    if (request.callee != nullptr) return MeasureCall(node, *request.callee);
     absl::StatusOr<const NodePlan*> found = PlanOf(node);
     if (!found.ok()) return Unmeasurable(node, found.status().message());
     const NodePlan& plan = **found;
@@ -359,14 +362,42 @@ class TorchKernelCalibrator : public KernelCalibrator {
       case NodePlan::Kind::kCollectiveStart:
         return MeasureCollective(plan, slots, request.compute_before_seconds, request.compute_during_seconds);
       case NodePlan::Kind::kOp:
-      case NodePlan::Kind::kAdamW:
-        return MeasureCompute(plan, slots, device);
+      case NodePlan::Kind::kAdamW: {
+        // magi::adamw on CUDA is timed as the multi-tensor kernel that nccl_stream, the
+        // CUDA runtime, runs it with (one tensor per launch here); the interpreter's
+        // op-by-op reference update is a check, not what a CUDA step pays.
+        return MeasureRuns(node, device, [&]() -> absl::Status {
+#ifdef MAGI_WITH_CUDA
+          if (plan.kind == NodePlan::Kind::kAdamW && device.is_cuda()) return RunFusedAdamW(plan, slots);
+#endif
+          return RunOnce(plan, slots);
+        });
+      }
       case NodePlan::Kind::kWait:
       case NodePlan::Kind::kCall:
       case NodePlan::Kind::kLocalShard:  // this rank's slice of a gathered tensor: left to the formula
         break;
     }
     return Unmeasurable(node, "not a kernel");
+  }
+
+  // A compiled partition (magi::call), run by itself on inputs of the call's types.
+  absl::StatusOr<std::optional<Timing>> MeasureCall(const Node& node, Executable& callee) {
+    auto* executable = dynamic_cast<TorchExecutable*>(&callee);
+    if (executable == nullptr) {
+      return Unmeasurable(node, absl::StrCat("backend '", callee.backend_name(), "' does not run LibTorch tensors"));
+    }
+    const int64_t bound = IndexBound(node);
+    std::vector<at::Tensor> inputs;
+    at::Device device(at::kCPU);
+    for (const Value* operand : node.operands()) {
+      if (!operand->type().is_tensor()) return Unmeasurable(node, absl::StrCat("%", operand->name(), " is not a tensor"));
+      absl::StatusOr<at::Tensor> tensor = Synthesize(operand->type().tensor(), bound);
+      if (!tensor.ok()) return Unmeasurable(node, tensor.status().message());
+      if (tensor->is_cuda()) device = tensor->device();
+      inputs.push_back(*std::move(tensor));
+    }
+    return MeasureRuns(node, device, [&]() -> absl::Status { return executable->Run(inputs).status(); });
   }
 
   std::optional<Timing> Unmeasurable(const Node& node, absl::string_view why) {
@@ -392,13 +423,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return CheckResults(plan, results);
   }
 
-  absl::StatusOr<std::optional<Timing>> MeasureCompute(const NodePlan& plan, const std::vector<at::Tensor>& slots,
-                                                       const at::Device& device) {
+  // Times `run` (one run of `node`'s kernels, checked): the mean of a few runs.
+  absl::StatusOr<std::optional<Timing>> MeasureRuns(const Node& node, const at::Device& device,
+                                                    const std::function<absl::Status()>& run) {
 #ifdef MAGI_WITH_CUDA
-    if (device.is_cuda()) return MeasureOnCuda(plan, slots, device);
+    if (device.is_cuda()) return MeasureOnCuda(node, device, run);
 #endif
     // A warm-up run (first-call allocations, lazy initialization) that also checks the op.
-    if (absl::Status warm = RunOnce(plan, slots); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
+    if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(node, warm.message());
     std::vector<double> samples;
     auto budget_start = Clock::now();
     while (static_cast<int>(samples.size()) < options_.max_runs &&
@@ -406,7 +438,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
             SecondsSince(budget_start) < options_.seconds_per_kernel)) {
       Synchronize(device);
       auto start = Clock::now();
-      if (absl::Status run = RunOnce(plan, slots); !run.ok()) return Unmeasurable(*plan.node, run.message());
+      if (absl::Status ran = run(); !ran.ok()) return Unmeasurable(node, ran.message());
       Synchronize(device);
       samples.push_back(SecondsSince(start));
     }
@@ -420,21 +452,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // kernels and the end event behind it, so the events time the kernels, not the host's
   // dispatch and launch latency (timing from synchronization to synchronization counted
   // ~10 us of that per op, more than many of a step's kernels take).
-  // magi::adamw is timed as the multi-tensor kernel that nccl_stream, the CUDA runtime,
-  // runs it with (one tensor per launch here); the interpreter's op-by-op reference
-  // update is a check, not what a CUDA step pays.
-  absl::StatusOr<std::optional<Timing>> MeasureOnCuda(const NodePlan& plan, const std::vector<at::Tensor>& slots,
-                                                      const at::Device& device) {
-    auto run = [&]() -> absl::Status {
-      if (plan.kind == NodePlan::Kind::kAdamW) return RunFusedAdamW(plan, slots);
-      return RunOnce(plan, slots);
-    };
+  absl::StatusOr<std::optional<Timing>> MeasureOnCuda(const Node& node, const at::Device& device,
+                                                      const std::function<absl::Status()>& run) {
     // Warm-up (first-call allocations, lazy initialization, the check of the op); then
     // one more run says how long the host takes to queue a warm one.
-    if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
+    if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(node, warm.message());
     Synchronize(device);
     auto host_start = Clock::now();
-    if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(*plan.node, warm.message());
+    if (absl::Status warm = run(); !warm.ok()) return Unmeasurable(node, warm.message());
     const double host_seconds = SecondsSince(host_start);
     Synchronize(device);
     // The spin covers the host's queueing several times over: at least 100 us at 2 GHz,
@@ -445,7 +470,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
     if (cudaEventCreate(&begin) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess) {
       if (begin != nullptr) cudaEventDestroy(begin);
       cudaGetLastError();
-      return Unmeasurable(*plan.node, "cannot create CUDA events");
+      return Unmeasurable(node, "cannot create CUDA events");
     }
     auto cuda_check = [](cudaError_t error, absl::string_view what) {
       return error == cudaSuccess ? absl::OkStatus()
@@ -474,7 +499,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
     cudaEventDestroy(end);
     if (!failed.ok()) {
       cudaGetLastError();  // the failure is this kernel's: later launches must not see it
-      return Unmeasurable(*plan.node, failed.message());
+      return Unmeasurable(node, failed.message());
     }
     return Timing{Mean(samples), static_cast<int>(samples.size())};
   }

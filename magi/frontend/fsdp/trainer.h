@@ -178,7 +178,7 @@ class FsdpTrainer {
   // partitions other backends took.
   const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
   const std::string& strategy_report() const { return compiled_.optimized.strategy_report; }
-  const SimulationResult& prediction() const { return compiled_.optimized.prediction; }
+  const SimulationResult& prediction() const { return compiled_.prediction; }
   // What calibration by default did for the step ("" unless StepOptimization::calibration is "auto").
   const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
   const CalibrationStats& calibration_stats() const { return compiled_.optimized.calibration_stats; }
