@@ -56,6 +56,40 @@ bool AlphaIsOne(const Node& add) {
   return false;
 }
 
+// LibTorch's test for strides "like channels last" (c10/core/MemoryFormat.h,
+// is_channels_last_strides_2d_s4 / _3d_s5): the dims from the channel dim (1) outward,
+// then the batch dim, have increasing strides. Only rank 4 and 5 tensors can be so.
+bool StridesLikeChannelsLast(const TensorType& type) {
+  const size_t rank = type.sizes.size();
+  if (rank != 4 && rank != 5) return false;
+  const std::vector<int64_t> strides = type.strides.empty() ? ContiguousStrides(type.sizes) : type.strides;
+  const std::vector<size_t> order = rank == 4 ? std::vector<size_t>{1, 3, 2, 0} : std::vector<size_t>{1, 4, 3, 2, 0};
+  if (strides[1] == 0) return false;
+  int64_t min = 0;
+  for (size_t d : order) {
+    if (type.sizes[d] == 0 || strides[d] < min) return false;
+    if (d == 0 && min == strides[1]) return false;  // N111 and the like: LibTorch defaults to contiguous
+    min = strides[d];
+    if (type.sizes[d] > 1) min *= type.sizes[d];
+  }
+  return true;
+}
+
+// The strides LibTorch gives a channels-last tensor of `sizes` (rank 4 or 5): the channel
+// dim innermost, then the spatial dims from the last, then the batch.
+std::vector<int64_t> ChannelsLastStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  std::vector<size_t> order = {1};
+  for (size_t d = sizes.size() - 1; d >= 2; --d) order.push_back(d);
+  order.push_back(0);
+  for (size_t d : order) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
 bool OnlyReadBy(const Value* value, const Node* reader) {
   for (const Use& use : value->uses()) {
     if (use.user != reader) return false;
@@ -91,10 +125,24 @@ absl::StatusOr<bool> SliceGradsToCat::RunImpl(Module& module) {
       Value* a = add->operand(0);
       Value* b = add->operand(1);
       if (outputs.contains(a) || outputs.contains(b) || !OnlyReadBy(a, add) || !OnlyReadBy(b, add)) continue;
+      // aten::cat lays its result out as its inputs suggest: channels last when every
+      // input's strides are like channels last (a rank-4 gradient of a transposed view
+      // can be), contiguous otherwise. The add's result, and what reads it (views with
+      // explicit strides such as _reshape_alias), are contiguous: then a clone to
+      // contiguous follows the cat (a fusing backend writes the cat so at once).
+      const bool channels_last = StridesLikeChannelsLast(lo) && StridesLikeChannelsLast(hi);
+      TensorType cat_layout = cat_type;
+      if (channels_last) cat_layout.strides = ChannelsLastStrides(cat_type.sizes);
       Node* cat = graph->AddNode("aten::cat", {NodeArg(std::vector<Value*>{x->grad, y->grad}), NodeArg(Attribute(x->dim))},
-                                 {result_type}, add);
+                                 {Type::Tensor(cat_layout)}, add);
       cat->mutable_annotations() = add->annotations();
-      graph->ReplaceAllUsesWith(add->result(0), cat->result(0));  // outputs too
+      Node* result = cat;
+      if (channels_last) {
+        result = graph->AddNode("aten::clone", {NodeArg(cat->result(0)), NodeArg(Attribute(int64_t{0}), "memory_format")},
+                                {result_type}, add);
+        result->mutable_annotations() = add->annotations();
+      }
+      graph->ReplaceAllUsesWith(add->result(0), result->result(0));  // outputs too
       Node* fill_a = a->producer();
       Node* fill_b = b->producer();
       graph->EraseNode(add);

@@ -37,6 +37,53 @@ TEST(SliceGradsToCatTest, TwoHalvesAddedBecomeOneCat) {
 )");
 }
 
+// Halves whose strides are like channels last (the gradient of RoPE applied to heads laid
+// out [batch, seq, heads, head_dim] and read transposed): aten::cat would lay its result out
+// channels last, but the add's result is contiguous and a _reshape_alias reads it as such.
+// The cat gets its real layout and a clone to contiguous follows (found as wrong values:
+// the interpreter's cat was [1024,1,256,16] where the IR said contiguous).
+TEST(SliceGradsToCatTest, ChannelsLastHalvesGetACloneToContiguous) {
+  EXPECT_EQ(testing::RunPassOnText("slice-grads-to-cat", R"(module @m {
+  graph @g {
+    input %a: f32[2,16,4,8]strides[512,1,128,16]
+    input %b: f32[2,16,4,8]strides[512,1,128,16]
+    %lo = aten::slice_backward(%a, [2, 16, 4, 16], 3, 0, 8, 1) : f32[2,16,4,16]
+    %hi = aten::slice_backward(%b, [2, 16, 4, 16], 3, 8, 16, 1) : f32[2,16,4,16]
+    %g = aten::add.Tensor(%lo, %hi, alpha = 1) : f32[2,16,4,16]
+    %r = aten::_reshape_alias(%g, [2, 16, 64], [1024, 64, 1]) : f32[2,16,64]
+    output r = %r
+  }
+}
+)",
+                                    /*expect_changed=*/true),
+            R"(module @m {
+  graph @g {
+    input %a: f32[2,16,4,8]strides[512,1,128,16]
+    input %b: f32[2,16,4,8]strides[512,1,128,16]
+    %0 = aten::cat([%a, %b], 3) : f32[2,16,4,16]strides[1024,1,256,16]
+    %1 = aten::clone(%0, memory_format = 0) : f32[2,16,4,16]
+    %r = aten::_reshape_alias(%1, [2, 16, 64], [1024, 64, 1]) : f32[2,16,64]
+    output r = %r
+  }
+}
+)");
+  // One contiguous half makes LibTorch's cat contiguous: no clone.
+  const std::string mixed = testing::RunPassOnText("slice-grads-to-cat", R"(module @m {
+  graph @g {
+    input %a: f32[2,16,4,8]strides[512,1,128,16]
+    input %b: f32[2,16,4,8]
+    %lo = aten::slice_backward(%a, [2, 16, 4, 16], 3, 0, 8, 1) : f32[2,16,4,16]
+    %hi = aten::slice_backward(%b, [2, 16, 4, 16], 3, 8, 16, 1) : f32[2,16,4,16]
+    %g = aten::add.Tensor(%lo, %hi, alpha = 1) : f32[2,16,4,16]
+    output g = %g
+  }
+}
+)",
+                                                       /*expect_changed=*/true);
+  EXPECT_NE(mixed.find("%0 = aten::cat([%a, %b], 3) : f32[2,16,4,16]\n"), std::string::npos) << mixed;
+  EXPECT_EQ(mixed.find("aten::clone"), std::string::npos) << mixed;
+}
+
 TEST(SliceGradsToCatTest, LeavesWhatIsNotTwoTilingHalvesReadOnlyByTheAdd) {
   // Overlapping ranges, a step of 2, a fill that something else reads, alpha 2.
   for (const char* body : {

@@ -2,9 +2,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -374,6 +376,22 @@ std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack) {
   return tensors;
 }
 
+namespace {
+
+// MAGI_CHECK_STRIDES=1: results must also have the IR's strides (sizes-1 dims aside). Off by
+// default: a backend or LibTorch version may lay a result out otherwise and mean the same;
+// on, it finds where a rewrite gave a value a layout that readers with explicit strides
+// (_reshape_alias, as_strided) would misread.
+bool CheckStrides() {
+  static const bool on = [] {
+    const char* value = std::getenv("MAGI_CHECK_STRIDES");
+    return value != nullptr && value[0] != '\0' && std::string(value) != "0";
+  }();
+  return on;
+}
+
+}  // namespace
+
 absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& tensors) {
   if (tensors.size() != plan.result_slots.size()) {
     return absl::InternalError(absl::StrCat(Where(*plan.node), ": produced ", tensors.size(),
@@ -389,6 +407,17 @@ absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& t
       return absl::InternalError(absl::StrCat(Where(*plan.node), ": produced ",
                                               actual.ok() ? actual->ToString() : t.toString(), ", the IR says ",
                                               expected.ToString()));
+    }
+    if (CheckStrides() && t.numel() > 1) {
+      const std::vector<int64_t> want = expected.strides.empty() ? ContiguousStrides(expected.sizes) : expected.strides;
+      bool same = static_cast<size_t>(t.dim()) == want.size();
+      for (int64_t d = 0; same && d < t.dim(); ++d) same = t.size(d) == 1 || t.stride(d) == want[d];
+      if (!same) {
+        absl::StatusOr<TensorType> actual = compat::TensorTypeOf(t);
+        return absl::InternalError(absl::StrCat(Where(*plan.node), ": produced ",
+                                                actual.ok() ? actual->ToString() : t.toString(), ", the IR says ",
+                                                expected.ToString(), " (MAGI_CHECK_STRIDES)"));
+      }
     }
   }
   return absl::OkStatus();

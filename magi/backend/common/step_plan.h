@@ -120,8 +120,9 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
 // The defined tensors among a kernel's returns, in order (as capture records them).
 std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack);
 
-// Checks `tensors` against the plan's result types (dtype and shape); Internal naming
-// the node and both types on a mismatch.
+// Checks `tensors` against the plan's result types (dtype and shape; and strides when the
+// environment sets MAGI_CHECK_STRIDES=1); Internal naming the node and both types on a
+// mismatch.
 absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& tensors);
 
 // Sets the default generator of the graph's device (CUDA if any result is on CUDA, else
