@@ -165,6 +165,9 @@ TEST(FxProgramRunTest, TinyLlamaPartitionsRunInPyTorchFxBitwise) {
 }  // namespace magi
 
 int main(int argc, char** argv) {
+  // Every interpreter result must have the layout the IR gives it (step_plan.h): a rewrite
+  // that mistypes one fails here instead of being read with the wrong strides.
+  setenv("MAGI_CHECK_STRIDES", "1", /*overwrite=*/0);
   ::testing::InitGoogleTest(&argc, argv);
   if (argc != 2) {
     std::fprintf(stderr, "usage: fx_program_run_test PYTHON\n");

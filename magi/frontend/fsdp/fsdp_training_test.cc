@@ -1179,6 +1179,9 @@ TEST(FsdpGraphTest, FourLayerStepIsOneGraphWithEveryCollective) {
 }  // namespace magi
 
 int main(int argc, char** argv) {
+  // Every interpreter result must have the layout the IR gives it (step_plan.h): a rewrite
+  // that mistypes one fails here instead of being read with the wrong strides.
+  setenv("MAGI_CHECK_STRIDES", "1", /*overwrite=*/0);
   magi::g_self = argv[0];
   if (const char* scenario = std::getenv("MAGI_FSDP_WORKER")) return magi::RunWorker(scenario);
   ::testing::InitGoogleTest(&argc, argv);
