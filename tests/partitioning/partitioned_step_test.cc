@@ -42,20 +42,33 @@ Outcome CompileAndRun(const CapturedGraph& captured, const std::vector<at::Tenso
   return {*std::move(compiled), outputs.ok() ? *outputs : std::vector<at::Tensor>()};
 }
 
-TEST(PartitionedStepTest, TinyLlamaStepMatchesTheInterpreter) {
+// The tiny Llama's training step, captured, and its inputs (seed 0).
+struct TinyStep {
+  absl::StatusOr<CapturedGraph> captured = absl::UnknownError("not captured");
+  absl::StatusOr<std::vector<at::Tensor>> inputs = absl::UnknownError("not bound");
+};
+TinyStep CaptureTinyLlamaStep() {
   torch::manual_seed(0);
   models::Llama model(models::LlamaConfig::Tiny());
   at::Tensor tokens = torch::randint(0, 256, {2, 16}, torch::kLong);
   at::Tensor targets = torch::randint(0, 256, {2, 16}, torch::kLong);
-  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(
+  TinyStep step;
+  step.captured = CaptureTrainingStep(
       *model, [&](const std::vector<at::Tensor>& in) { return models::LanguageModelLoss(model->forward(in[0]), in[1]); },
       {tokens, targets});
-  ASSERT_TRUE(captured.ok()) << captured.status();
-  absl::StatusOr<std::vector<at::Tensor>> inputs = BindInputs(*captured, *model, {tokens, targets});
-  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  if (step.captured.ok()) step.inputs = BindInputs(*step.captured, *model, {tokens, targets});
+  return step;
+}
 
-  Outcome reference = CompileAndRun(*captured, *inputs, {});
-  Outcome partitioned = CompileAndRun(*captured, *inputs, {"elementwise"});
+TEST(PartitionedStepTest, TinyLlamaStepMatchesTheInterpreter) {
+  TinyStep tiny = CaptureTinyLlamaStep();
+  ASSERT_TRUE(tiny.captured.ok()) << tiny.captured.status();
+  ASSERT_TRUE(tiny.inputs.ok()) << tiny.inputs.status();
+  const CapturedGraph& captured = *tiny.captured;
+  const std::vector<at::Tensor>& inputs = *tiny.inputs;
+
+  Outcome reference = CompileAndRun(captured, inputs, {});
+  Outcome partitioned = CompileAndRun(captured, inputs, {"elementwise"});
   ASSERT_FALSE(partitioned.compiled.partitions.empty()) << "nothing was elementwise";
   int calls = 0;
   for (const Node* node : partitioned.compiled.graph().nodes()) calls += node->op() == kCallOp;
@@ -75,23 +88,18 @@ TEST(PartitionedStepTest, TinyLlamaStepMatchesTheInterpreter) {
 // backend's fused loops, run through their TorchExecutable on synthesized inputs) and
 // predicts the partitioned step with those times; the step still runs as before.
 TEST(PartitionedStepTest, CompiledPartitionsAreTimedForThePrediction) {
-  torch::manual_seed(0);
-  models::Llama model(models::LlamaConfig::Tiny());
-  at::Tensor tokens = torch::randint(0, 256, {2, 16}, torch::kLong);
-  at::Tensor targets = torch::randint(0, 256, {2, 16}, torch::kLong);
-  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(
-      *model, [&](const std::vector<at::Tensor>& in) { return models::LanguageModelLoss(model->forward(in[0]), in[1]); },
-      {tokens, targets});
-  ASSERT_TRUE(captured.ok()) << captured.status();
-  absl::StatusOr<std::vector<at::Tensor>> inputs = BindInputs(*captured, *model, {tokens, targets});
-  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  TinyStep tiny = CaptureTinyLlamaStep();
+  ASSERT_TRUE(tiny.captured.ok()) << tiny.captured.status();
+  ASSERT_TRUE(tiny.inputs.ok()) << tiny.inputs.status();
+  const CapturedGraph& captured = *tiny.captured;
+  const std::vector<at::Tensor>& inputs = *tiny.inputs;
 
   CompileOptions options;
   options.partitioning.backends = {"elementwise"};
   options.cost_model.device_profile = "cpu";
   options.cost_model.calibrator = MakeTorchKernelCalibrator(TorchKernelCalibratorOptions());
   options.cost_model.calibration_cache_dir = std::string(std::getenv("TEST_TMPDIR")) + "/partition_times";
-  absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(*captured->module), captured->graph_name, options);
+  absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(*captured.module), captured.graph_name, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   ASSERT_FALSE(compiled->partitions.empty());
   std::set<std::string> call_keys;
@@ -116,8 +124,8 @@ TEST(PartitionedStepTest, CompiledPartitionsAreTimedForThePrediction) {
 
   auto* executable = dynamic_cast<TorchExecutable*>(compiled->executable.get());
   ASSERT_NE(executable, nullptr);
-  Outcome reference = CompileAndRun(*captured, *inputs, {});
-  absl::StatusOr<std::vector<at::Tensor>> outputs = executable->Run(*inputs);
+  Outcome reference = CompileAndRun(captured, inputs, {});
+  absl::StatusOr<std::vector<at::Tensor>> outputs = executable->Run(inputs);
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   ASSERT_EQ(outputs->size(), reference.outputs.size());
   for (size_t i = 0; i < outputs->size(); ++i) EXPECT_TRUE(torch::equal((*outputs)[i], reference.outputs[i])) << i;
