@@ -115,12 +115,9 @@ absl::Status AutoCalibration::CalibrateCalls(const Graph& graph,
     KernelRequest request;
     request.node = node;
     request.callee = callee->second;
-    request.known = steps_cache_.table().Find(key);
-    if (request.known) {
-      known_from_steps_.insert(key);
-    } else {
-      request.known = cache_.table().Find(cache_key);
-    }
+    // Only the micro-run cache, under the code key: the steps' file records calls by
+    // structure alone, whichever backend or settings compiled them.
+    request.known = cache_.table().Find(cache_key);
     requests.push_back(std::move(request));
     keys.push_back(std::move(key));
     cache_keys.push_back(std::move(cache_key));

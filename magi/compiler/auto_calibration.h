@@ -68,9 +68,11 @@ class AutoCalibration {
   // then times the partitioned step by what the partition backends compiled, not by the
   // ATen kernels they replaced. Cached in the micro-run cache under the call's key plus
   // the executable's backend and code key (another compile of the same partition, e.g.
-  // with other Inductor settings, is measured again); earlier runs' steps are used first,
-  // as for kernels. Calls without an executable keep the cost model's formula (the sum of
-  // the callee's nodes). Same failure rules as Calibrate.
+  // with other Inductor settings, is measured again; a backend whose executables give no
+  // code key is trusted to compile a structure the same way each time); earlier runs'
+  // steps are not used (they know the call by structure only). Calls without an
+  // executable keep the cost model's formula (the sum of the callee's nodes). Same failure
+  // rules as Calibrate.
   absl::Status CalibrateCalls(const Graph& graph, const std::map<std::string, std::shared_ptr<Executable>>& callees);
 
   const CalibrationStats& stats() const { return stats_; }

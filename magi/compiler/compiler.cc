@@ -205,6 +205,8 @@ absl::Status PredictPartitionedStep(const Graph& graph, const CompileOptions& op
   if (!partitioned.ok()) {
     note(absl::StrCat("warning: the partitioned step could not be simulated (the prediction stays the plan's): ",
                       partitioned.status().message()));
+    compiled.prediction.events.clear();  // they, and the peak node, index the graph before partitioning
+    compiled.prediction.peak_node = -1;
     return absl::OkStatus();
   }
   std::set<std::string> distinct, measured;
@@ -214,8 +216,12 @@ absl::Status PredictPartitionedStep(const Graph& graph, const CompileOptions& op
     distinct.insert(key);
     if (cost.calibration != nullptr && cost.calibration->Find(key)) measured.insert(key);
   }
-  partitioned->peak_bytes = compiled.optimized.prediction.peak_bytes;
-  partitioned->peak_node = -1;  // an index into the graph before partitioning has no meaning here
+  // The larger of the two peaks: the plan's counts every intermediate the partitions now
+  // hide; the partitioned graph's holds each call's inputs over the whole call.
+  if (compiled.optimized.prediction.peak_bytes > partitioned->peak_bytes) {
+    partitioned->peak_bytes = compiled.optimized.prediction.peak_bytes;
+    partitioned->peak_node = -1;  // the plan's peak node indexes the graph before partitioning
+  }
   if (cost.auto_calibration != nullptr) note(absl::StrFormat(
       "predicted step with the compiled partitions: %.1f ms (%d of %d distinct partitions timed as compiled%s); "
       "%.1f ms by the kernels they replace",

@@ -106,9 +106,11 @@ struct CompiledStep {
   // The step as it runs: the partitioned step graph simulated, each partition call timed
   // by its compiled partition run by itself (calibration by default,
   // AutoCalibration::CalibrateCalls; without calibration, by its nodes' times summed).
-  // Its peak is optimized.prediction's (peak_node -1: not a node of this graph): the
-  // buffers inside a partition are its backend's, which the simulator does not see.
-  // optimized.prediction when nothing was outlined.
+  // Its peak is the larger of optimized.prediction's (which counts the intermediates a
+  // partition hides; peak_node is then -1, not a node of this graph) and the partitioned
+  // graph's (which keeps each call's inputs live over the call): the buffers inside a
+  // partition are its backend's, which the simulator does not see. optimized.prediction
+  // when nothing was outlined.
   SimulationResult prediction;
   // The measured times the search and the predictions used (null: the formulas alone);
   // Simulate(graph-before-partitioning, CostModel(profile, calibration.get())) reproduces

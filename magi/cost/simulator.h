@@ -36,7 +36,7 @@ struct SimulationResult {
   double communication_seconds = 0;          // busy time of all collectives
   double exposed_communication_seconds = 0;  // compute stalled in waits
   int64_t peak_bytes = 0;
-  int peak_node = -1;  // program index of the node where the peak is reached (-1: the inputs)
+  int peak_node = -1;  // program index of the node where the peak is reached (-1: the inputs; CompiledStep::prediction says when else)
   int num_collectives = 0;
   std::vector<SimulatedEvent> events;  // in start order
 

@@ -82,6 +82,22 @@ TEST(SliceGradsToCatTest, ChannelsLastHalvesGetACloneToContiguous) {
                                                        /*expect_changed=*/true);
   EXPECT_NE(mixed.find("%0 = aten::cat([%a, %b], 3) : f32[2,16,4,16]\n"), std::string::npos) << mixed;
   EXPECT_EQ(mixed.find("aten::clone"), std::string::npos) << mixed;
+  // Rank 5 (channels last 3d: the channel dim innermost, then dims 4, 3, 2, then 0).
+  const std::string five = testing::RunPassOnText("slice-grads-to-cat", R"(module @m {
+  graph @g {
+    input %a: f32[2,3,2,2,2]strides[24,1,12,6,3]
+    input %b: f32[2,3,2,2,2]strides[24,1,12,6,3]
+    %lo = aten::slice_backward(%a, [2, 3, 2, 2, 4], 4, 0, 2, 1) : f32[2,3,2,2,4]
+    %hi = aten::slice_backward(%b, [2, 3, 2, 2, 4], 4, 2, 4, 1) : f32[2,3,2,2,4]
+    %g = aten::add.Tensor(%lo, %hi, alpha = 1) : f32[2,3,2,2,4]
+    output g = %g
+  }
+}
+)",
+                                                      /*expect_changed=*/true);
+  EXPECT_NE(five.find("%0 = aten::cat([%a, %b], 4) : f32[2,3,2,2,4]strides[48,1,24,12,3]\n"), std::string::npos)
+      << five;
+  EXPECT_NE(five.find("%1 = aten::clone(%0, memory_format = 0) : f32[2,3,2,2,4]\n"), std::string::npos) << five;
 }
 
 TEST(SliceGradsToCatTest, LeavesWhatIsNotTwoTilingHalvesReadOnlyByTheAdd) {

@@ -98,7 +98,8 @@ TEST(PartitionedStepTest, CompiledPartitionsAreTimedForThePrediction) {
   options.partitioning.backends = {"elementwise"};
   options.cost_model.device_profile = "cpu";
   options.cost_model.calibrator = MakeTorchKernelCalibrator(TorchKernelCalibratorOptions());
-  options.cost_model.calibration_cache_dir = std::string(std::getenv("TEST_TMPDIR")) + "/partition_times";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  options.cost_model.calibration_cache_dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/partition_times";
   absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(*captured.module), captured.graph_name, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   ASSERT_FALSE(compiled->partitions.empty());

@@ -121,9 +121,11 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
 std::vector<at::Tensor> ResultTensors(torch::jit::Stack& stack);
 
 // Checks `tensors` against the plan's result types (dtype and shape; and strides when the
-// environment sets MAGI_CHECK_STRIDES=1); Internal naming the node and both types on a
+// environment sets MAGI_CHECK_STRIDES=1 and `allow_stride_check`: a kernel calibrator's
+// runs on synthesized inputs leave it out); Internal naming the node and both types on a
 // mismatch.
-absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& tensors);
+absl::Status CheckResults(const NodePlan& plan, const std::vector<at::Tensor>& tensors,
+                          bool allow_stride_check = true);
 
 // Sets the default generator of the graph's device (CUDA if any result is on CUDA, else
 // the CPU's) to `state`, so random ops draw what eager mode drew from that state.

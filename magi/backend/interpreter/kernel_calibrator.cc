@@ -35,6 +35,7 @@
 #include "magi/compat/torch_compat.h"
 #include "magi/cost/calibration.h"
 #include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
 namespace {
@@ -387,9 +388,22 @@ class TorchKernelCalibrator : public KernelCalibrator {
     if (executable == nullptr) {
       return Unmeasurable(node, absl::StrCat("backend '", callee.backend_name(), "' does not run LibTorch tensors"));
     }
-    const int64_t bound = IndexBound(node);
+    // Integer inputs may index any tensor inside the partition, not only its inputs and
+    // outputs: below the smallest floating dimension of all of them.
+    int64_t bound = IndexBound(node);
+    const Module* module = node.graph() != nullptr ? node.graph()->module() : nullptr;
+    if (const Graph* body = module != nullptr ? module->FindGraph(CalleeName(node)) : nullptr) {
+      for (const Node* inner : body->nodes()) bound = std::min(bound, IndexBound(*inner));
+    }
     std::vector<at::Tensor> inputs;
+    // Where the partition runs: its results' device (a partition may take no tensor from
+    // the device, e.g. one that makes its tensors with factory ops).
     at::Device device(at::kCPU);
+    for (const Value* result : node.results()) {
+      if (result->type().is_tensor() && result->type().tensor().device.type == DeviceType::kCuda) {
+        device = compat::ToTorchDevice(result->type().tensor().device);
+      }
+    }
     for (const Value* operand : node.operands()) {
       if (!operand->type().is_tensor()) return Unmeasurable(node, absl::StrCat("%", operand->name(), " is not a tensor"));
       absl::StatusOr<at::Tensor> tensor = Synthesize(operand->type().tensor(), bound);
@@ -420,12 +434,35 @@ class TorchKernelCalibrator : public KernelCalibrator {
       MAGI_ASSIGN_OR_RETURN(results, CallOperator(plan, slots, stack_));
       stack_.clear();
     }
-    return CheckResults(plan, results);
+    return CheckResults(plan, results, /*allow_stride_check=*/false);
   }
 
   // Times `run` (one run of `node`'s kernels, checked): the mean of a few runs.
+  // A LibTorch error thrown by the kernels or by a synchronization (an executable that
+  // does not turn every c10::Error into a status, a device-side assert) makes the node
+  // unmeasurable on this rank; it must not escape, or the other ranks would wait for this
+  // one in the exchange of the times.
   absl::StatusOr<std::optional<Timing>> MeasureRuns(const Node& node, const at::Device& device,
                                                     const std::function<absl::Status()>& run) {
+    try {
+      return MeasureRunsUnguarded(node, device, run);
+    } catch (const c10::Error& error) {
+      ClearDeviceError(device);
+      return Unmeasurable(node, error.what_without_backtrace());
+    } catch (const std::exception& error) {
+      ClearDeviceError(device);
+      return Unmeasurable(node, error.what());
+    }
+  }
+
+  static void ClearDeviceError(const at::Device& device) {
+#ifdef MAGI_WITH_CUDA
+    if (device.is_cuda()) cudaGetLastError();
+#endif
+  }
+
+  absl::StatusOr<std::optional<Timing>> MeasureRunsUnguarded(const Node& node, const at::Device& device,
+                                                             const std::function<absl::Status()>& run) {
 #ifdef MAGI_WITH_CUDA
     if (device.is_cuda()) return MeasureOnCuda(node, device, run);
 #endif
