@@ -139,13 +139,14 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin):
         batch, seq = x.size(0), x.size(1)
 
-        def heads(t):
-            return t.view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
+        # Heads laid out [batch, seq, heads, head_dim] (llama.cc's AttentionImpl::forward says why).
+        def split(t):
+            return t.view(batch, seq, self.n_heads, self.head_dim)
 
-        q, k, v = heads(self.wq(x)), heads(self.wk(x)), heads(self.wv(x))
-        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin)
+        q, k, v = split(self.wq(x)), split(self.wk(x)), split(self.wv(x)).transpose(1, 2)
+        cos, sin = cos.to(q.dtype).unsqueeze(1), sin.to(q.dtype).unsqueeze(1)
+        q = apply_rotary(q, cos, sin).transpose(1, 2)
+        k = apply_rotary(k, cos, sin).transpose(1, 2)
         attended = causal_attention(q, k, v)
         return self.wo(attended.transpose(1, 2).reshape(batch, seq, self.n_heads * self.head_dim))
 

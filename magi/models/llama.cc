@@ -82,14 +82,21 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const torch::TensorOptions& o
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   int64_t batch = x.size(0), seq = x.size(1);
-  auto heads = [&](const at::Tensor& t) { return t.view({batch, seq, n_heads, head_dim}).transpose(1, 2); };
-  at::Tensor q = heads(CallScoped("wq", wq, x));
-  at::Tensor k = heads(CallScoped("wk", wk, x));
-  at::Tensor v = heads(CallScoped("wv", wv, x));
+  // Heads stay laid out [batch, seq, heads, head_dim], the projections' own layout: RoPE
+  // writes its result so and attention reads it transposed (a view). Fused attention
+  // kernels (cuDNN, flash) lay their output out like q, so merging the heads back is a
+  // view too, not a copy of the activations in the forward and of their gradient in the
+  // backward. The math is the same op for op.
+  auto split = [&](const at::Tensor& t) { return t.view({batch, seq, n_heads, head_dim}); };
+  at::Tensor q = split(CallScoped("wq", wq, x));
+  at::Tensor k = split(CallScoped("wk", wk, x));
+  at::Tensor v = split(CallScoped("wv", wv, x)).transpose(1, 2);
   {
     ScopedModulePath scope("rope");
-    q = ApplyRotary(q, cos, sin);
-    k = ApplyRotary(k, cos, sin);
+    const at::Tensor cos_heads = cos.unsqueeze(1);  // [seq, 1, head_dim / 2] against [batch, seq, heads, ...]
+    const at::Tensor sin_heads = sin.unsqueeze(1);
+    q = ApplyRotary(q, cos_heads, sin_heads).transpose(1, 2);
+    k = ApplyRotary(k, cos_heads, sin_heads).transpose(1, 2);
   }
   at::Tensor attended;
   {
