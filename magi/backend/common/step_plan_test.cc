@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
 #include <limits>
 #include <memory>
 
@@ -111,6 +112,37 @@ TEST(StepPlanTest, ScattersWithOneIndexEntryAlongDimRunInDeterministicMode) {
   }
   EXPECT_TRUE(at::equal(results[0], cache.scatter(1, one, src.narrow(1, 0, 1))));
   EXPECT_TRUE(at::equal(results[1], cache.scatter(1, two, src)));
+}
+
+// MAGI_CHECK_STRIDES=1: a result laid out otherwise than the IR says is an error naming the
+// node (strides of size-1 dims aside); the calibrator's runs can leave the check out.
+TEST(StepPlanTest, CheckStridesRejectsAResultLaidOutOtherwiseThanTheIr) {
+  setenv("MAGI_CHECK_STRIDES", "1", /*overwrite=*/1);  // read once, at the first check
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[3,4]
+    %y = aten::relu(%x) : f32[3,4]
+    %z = aten::relu(%x) : f32[1,12]
+    output y = %y
+    output z = %z
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  absl::StatusOr<StepPlan> step = BuildStepPlan(*(*module)->FindGraph("g"));
+  ASSERT_TRUE(step.ok()) << step.status();
+  at::Tensor contiguous = at::zeros({3, 4});
+  at::Tensor transposed = at::zeros({4, 3}).t();  // [3,4] with strides [1,3]
+  EXPECT_TRUE(CheckResults(step->nodes[0], {contiguous}).ok());
+  absl::Status wrong = CheckResults(step->nodes[0], {transposed});
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(wrong.message().find("aten::relu defining %y at line 4:10: produced f32[3,4]strides[1,3], the IR says f32[3,4] "),
+            std::string::npos)
+      << wrong;
+  EXPECT_NE(wrong.message().find("MAGI_CHECK_STRIDES"), std::string::npos) << wrong;
+  EXPECT_TRUE(CheckResults(step->nodes[0], {transposed}, /*allow_stride_check=*/false).ok());
+  // A size-1 dim's stride does not matter.
+  EXPECT_TRUE(CheckResults(step->nodes[1], {at::zeros({12, 1}).t()}).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "gtest/gtest.h"
+#include "magi/backend/torch_executable.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/parser.h"
 
@@ -233,6 +234,51 @@ TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNot
     for (const KernelTime& time : *ranks) EXPECT_FALSE(time.seconds.has_value());
   }
   EXPECT_EQ(group.collectives(), 1);  // the check alone
+}
+
+// A partition call (KernelRequest::callee) runs its compiled partition by itself: an
+// interpreter-compiled TorchExecutable is timed; an executable that runs no LibTorch tensors
+// (and a call without one) is left to the formula.
+class OpaqueExecutable : public Executable {
+ public:
+  absl::string_view backend_name() const override { return "opaque"; }
+};
+
+TEST(KernelCalibratorTest, PartitionCallsRunTheirCompiledPartition) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  graph @step.p.0 {
+    input %x: f32[64,64]
+    input %ids: i64[8]
+    %e = aten::embedding(%x, %ids, -1, false, false) : f32[8,64]
+    %r = aten::relu(%e) : f32[8,64]
+    output r = %r
+  }
+  graph @step {
+    input %a: f32[64,64]
+    input %i: i64[8]
+    %c = magi::call([%a, %i], callee = "step.p.0") : f32[8,64]
+    output c = %c
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Node& call = *(*module)->FindGraph("step")->FindValue("c")->producer();
+  absl::StatusOr<std::unique_ptr<TorchExecutable>> partition = CompileForTorch("interpreter", **module, "step.p.0");
+  ASSERT_TRUE(partition.ok()) << partition.status();
+  std::vector<KernelRequest> requests(3);
+  for (KernelRequest& request : requests) request.node = &call;
+  requests[0].callee = std::shared_ptr<Executable>(std::move(*partition));
+  requests[1].callee = std::make_shared<OpaqueExecutable>();
+  TorchKernelCalibratorOptions options;
+  options.seconds_per_kernel = 0.0;
+  absl::StatusOr<std::vector<KernelTime>> times = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  ASSERT_TRUE(times.ok()) << times.status();
+  ASSERT_EQ(times->size(), 3u);
+  ASSERT_TRUE((*times)[0].seconds.has_value());
+  EXPECT_GT(*(*times)[0].seconds, 0);
+  EXPECT_EQ((*times)[0].runs, options.min_runs);
+  EXPECT_FALSE((*times)[1].seconds.has_value());  // "backend 'opaque' does not run LibTorch tensors"
+  EXPECT_FALSE((*times)[2].seconds.has_value());  // a call node without its partition: not a kernel
 }
 
 }  // namespace
