@@ -17,12 +17,13 @@ int64_t MemoryPlan::total_buffer_bytes() const {
   return total;
 }
 
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers, const LivenessOptions& options) {
-  return PlanMemory(graph, graph.nodes(), assign_buffers, options);
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, bool assign_buffers, const LivenessOptions& options,
+                                      const WorkingBytesFn& working_bytes) {
+  return PlanMemory(graph, graph.nodes(), assign_buffers, options, working_bytes);
 }
 
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const> nodes, bool assign_buffers,
-                                      const LivenessOptions& options) {
+                                      const LivenessOptions& options, const WorkingBytesFn& working_bytes) {
   absl::StatusOr<Liveness> liveness = ComputeLiveness(graph, nodes, options);
   if (!liveness.ok()) return liveness.status();
   const int n = liveness->num_nodes;
@@ -60,14 +61,17 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const
     std::vector<int64_t>& live_after = host ? host_live_after : plan.live_after;
     live_after.assign(n, 0);
     peak = live;
+    if (!host) plan.start_bytes = live;
     for (int i = 0; i < n; ++i) {
-      std::optional<int64_t> with_results = CheckedAdd(live, allocated[i]);  // results exist while operands are held
-      if (!with_results) return overflow(i);
-      live = *with_results;
-      if (live > peak) {
-        peak = live;
+      // Results exist while operands are held; a node with inner buffers holds more while it runs.
+      const int64_t running = !host && working_bytes ? std::max(allocated[i], working_bytes(*nodes[i])) : allocated[i];
+      std::optional<int64_t> at_node = CheckedAdd(live, running);
+      if (!at_node) return overflow(i);
+      if (*at_node > peak) {
+        peak = *at_node;
         peak_node = i;
       }
+      live += allocated[i];  // cannot overflow: at most *at_node
       live -= freed[i];
       live_after[i] = live;
     }

@@ -1,5 +1,7 @@
 #include "magi/analysis/memory_plan.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
 #include "magi/ir/parser.h"
@@ -38,6 +40,38 @@ TEST(MemoryPlanTest, PeakFollowsLifetimesAndViewsShareStorage) {
   absl::StatusOr<MemoryPlan> held = PlanMemory(g, /*assign_buffers=*/false, {/*inputs_held_by_caller=*/true});
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(held->live_after, (std::vector<int64_t>{800, 800, 1200, 804, 800}));
+}
+
+// A node's working bytes (a partition's inner buffers) count at that node only: the peak
+// there is what is live plus the larger of its results and its working bytes.
+TEST(MemoryPlanTest, WorkingBytesCountWhileTheNodeRuns) {
+  auto module = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[100]
+    %a = aten::neg(%x) : f32[100]
+    %b = aten::exp(%a) : f32[100]
+    output b = %b
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& g = *(*module)->FindGraph("g");
+  absl::StatusOr<MemoryPlan> plain = PlanMemory(g, /*assign_buffers=*/false);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->start_bytes, 400);
+  EXPECT_EQ(plain->peak_bytes, 800);
+  WorkingBytesFn working = [](const Node& node) -> int64_t { return node.op() == "aten::exp" ? 1000 : 100; };
+  absl::StatusOr<MemoryPlan> with = PlanMemory(g, /*assign_buffers=*/false, {}, working);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->peak_bytes, 400 + 1000);  // a, and exp's 1000 bytes while it runs
+  EXPECT_EQ(with->peak_node, 1);
+  EXPECT_EQ(with->live_after, plain->live_after);  // afterwards only the results stay
+  // Fewer working bytes than results: the results count (neg's 100 < its 400).
+  WorkingBytesFn small = [](const Node&) -> int64_t { return 100; };
+  EXPECT_EQ(PlanMemory(g, false, {}, small)->peak_bytes, 800);
+  // Past int64: an error, not a wrapped peak.
+  WorkingBytesFn huge = [](const Node&) { return std::numeric_limits<int64_t>::max(); };
+  EXPECT_EQ(PlanMemory(g, false, {}, huge).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 // Each tensor fits in int64 bytes, their sum does not: an error naming where, never a

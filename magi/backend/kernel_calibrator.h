@@ -50,8 +50,11 @@ struct KernelRequest {
   double compute_during_seconds = 0;
   // For a magi::call node: the compiled partition it runs (after the compile driver's
   // partition backends compiled it). The calibrator runs it by itself on inputs of the
-  // call's operand types, as it runs a kernel. Null otherwise.
+  // call's operand types, as it runs a kernel; it also measures the memory a run allocates
+  // beyond its inputs (KernelTime::working_bytes). Null otherwise.
   std::shared_ptr<Executable> callee;
+  // For a call whose time is `known`: its working bytes as measured with it (the cache).
+  std::optional<int64_t> known_working_bytes;
 };
 
 // The time of one kernel as every rank agrees on it.
@@ -59,6 +62,11 @@ struct KernelTime {
   std::optional<double> seconds;  // none: neither known nor measurable (the formula stays)
   bool measured = false;          // measured by this call (so worth caching), not taken from `known`
   int64_t runs = 0;               // micro-runs the time is the mean of (when measured)
+  // Partition calls: the most memory one run allocates beyond its inputs, its results
+  // included (the largest any rank saw); none when it could not be measured. On CUDA it
+  // is the caching allocator's peak over the run, so measuring resets the allocator's
+  // peak statistics (torch.cuda.reset_peak_memory_stats).
+  std::optional<int64_t> working_bytes;
 };
 
 class KernelCalibrator {

@@ -22,6 +22,10 @@ struct RunStats {
   int64_t nodes_run = 0;
   // Most bytes of tensor storage the executable held at once (inputs included).
   int64_t peak_live_bytes = 0;
+  // Most bytes of storage made by the run (not its inputs) live at once, its results
+  // included: what it adds to its caller's memory while it runs (a partition call's
+  // working bytes, CostModel::WorkingBytes). -1: the backend does not say.
+  int64_t peak_allocated_bytes = -1;
   double seconds = 0;
   // Host time spent issuing the step (before any wait for the device to finish it).
   double host_seconds = 0;

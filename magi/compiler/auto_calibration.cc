@@ -118,6 +118,7 @@ absl::Status AutoCalibration::CalibrateCalls(const Graph& graph,
     // Only the micro-run cache, under the code key: the steps' file records calls by
     // structure alone, whichever backend or settings compiled them.
     request.known = cache_.table().Find(cache_key);
+    request.known_working_bytes = cache_.table().FindWorkingBytes(cache_key);
     requests.push_back(std::move(request));
     keys.push_back(std::move(key));
     cache_keys.push_back(std::move(cache_key));
@@ -160,11 +161,13 @@ absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests
       continue;
     }
     // The agreed time, not this machine's cached one (they may differ across hosts).
-    table_->Set(keys[i], *time.seconds, std::max<int64_t>(1, time.runs));
+    const int64_t working_bytes = time.working_bytes.value_or(-1);
+    table_->Set(keys[i], *time.seconds, std::max<int64_t>(1, time.runs), working_bytes);
     if (time.measured) {
       ++stats_.measured;
       ++*measured_now;
-      cache_.Set(cache_keys.empty() ? keys[i] : cache_keys[i], *time.seconds, std::max<int64_t>(1, time.runs));
+      cache_.Set(cache_keys.empty() ? keys[i] : cache_keys[i], *time.seconds, std::max<int64_t>(1, time.runs),
+                 working_bytes);
     } else if (known_from_steps_.count(keys[i])) {
       ++stats_.from_steps;
     } else {

@@ -66,7 +66,9 @@ class AutoCalibration {
   // magi::call nodes whose callee `callees` (by callee graph name, CompileContext's map)
   // holds a compiled executable, run by itself (KernelRequest::callee). The cost model
   // then times the partitioned step by what the partition backends compiled, not by the
-  // ATen kernels they replaced. Cached in the micro-run cache under the call's key plus
+  // ATen kernels they replaced, and counts the memory each compiled partition allocates
+  // while it runs (CostModel::WorkingBytes; a cached time from before Magi measured that
+  // keeps the callee-plan estimate until the cache file is deleted). Cached in the micro-run cache under the call's key plus
   // the executable's backend and code key (another compile of the same partition, e.g.
   // with other Inductor settings, is measured again; a backend whose executables give no
   // code key is trusted to compile a structure the same way each time); earlier runs'

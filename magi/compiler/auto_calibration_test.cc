@@ -83,6 +83,8 @@ MAGI_REGISTER(Backend, "pointwise-test", [](const ComponentOptions& options) -> 
 // "Measures" 3x the cpu profile's formula plus 1 us, and records every key it measured.
 class CountingCalibrator : public KernelCalibrator {
  public:
+  // What every partition call "allocates while it runs": three f32[256,256].
+  static constexpr int64_t kCallWorkingBytes = 3 * 262144;
   std::string DeviceKey() const override { return "test device, libtorch 0.0"; }
   absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
     ++calls;
@@ -90,7 +92,7 @@ class CountingCalibrator : public KernelCalibrator {
     std::vector<KernelTime> times;
     for (const KernelRequest& request : requests) {
       if (request.known) {
-        times.push_back({request.known, false, 0});
+        times.push_back({request.known, false, 0, request.known_working_bytes});
         continue;
       }
       measured.push_back(CalibrationTable::KeyOf(*request.node));
@@ -99,6 +101,7 @@ class CountingCalibrator : public KernelCalibrator {
         compute_during[measured.back()] = request.compute_during_seconds;
       }
       times.push_back({3 * formula.Cost(*request.node).seconds + 1e-6, true, 3});
+      if (request.callee != nullptr) times.back().working_bytes = kCallWorkingBytes;
     }
     return times;
   }
@@ -254,7 +257,8 @@ TEST(AutoCalibrationTest, ACorruptCacheIsMeasuredAgainWithAWarning) {
   ASSERT_TRUE(step.ok()) << step.status();
   ASSERT_FALSE(step->notes.empty());
   EXPECT_EQ(step->notes[0], "warning: calibration cache " + path +
-                                ":3: expected 'mean_seconds,count,key', got 'garbage'; the cached times are ignored, "
+                                ":3: expected 'mean_seconds,count,key' or 'mean_seconds,count,working_bytes=N,key', got 'garbage'; "
+                "the cached times are ignored, "
                                 "measured again and the file replaced");
   EXPECT_NE(step->optimized.calibration_summary.find(absl::StrCat(" kernels, 0 cached in ")), std::string::npos)
       << step->optimized.calibration_summary;
@@ -377,13 +381,23 @@ TEST(AutoCalibrationTest, CompiledPartitionsAreMeasuredAndThePartitionedStepPred
   // The counting calibrator's partition is 3x its nodes' formula + 1 us, the kernels it
   // replaced 3x + 1 us each: 1 us less per partition of two nodes.
   EXPECT_NEAR(step->prediction.step_seconds, step->optimized.prediction.step_seconds - 2e-6, 1e-9);
-  EXPECT_EQ(step->prediction.peak_bytes, step->optimized.prediction.peak_bytes);
+  // The peak counts what each call allocates while it runs: at the first call %x and %w
+  // (2 x 256 KiB) are live and the call holds its 768 KiB; the ATen plan's peak was 3 x 256 KiB.
+  EXPECT_EQ(step->optimized.prediction.peak_bytes, 3 * 262144);
+  EXPECT_EQ(step->prediction.peak_bytes, 2 * 262144 + CountingCalibrator::kCallWorkingBytes);
+  absl::StatusOr<SimulationResult> replayed =
+      Simulate(step->graph(), CostModel(*LoadDeviceProfile("cpu"), step->calibration.get()));
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(replayed->peak_bytes, step->prediction.peak_bytes);
   const std::string& note = step->notes.back();
   EXPECT_NE(note.find("predicted step with the compiled partitions"), std::string::npos) << note;
   EXPECT_NE(note.find("2 of 2 distinct partitions timed as compiled"), std::string::npos) << note;
+  EXPECT_NE(note.find("(2 of 2 partitions' memory measured)"), std::string::npos) << note;
   CalibrationCache cache = CalibrationCache::Open(dir, "test device, libtorch 0.0");
   for (const std::string& key : call_keys) {
     EXPECT_TRUE(cache.table().Find(key + " on pointwise-test code A").has_value()) << key;
+    EXPECT_EQ(cache.table().FindWorkingBytes(key + " on pointwise-test code A"), CountingCalibrator::kCallWorkingBytes)
+        << key;
   }
 
   auto again = std::make_shared<CountingCalibrator>();
@@ -391,6 +405,7 @@ TEST(AutoCalibrationTest, CompiledPartitionsAreMeasuredAndThePartitionedStepPred
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(again->measured.empty());
   EXPECT_NEAR(step->prediction.step_seconds, step->optimized.prediction.step_seconds - 2e-6, 1e-9);
+  EXPECT_EQ(step->prediction.peak_bytes, 2 * 262144 + CountingCalibrator::kCallWorkingBytes);  // from the cache
 
   auto recompiled = std::make_shared<CountingCalibrator>();
   step = compile("B", recompiled);

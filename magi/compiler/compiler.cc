@@ -209,25 +209,24 @@ absl::Status PredictPartitionedStep(const Graph& graph, const CompileOptions& op
     compiled.prediction.peak_node = -1;
     return absl::OkStatus();
   }
-  std::set<std::string> distinct, measured;
+  std::set<std::string> distinct, measured, memory_measured;
   for (const Node* node : graph.nodes()) {
     if (node->op() != kCallOp) continue;
     const std::string key = CalibrationTable::KeyOf(*node);
     distinct.insert(key);
     if (cost.calibration != nullptr && cost.calibration->Find(key)) measured.insert(key);
+    if (cost.calibration != nullptr && cost.calibration->FindWorkingBytes(key)) memory_measured.insert(key);
   }
-  // The larger of the two peaks: the plan's counts every intermediate the partitions now
-  // hide; the partitioned graph's holds each call's inputs over the whole call.
-  if (compiled.optimized.prediction.peak_bytes > partitioned->peak_bytes) {
-    partitioned->peak_bytes = compiled.optimized.prediction.peak_bytes;
-    partitioned->peak_node = -1;  // the plan's peak node indexes the graph before partitioning
-  }
+  // The peak is the partitioned graph's: each call holds its operands, and while it runs
+  // what its compiled code allocates (CostModel::WorkingBytes: measured with its time, else
+  // its callee's nodes planned one by one).
   if (cost.auto_calibration != nullptr) note(absl::StrFormat(
       "predicted step with the compiled partitions: %.1f ms (%d of %d distinct partitions timed as compiled%s); "
-      "%.1f ms by the kernels they replace",
+      "%.1f ms by the kernels they replace; peak %.3f GB (%d of %d partitions' memory measured), %.3f GB by the plan",
       partitioned->step_seconds * 1e3, measured.size(), distinct.size(),
       measured.size() < distinct.size() ? ", the others by their nodes' times" : "",
-      compiled.optimized.prediction.step_seconds * 1e3));
+      compiled.optimized.prediction.step_seconds * 1e3, partitioned->peak_bytes / 1e9, memory_measured.size(),
+      distinct.size(), compiled.optimized.prediction.peak_bytes / 1e9));
   compiled.prediction = *std::move(partitioned);
   return absl::OkStatus();
 }

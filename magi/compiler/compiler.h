@@ -106,15 +106,15 @@ struct CompiledStep {
   // The step as it runs: the partitioned step graph simulated, each partition call timed
   // by its compiled partition run by itself (calibration by default,
   // AutoCalibration::CalibrateCalls; without calibration, by its nodes' times summed).
-  // Its peak is the larger of optimized.prediction's (which counts the intermediates a
-  // partition hides; peak_node is then -1, not a node of this graph) and the partitioned
-  // graph's (which keeps each call's inputs live over the call): the buffers inside a
-  // partition are its backend's, which the simulator does not see. optimized.prediction
-  // when nothing was outlined.
+  // Its peak is the partitioned graph's: each call keeps its operands live and, while it
+  // runs, holds what its compiled code allocates (measured with its time: the CUDA
+  // caching allocator's peak over a run, or the executable's own count; else its callee's
+  // nodes planned one by one: CostModel::WorkingBytes). optimized.prediction when nothing
+  // was outlined.
   SimulationResult prediction;
   // The measured times the search and the predictions used (null: the formulas alone);
   // Simulate(graph-before-partitioning, CostModel(profile, calibration.get())) reproduces
-  // optimized.prediction, Simulate(graph(), ...) prediction's times.
+  // optimized.prediction, Simulate(graph(), ...) prediction (time and peak).
   std::shared_ptr<const CalibrationTable> calibration;
   const Module& module() const { return *optimized.module; }
   const Graph& graph() const { return optimized.graph(); }

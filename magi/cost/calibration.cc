@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
 #include "magi/ir/collectives.h"
@@ -13,6 +14,11 @@
 #include "magi/ir/magi_ops.h"
 
 namespace magi {
+namespace {
+
+constexpr absl::string_view kWorkingBytesField = "working_bytes=";
+
+}  // namespace
 
 std::string CalibrationTable::KeyOf(const Node& node) {
   std::string key = node.op();
@@ -81,14 +87,20 @@ void CalibrationTable::Add(const std::string& key, double seconds, int64_t count
   entry.count += count;
 }
 
-void CalibrationTable::Set(const std::string& key, double seconds, int64_t count) {
-  entries_[key] = Entry{seconds, std::max<int64_t>(1, count)};
+void CalibrationTable::Set(const std::string& key, double seconds, int64_t count, int64_t working_bytes) {
+  entries_[key] = Entry{seconds, std::max<int64_t>(1, count), std::max<int64_t>(-1, working_bytes)};
 }
 
 std::optional<double> CalibrationTable::Find(const std::string& key) const {
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.count == 0) return std::nullopt;
   return it->second.mean_seconds;
+}
+
+std::optional<int64_t> CalibrationTable::FindWorkingBytes(const std::string& key) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.count == 0 || it->second.working_bytes < 0) return std::nullopt;
+  return it->second.working_bytes;
 }
 
 std::optional<double> CalibrationTable::Lookup(const Node& node) const { return Find(KeyOf(node)); }
@@ -98,9 +110,11 @@ std::string CalibrationTable::ToCsv(absl::string_view comment) const {
   if (!comment.empty()) {
     for (absl::string_view line : absl::StrSplit(comment, '\n')) absl::StrAppend(&out, "# ", line, "\n");
   }
-  absl::StrAppend(&out, "# mean_seconds,count,key\n");
+  absl::StrAppend(&out, "# mean_seconds,count,[", kWorkingBytesField, "N,]key\n");
   for (const auto& [key, entry] : entries_) {
-    absl::StrAppendFormat(&out, "%.17g,%d,%s\n", entry.mean_seconds, entry.count, key);
+    absl::StrAppendFormat(&out, "%.17g,%d,", entry.mean_seconds, entry.count);
+    if (entry.working_bytes >= 0) absl::StrAppend(&out, kWorkingBytesField, entry.working_bytes, ",");
+    absl::StrAppend(&out, key, "\n");
   }
   return out;
 }
@@ -113,13 +127,24 @@ absl::StatusOr<CalibrationTable> CalibrationTable::FromCsv(absl::string_view tex
     if (line.empty() || line[0] == '#') continue;
     std::vector<absl::string_view> fields = absl::StrSplit(line, absl::MaxSplits(',', 2));
     double seconds = 0;
-    int64_t count = 0;
-    if (fields.size() != 3 || !ParseFiniteDouble(fields[0], &seconds) || !absl::SimpleAtoi(fields[1], &count) ||
-        seconds < 0 || count < 1 || fields[2].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ":", line_number, ": expected 'mean_seconds,count,key', got '", line, "'"));
+    int64_t count = 0, working_bytes = -1;
+    bool valid = fields.size() == 3 && ParseFiniteDouble(fields[0], &seconds) && absl::SimpleAtoi(fields[1], &count) &&
+                 seconds >= 0 && count >= 1;
+    absl::string_view key = valid ? fields[2] : absl::string_view();
+    if (valid && absl::ConsumePrefix(&key, kWorkingBytesField)) {
+      std::pair<absl::string_view, absl::string_view> bytes_and_key = absl::StrSplit(key, absl::MaxSplits(',', 1));
+      valid = absl::SimpleAtoi(bytes_and_key.first, &working_bytes) && working_bytes >= 0;
+      key = bytes_and_key.second;
     }
-    table.Add(std::string(fields[2]), seconds, count);
+    if (!valid || key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ":", line_number, ": expected 'mean_seconds,count,key' or 'mean_seconds,count,",
+                                                     kWorkingBytesField, "N,key', got '", line, "'"));
+    }
+    if (working_bytes >= 0) {
+      table.Set(std::string(key), seconds, count, working_bytes);
+    } else {
+      table.Add(std::string(key), seconds, count);
+    }
   }
   return table;
 }

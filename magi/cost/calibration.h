@@ -9,8 +9,13 @@
 // types ("magi::call[partition 1f0c...](bf16[...], ...) -> ..."): identical partitions
 // share one time, the compiled partition's run by itself.
 //
-// The file is CSV, one entry per line: `mean_seconds,count,key`, written atomically;
-// lines starting with '#' are comments. Means are printed with 17 significant digits, so
+// A partition call's entry also says how much memory the compiled partition allocates
+// while it runs (beyond its inputs, its results included: CostModel::WorkingBytes).
+//
+// The file is CSV, one entry per line: `mean_seconds,count,key`, or
+// `mean_seconds,count,working_bytes=N,key` for an entry with its memory (a reader of the
+// three-field form takes "working_bytes=N,key" for a key no node has, and ignores it),
+// written atomically; lines starting with '#' are comments. Means are printed with 17 significant digits, so
 // a table read back is the table written, bit for bit (a cached table gives a later run
 // the same plan as the run that measured it).
 #ifndef MAGI_COST_CALIBRATION_H_
@@ -30,7 +35,8 @@ class CalibrationTable {
  public:
   struct Entry {
     double mean_seconds = 0;
-    int64_t count = 0;  // samples the mean is of
+    int64_t count = 0;          // samples the mean is of
+    int64_t working_bytes = -1;  // partition calls: bytes allocated while it runs (-1: unknown)
   };
 
   // The key under which `node`'s time is recorded.
@@ -41,11 +47,14 @@ class CalibrationTable {
   absl::Status AddRun(const Graph& graph, const std::vector<double>& node_seconds);
   // Folds `count` samples of mean `seconds` into `key`'s entry (the first sets it exactly).
   void Add(const std::string& key, double seconds, int64_t count = 1);
-  // Replaces `key`'s entry: `seconds` is its mean from now on.
-  void Set(const std::string& key, double seconds, int64_t count = 1);
+  // Replaces `key`'s entry: `seconds` is its mean from now on (and `working_bytes` its
+  // memory, -1: unknown).
+  void Set(const std::string& key, double seconds, int64_t count = 1, int64_t working_bytes = -1);
 
   std::optional<double> Lookup(const Node& node) const;
   std::optional<double> Find(const std::string& key) const;
+  // The entry's working bytes, when it has them.
+  std::optional<int64_t> FindWorkingBytes(const std::string& key) const;
   size_t size() const { return entries_.size(); }
   const std::map<std::string, Entry>& entries() const { return entries_; }
 

@@ -100,9 +100,9 @@ CalibrationCache CalibrationCache::Open(const std::string& dir, const std::strin
   return cache;
 }
 
-void CalibrationCache::Set(const std::string& key, double seconds, int64_t count) {
-  table_.Set(key, seconds, count);
-  added_.Set(key, seconds, count);
+void CalibrationCache::Set(const std::string& key, double seconds, int64_t count, int64_t working_bytes) {
+  table_.Set(key, seconds, count, working_bytes);
+  added_.Set(key, seconds, count, working_bytes);
 }
 
 void CalibrationCache::Fold(const std::string& key, double seconds, int64_t count, int64_t max_old_count) {
@@ -131,7 +131,7 @@ absl::Status CalibrationCache::Save() {
   bool exists = false;
   std::string why;
   CalibrationTable merged = Read(path_, device_key_, &exists, &why).value_or(CalibrationTable());
-  for (const auto& [key, entry] : added_.entries()) merged.Set(key, entry.mean_seconds, entry.count);
+  for (const auto& [key, entry] : added_.entries()) merged.Set(key, entry.mean_seconds, entry.count, entry.working_bytes);
   absl::Status saved = merged.Save(path_, Comment());
   if (!saved.ok()) return saved;
   table_ = std::move(merged);

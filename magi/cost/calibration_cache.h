@@ -61,8 +61,9 @@ class CalibrationCache {
   bool loaded() const { return loaded_; }
   const std::string& warning() const { return warning_; }
 
-  // Records a measured time (replacing an older one of the same key).
-  void Set(const std::string& key, double seconds, int64_t count);
+  // Records a measured time (replacing an older one of the same key), and for a partition
+  // call the memory it allocates while it runs (-1: unknown).
+  void Set(const std::string& key, double seconds, int64_t count, int64_t working_bytes = -1);
   // Folds `count` new samples of mean `seconds` into `key`'s entry, the entry weighing at
   // most `max_old_count` samples: older runs fade instead of outvoting the newest forever.
   void Fold(const std::string& key, double seconds, int64_t count, int64_t max_old_count);

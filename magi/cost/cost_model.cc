@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/ir/magi_ops.h"
 
@@ -123,6 +124,22 @@ double CostModel::CollectiveSeconds(CollectiveKind kind, double bytes, int64_t g
     volume *= 2;
   }
   return profile_.op_overhead_s + steps * link.latency_s + volume / link.bandwidth;
+}
+
+int64_t CostModel::WorkingBytes(const Node& node) const {
+  if (node.op() != kCallOp) return 0;
+  if (calibration_ != nullptr) {
+    if (std::optional<int64_t> measured = calibration_->FindWorkingBytes(CalibrationTable::KeyOf(node))) return *measured;
+  }
+  const Module* module = node.graph() != nullptr ? node.graph()->module() : nullptr;
+  const Graph* callee = module != nullptr ? module->FindGraph(CalleeName(node)) : nullptr;
+  if (callee == nullptr || callee == node.graph()) return 0;
+  LivenessOptions held;
+  held.inputs_held_by_caller = true;  // the call's operands stay the caller's
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(*callee, /*assign_buffers=*/false, held, [this](const Node& inner) {
+    return WorkingBytes(inner);
+  });
+  return plan.ok() ? plan->peak_bytes - plan->start_bytes : 0;
 }
 
 NodeCost CostModel::Cost(const Node& node) const {

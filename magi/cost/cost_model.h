@@ -53,6 +53,13 @@ class CostModel : public NodeCostOracle {
   NodeCost Cost(const Node& node) const;
   double NodeSeconds(const Node& node) const override { return Cost(node).seconds; }
 
+  // Bytes `node` allocates at its peak while it runs beyond its operands, its results
+  // included (memory_plan.h's WorkingBytesFn; the simulator's peak counts it). For a
+  // partition call (magi::call): what the compiled partition measured (the calibration
+  // table's working bytes), else its callee's own memory plan with the caller holding the
+  // inputs (unfused ATen buffers: errs high). 0 for everything else (results only).
+  int64_t WorkingBytes(const Node& node) const;
+
   // Time of a collective moving a `bytes`-byte full buffer among `group_size` ranks.
   double CollectiveSeconds(CollectiveKind kind, double bytes, int64_t group_size) const;
 

@@ -6,6 +6,7 @@
 #include "magi/base/gtest_printers.h"
 #include "magi/cost/calibration.h"
 #include "magi/cost/device_profile.h"
+#include "magi/cost/simulator.h"
 #include "magi/ir/parser.h"
 
 namespace magi {
@@ -262,11 +263,50 @@ TEST(CalibrationTest, PartitionCallsShareAKeyByStructureAndSumTheirNodesUnmeasur
   EXPECT_DOUBLE_EQ(unmeasured.seconds, nodes);
   EXPECT_GT(unmeasured.bytes, 0);
 
-  table.Set(CalibrationTable::KeyOf(b), 7e-6);
+  // Unmeasured memory: the callee planned with its inputs held by the caller (e and n,
+  // 16 KiB each, at the neg).
+  EXPECT_EQ(model.WorkingBytes(b), 2 * 16384);
+  EXPECT_EQ(model.WorkingBytes(*step.FindValue("m")->producer()), 0);  // not a call: its results only
+  absl::StatusOr<SimulationResult> simulated = Simulate(step, model);
+  ASSERT_TRUE(simulated.ok()) << simulated.status();
+  EXPECT_EQ(simulated->peak_bytes, 16384 + 2 * 16384);  // %a, and the first call's e and n
+  EXPECT_EQ(simulated->peak_node, 0);
+
+  table.Set(CalibrationTable::KeyOf(b), 7e-6, 1, /*working_bytes=*/5000);
   EXPECT_TRUE(model.Cost(b).calibrated);
   EXPECT_DOUBLE_EQ(model.Cost(b).seconds, 7e-6);
   EXPECT_DOUBLE_EQ(model.Cost(c).seconds, 7e-6);  // the identical partition
   EXPECT_FALSE(model.Cost(d).calibrated);
+  EXPECT_EQ(model.WorkingBytes(b), 5000);  // measured
+  EXPECT_EQ(model.WorkingBytes(c), 5000);
+  EXPECT_EQ(model.WorkingBytes(d), 2 * 16384);
+  simulated = Simulate(step, model);
+  ASSERT_TRUE(simulated.ok()) << simulated.status();
+  EXPECT_EQ(simulated->peak_bytes, 16384 + 2 * 16384);  // now at the last call (%c and its u, v)
+  EXPECT_EQ(simulated->peak_node, 3);
+}
+
+// A call's working bytes round-trip through the CSV (a reader of the three-field form sees
+// an unknown key); malformed bytes are an error naming the line.
+TEST(CalibrationTest, WorkingBytesRoundTrip) {
+  CalibrationTable table;
+  table.Set("magi::call[partition 1f](f32[8]) -> f32[8]", 2.5e-6, 3, 4096);
+  table.Set("aten::exp(f32[8]) -> f32[8]", 1e-6, 2);
+  const std::string csv = table.ToCsv();
+  EXPECT_NE(csv.find("2.5000000000000002e-06,3,working_bytes=4096,magi::call[partition 1f](f32[8]) -> f32[8]\n"),
+            std::string::npos)
+      << csv;
+  absl::StatusOr<CalibrationTable> loaded = CalibrationTable::FromCsv(csv);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->ToCsv(), csv);
+  EXPECT_EQ(loaded->FindWorkingBytes("magi::call[partition 1f](f32[8]) -> f32[8]"), 4096);
+  EXPECT_EQ(loaded->Find("magi::call[partition 1f](f32[8]) -> f32[8]"), 2.5e-6);
+  EXPECT_EQ(loaded->FindWorkingBytes("aten::exp(f32[8]) -> f32[8]"), std::nullopt);
+  for (const char* bad : {"1e-6,1,working_bytes=-4,k\n", "1e-6,1,working_bytes=x,k\n", "1e-6,1,working_bytes=4\n"}) {
+    absl::StatusOr<CalibrationTable> parsed = CalibrationTable::FromCsv(bad, "t.csv");
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(parsed.status().message().find("t.csv:1: expected"), std::string::npos) << parsed.status();
+  }
 }
 
 }  // namespace

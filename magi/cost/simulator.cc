@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
 
@@ -37,7 +38,11 @@ double NodeTimes::Seconds(const Node& node, const CostModel& model) {
 absl::StatusOr<SimulationResult> Simulate(const Graph& graph, const CostModel& model, const SimulateOptions& options) {
   SimulationResult result;
   std::vector<Node*> nodes = graph.nodes();
-  absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, nodes, /*assign_buffers=*/false);
+  // Partition calls hold their inner buffers while they run; other nodes only their results.
+  const bool has_calls = std::any_of(nodes.begin(), nodes.end(), [](const Node* node) { return node->op() == kCallOp; });
+  absl::StatusOr<MemoryPlan> memory =
+      PlanMemory(graph, nodes, /*assign_buffers=*/false, {},
+                 has_calls ? WorkingBytesFn([&model](const Node& node) { return model.WorkingBytes(node); }) : nullptr);
   if (!memory.ok()) return memory.status();
   result.peak_bytes = memory->peak_bytes;
   result.peak_node = memory->peak_node;

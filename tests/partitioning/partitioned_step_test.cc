@@ -111,6 +111,10 @@ TEST(PartitionedStepTest, CompiledPartitionsAreTimedForThePrediction) {
     std::optional<double> seconds = compiled->calibration->Find(key);
     ASSERT_TRUE(seconds.has_value()) << key;
     EXPECT_GT(*seconds, 0) << key;
+    // And the memory the compiled partition allocates while it runs (its registers).
+    std::optional<int64_t> working_bytes = compiled->calibration->FindWorkingBytes(key);
+    ASSERT_TRUE(working_bytes.has_value()) << key;
+    EXPECT_GT(*working_bytes, 0) << key;
   }
   const std::string expected = absl::StrCat(call_keys.size(), " of ", call_keys.size(), " distinct partitions timed as compiled");
   bool noted = false;
@@ -121,6 +125,7 @@ TEST(PartitionedStepTest, CompiledPartitionsAreTimedForThePrediction) {
   absl::StatusOr<SimulationResult> again = Simulate(compiled->graph(), model_of_step);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_DOUBLE_EQ(again->step_seconds, compiled->prediction.step_seconds);
+  EXPECT_EQ(again->peak_bytes, compiled->prediction.peak_bytes);
   EXPECT_NE(compiled->prediction.step_seconds, compiled->optimized.prediction.step_seconds);
 
   auto* executable = dynamic_cast<TorchExecutable*>(compiled->executable.get());
@@ -130,6 +135,9 @@ TEST(PartitionedStepTest, CompiledPartitionsAreTimedForThePrediction) {
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   ASSERT_EQ(outputs->size(), reference.outputs.size());
   for (size_t i = 0; i < outputs->size(); ++i) EXPECT_TRUE(torch::equal((*outputs)[i], reference.outputs[i])) << i;
+  // The predicted peak is what the run held: the interpreter's live storage, each
+  // partition's registers counted while it runs.
+  EXPECT_EQ(executable->last_run_stats().peak_live_bytes, compiled->prediction.peak_bytes);
 }
 
 TEST(PartitionedStepTest, AlphaUsesOneRoundingLikeATen) {

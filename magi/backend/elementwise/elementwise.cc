@@ -235,6 +235,7 @@ class ElementwiseExecutable : public TorchExecutable {
     stats_.nodes_run = 0;
     for (const Segment& segment : segments_) stats_.nodes_run += static_cast<int64_t>(segment.code.size());
     stats_.peak_live_bytes = peak;
+    stats_.peak_allocated_bytes = peak;  // every materialized register (outputs included) lives to the end
     return outputs;
   }
 

@@ -83,16 +83,16 @@ class InterpreterExecutable : public TorchExecutable {
           absl::StrCat("the graph takes ", step_.input_slots.size(), " inputs, ", inputs.size(), " were given"));
     }
     stats_ = RunStats();
+    stats_.peak_allocated_bytes = 0;
     live_bytes_ = 0;
+    allocated_bytes_ = 0;
     storage_refs_.clear();
     slots_.assign(step_.num_slots, at::Tensor());
     input_storages_.clear();
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      Hold(step_.input_slots[i], inputs[i]);
-      if (inputs[i].defined() && inputs[i].has_storage()) {
-        input_storages_.insert(inputs[i].storage().unsafeGetStorageImpl());
-      }
+    for (const at::Tensor& input : inputs) {
+      if (input.defined() && input.has_storage()) input_storages_.insert(input.storage().unsafeGetStorageImpl());
     }
+    for (size_t i = 0; i < inputs.size(); ++i) Hold(step_.input_slots[i], inputs[i]);
     // Donated inputs are still protected: the caller may keep other references (a trainer's buffers).
     if (donated) inputs.clear();
     donated_ = donated;
@@ -188,10 +188,14 @@ class InterpreterExecutable : public TorchExecutable {
   }
 
   absl::Status RunCall(const NodePlan& plan) {
-    absl::StatusOr<std::vector<at::Tensor>> results = callees_.at(plan.callee)->Run(Operands(plan));
+    TorchExecutable& callee = *callees_.at(plan.callee);
+    absl::StatusOr<std::vector<at::Tensor>> results = callee.Run(Operands(plan));
     if (!results.ok()) {
       return absl::Status(results.status().code(), absl::StrCat(Where(*plan.node), ": ", results.status().message()));
     }
+    // While it ran, the partition held its inner buffers and results on top of what this
+    // run holds (its operands included).
+    AddTransientBytes(std::max<int64_t>(0, callee.last_run_stats().peak_allocated_bytes));
     return TakeResults(plan, *results);
   }
 
@@ -234,7 +238,7 @@ class InterpreterExecutable : public TorchExecutable {
       in_flight.inputs = std::move(inputs);
       for (const at::Tensor& input : in_flight.inputs) AddStorageRef(input);
       for (const TensorType& type : plan.result_types) in_flight.result_bytes += type.SizeInBytes().value_or(0);
-      AddLiveBytes(in_flight.result_bytes);
+      AddLiveBytes(in_flight.result_bytes, /*allocated=*/true);
       return absl::OkStatus();
     }
     std::unique_ptr<CollectiveHandle>& handle = handles_[plan.start_plan];
@@ -256,6 +260,7 @@ class InterpreterExecutable : public TorchExecutable {
     if (in_flight != in_flight_.end()) {
       for (const at::Tensor& input : in_flight->second.inputs) DropStorageRef(input);
       live_bytes_ -= in_flight->second.result_bytes;
+      allocated_bytes_ -= in_flight->second.result_bytes;
       in_flight_.erase(in_flight);
     }
     if (!results.ok()) {
@@ -284,23 +289,38 @@ class InterpreterExecutable : public TorchExecutable {
   // Live bytes count each storage once, however many slots or in-flight collectives hold it.
   void AddStorageRef(const at::Tensor& tensor) {
     if (!tensor.defined() || !tensor.has_storage()) return;
-    if (storage_refs_[tensor.storage().unsafeGetStorageImpl()]++ == 0) {
-      AddLiveBytes(static_cast<int64_t>(tensor.storage().nbytes()));
+    const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+    if (storage_refs_[storage]++ == 0) {
+      AddLiveBytes(static_cast<int64_t>(tensor.storage().nbytes()), /*allocated=*/!input_storages_.contains(storage));
     }
   }
 
   void DropStorageRef(const at::Tensor& tensor) {
     if (!tensor.defined() || !tensor.has_storage()) return;
-    auto it = storage_refs_.find(tensor.storage().unsafeGetStorageImpl());
+    const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+    auto it = storage_refs_.find(storage);
     if (it != storage_refs_.end() && --it->second == 0) {
-      live_bytes_ -= static_cast<int64_t>(tensor.storage().nbytes());
+      const int64_t bytes = static_cast<int64_t>(tensor.storage().nbytes());
+      live_bytes_ -= bytes;
+      if (!input_storages_.contains(storage)) allocated_bytes_ -= bytes;
       storage_refs_.erase(it);
     }
   }
 
-  void AddLiveBytes(int64_t bytes) {
+  // `allocated`: storage this run made (not one of its inputs).
+  void AddLiveBytes(int64_t bytes, bool allocated) {
     live_bytes_ += bytes;
     stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, live_bytes_);
+    if (allocated) {
+      allocated_bytes_ += bytes;
+      stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, allocated_bytes_);
+    }
+  }
+
+  // Bytes held for a moment on top of what is live (a callee's, while it runs).
+  void AddTransientBytes(int64_t bytes) {
+    stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, live_bytes_ + bytes);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, allocated_bytes_ + bytes);
   }
 
   StepPlan step_;
@@ -318,6 +338,7 @@ class InterpreterExecutable : public TorchExecutable {
   std::vector<at::Tensor> slots_;
   absl::flat_hash_map<const c10::StorageImpl*, int> storage_refs_;
   int64_t live_bytes_ = 0;
+  int64_t allocated_bytes_ = 0;  // of live_bytes_, in storages this run made
   bool profile_nodes_ = false;
   bool donated_ = false;  // this run's inputs were handed over (RunDonating)
   struct InFlight {

@@ -9,6 +9,7 @@
 #ifdef MAGI_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime.h>
 
 #include "magi/backend/common/fused_adamw.h"
@@ -181,7 +182,11 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     if (n == 0) return std::vector<KernelTime>();
     std::vector<std::optional<double>> known(n);
-    for (size_t i = 0; i < n; ++i) known[i] = requests[i].known;
+    std::vector<std::optional<int64_t>> known_working_bytes(n);
+    for (size_t i = 0; i < n; ++i) {
+      known[i] = requests[i].known;
+      known_working_bytes[i] = requests[i].known_working_bytes;
+    }
     // 1. Which kernels any rank lacks: every rank measures those, in the same order.
     MAGI_ASSIGN_OR_RETURN(std::vector<bool> measure, AgreeOnMissing(known));
     int to_measure = 0, collectives = 0;
@@ -231,13 +236,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     plans_.clear();  // the graphs may not outlive this call
     // 3. Agree on the times.
-    return AgreeOnTimes(measure, timings, known);
+    return AgreeOnTimes(measure, timings, known, known_working_bytes);
   }
 
  private:
   struct Timing {
     double seconds = 0;
     int runs = 0;
+    int64_t working_bytes = -1;  // partition calls (KernelTime::working_bytes); -1: unknown
   };
 
   // Entry i is to be measured when any rank lacks known[i] (one exchange).
@@ -254,19 +260,24 @@ class TorchKernelCalibrator : public KernelCalibrator {
 
   // Every rank takes the mean over the ranks (in rank order) of what each measured now
   // (`timings`, where `measure`) or knew: the same times everywhere (one exchange).
+  // Working bytes (partition calls) agree as the largest any rank measured or knew.
   absl::StatusOr<std::vector<KernelTime>> AgreeOnTimes(const std::vector<bool>& measure,
                                                        const std::vector<std::optional<Timing>>& timings,
-                                                       const std::vector<std::optional<double>>& known) {
+                                                       const std::vector<std::optional<double>>& known,
+                                                       const std::vector<std::optional<int64_t>>& known_working_bytes) {
     const size_t n = measure.size();
-    std::vector<double> mine(2 * n);
+    std::vector<double> mine(3 * n);
     for (size_t i = 0; i < n; ++i) {
       mine[i] = measure[i] ? (timings[i] ? timings[i]->seconds : -1.0) : *known[i];
       mine[n + i] = measure[i] && timings[i] ? timings[i]->runs : 0.0;
+      // Exact in a double below 2^53 bytes.
+      mine[2 * n + i] = static_cast<double>(
+          measure[i] ? (timings[i] ? timings[i]->working_bytes : -1) : known_working_bytes[i].value_or(-1));
     }
     MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, Exchange(mine));
     std::vector<KernelTime> times(n);
     for (size_t i = 0; i < n; ++i) {
-      double sum = 0, first = -1, total_runs = 0;
+      double sum = 0, first = -1, total_runs = 0, working_bytes = -1;
       int count = 0;
       bool equal = true;
       for (const std::vector<double>& rank : all) {
@@ -275,8 +286,10 @@ class TorchKernelCalibrator : public KernelCalibrator {
         equal = equal && rank[i] == first;
         sum += rank[i];
         total_runs += rank[n + i];
+        working_bytes = std::max(working_bytes, rank[2 * n + i]);
         ++count;
       }
+      if (working_bytes >= 0) times[i].working_bytes = static_cast<int64_t>(working_bytes);
       times[i].measured = measure[i];
       if (count == 0) continue;
       // Equal values stay bit for bit (a cached table re-read gives the same plan).
@@ -411,7 +424,35 @@ class TorchKernelCalibrator : public KernelCalibrator {
       if (tensor->is_cuda()) device = tensor->device();
       inputs.push_back(*std::move(tensor));
     }
-    return MeasureRuns(node, device, [&]() -> absl::Status { return executable->Run(inputs).status(); });
+    MAGI_ASSIGN_OR_RETURN(std::optional<Timing> timing,
+                          MeasureRuns(node, device, [&]() -> absl::Status { return executable->Run(inputs).status(); }));
+    if (timing) timing->working_bytes = MeasureWorkingBytes(device, *executable, inputs);
+    return timing;
+  }
+
+  // The most memory one run of `callee` allocates beyond `inputs`, its results included:
+  // on CUDA the caching allocator's peak over the run (all of the partition's buffers,
+  // whichever code allocates them), else what the executable counts
+  // (RunStats::peak_allocated_bytes). -1: unknown (an executable that does not count, a
+  // failed run: the cost model then plans the callee's nodes).
+  int64_t MeasureWorkingBytes(const at::Device& device, TorchExecutable& callee, const std::vector<at::Tensor>& inputs) {
+    try {
+#ifdef MAGI_WITH_CUDA
+      if (device.is_cuda()) {
+        Synchronize(device);
+        c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+        const int64_t before = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current;
+        if (!callee.Run(inputs).ok()) return -1;  // the results are freed here; their bytes are in the peak
+        Synchronize(device);
+        return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak - before;
+      }
+#endif
+      if (!callee.Run(inputs).ok()) return -1;
+      return callee.last_run_stats().peak_allocated_bytes;
+    } catch (const c10::Error&) {
+      ClearDeviceError(device);
+      return -1;
+    }
   }
 
   std::optional<Timing> Unmeasurable(const Node& node, absl::string_view why) {

@@ -265,20 +265,66 @@ TEST(KernelCalibratorTest, PartitionCallsRunTheirCompiledPartition) {
   const Node& call = *(*module)->FindGraph("step")->FindValue("c")->producer();
   absl::StatusOr<std::unique_ptr<TorchExecutable>> partition = CompileForTorch("interpreter", **module, "step.p.0");
   ASSERT_TRUE(partition.ok()) << partition.status();
-  std::vector<KernelRequest> requests(3);
+  std::vector<KernelRequest> requests(4);
   for (KernelRequest& request : requests) request.node = &call;
   requests[0].callee = std::shared_ptr<Executable>(std::move(*partition));
   requests[1].callee = std::make_shared<OpaqueExecutable>();
+  requests[3].callee = requests[0].callee;  // measured before (the cache): kept, memory included
+  requests[3].known = 1e-3;
+  requests[3].known_working_bytes = 77;
   TorchKernelCalibratorOptions options;
   options.seconds_per_kernel = 0.0;
   absl::StatusOr<std::vector<KernelTime>> times = MakeTorchKernelCalibrator(options)->Calibrate(requests);
   ASSERT_TRUE(times.ok()) << times.status();
-  ASSERT_EQ(times->size(), 3u);
+  ASSERT_EQ(times->size(), 4u);
   ASSERT_TRUE((*times)[0].seconds.has_value());
   EXPECT_GT(*(*times)[0].seconds, 0);
   EXPECT_EQ((*times)[0].runs, options.min_runs);
+  // While it runs the partition holds %e and %r (2 KiB each) beyond its inputs.
+  EXPECT_EQ((*times)[0].working_bytes, 2 * 2048);
   EXPECT_FALSE((*times)[1].seconds.has_value());  // "backend 'opaque' does not run LibTorch tensors"
+  EXPECT_FALSE((*times)[1].working_bytes.has_value());
   EXPECT_FALSE((*times)[2].seconds.has_value());  // a call node without its partition: not a kernel
+  EXPECT_EQ((*times)[3].seconds, 1e-3);
+  EXPECT_FALSE((*times)[3].measured);
+  EXPECT_EQ((*times)[3].working_bytes, 77);
+}
+
+// On CUDA a partition's memory is the caching allocator's peak over one run (whatever
+// code allocates it), measured the same: %e and %r, 2 KiB each (multiples of the
+// allocator's 512-byte rounding). Runs where a GPU is (the GPU machine's --config=cuda).
+TEST(KernelCalibratorTest, PartitionCallsOnCudaMeasureTheAllocatorsPeak) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  graph @step.p.0 {
+    input %x: f32[64,64]@cuda:0
+    input %ids: i64[8]@cuda:0
+    %e = aten::embedding(%x, %ids, -1, false, false) : f32[8,64]@cuda:0
+    %r = aten::relu(%e) : f32[8,64]@cuda:0
+    output r = %r
+  }
+  graph @step {
+    input %a: f32[64,64]@cuda:0
+    input %i: i64[8]@cuda:0
+    %c = magi::call([%a, %i], callee = "step.p.0") : f32[8,64]@cuda:0
+    output c = %c
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Node& call = *(*module)->FindGraph("step")->FindValue("c")->producer();
+  absl::StatusOr<std::unique_ptr<TorchExecutable>> partition = CompileForTorch("interpreter", **module, "step.p.0");
+  ASSERT_TRUE(partition.ok()) << partition.status();
+  std::vector<KernelRequest> requests(1);
+  requests[0].node = &call;
+  requests[0].callee = std::shared_ptr<Executable>(std::move(*partition));
+  TorchKernelCalibratorOptions options;
+  options.device = at::Device(at::kCUDA, 0);
+  options.seconds_per_kernel = 0.0;
+  absl::StatusOr<std::vector<KernelTime>> times = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  ASSERT_TRUE(times.ok()) << times.status();
+  ASSERT_TRUE((*times)[0].seconds.has_value());
+  EXPECT_EQ((*times)[0].working_bytes, 2 * 2048);
 }
 
 }  // namespace
