@@ -6,8 +6,40 @@
 #include "absl/strings/str_cat.h"
 #include "magi/analysis/op_traits.h"
 #include "magi/ir/collectives.h"
+#include "magi/ir/magi_ops.h"
 
 namespace magi {
+namespace {
+
+// For each result of a magi::call: the operand index (0..num_operands-1) or
+// num_operands + the earlier result index whose storage the callee returns it in (a view
+// of its input, or of another output), else -1. All -1 when the callee is not found or
+// cannot be analyzed.
+std::vector<int> CallResultAliases(const Node& call) {
+  std::vector<int> aliases(call.num_results(), -1);
+  const Module* module = call.graph() != nullptr ? call.graph()->module() : nullptr;
+  const Graph* callee = module != nullptr ? module->FindGraph(CalleeName(call)) : nullptr;
+  if (callee == nullptr || callee == call.graph() || callee->outputs().size() != aliases.size() ||
+      callee->inputs().size() != static_cast<size_t>(call.num_operands())) {
+    return aliases;
+  }
+  absl::StatusOr<Liveness> inner = ComputeLiveness(*callee);
+  if (!inner.ok()) return aliases;
+  absl::flat_hash_map<int, int> first_with_storage;  // callee storage -> call operand / result slot
+  for (int k = 0; k < static_cast<int>(callee->inputs().size()); ++k) {
+    auto it = inner->storage_of.find(callee->inputs()[k]);
+    if (it != inner->storage_of.end()) first_with_storage.try_emplace(it->second, k);
+  }
+  for (int j = 0; j < static_cast<int>(aliases.size()); ++j) {
+    auto it = inner->storage_of.find(callee->outputs()[j].value);
+    if (it == inner->storage_of.end()) continue;
+    auto [slot, inserted] = first_with_storage.try_emplace(it->second, call.num_operands() + j);
+    if (!inserted) aliases[j] = slot->second;
+  }
+  return aliases;
+}
+
+}  // namespace
 
 absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, const LivenessOptions& options) {
   return ComputeLiveness(graph, graph.nodes(), options);
@@ -74,9 +106,22 @@ absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* co
       auto it = storage_of.find(node->operand(0));
       if (it != storage_of.end()) aliased = it->second;
     }
+    const std::vector<int> call_aliases = node->op() == kCallOp ? CallResultAliases(*node) : std::vector<int>();
     for (const Value* result : node->results()) {
-      if (aliased >= 0) {
-        storage_of[result] = aliased;
+      int shared = aliased;
+      // A call result that the callee makes as a view of one of its inputs or of another
+      // result shares that storage (a compiled partition returns such views, not copies).
+      const int alias = result->result_index() < static_cast<int>(call_aliases.size())
+                            ? call_aliases[result->result_index()]
+                            : -1;
+      if (alias >= 0) {
+        const Value* base = alias < node->num_operands() ? node->operand(alias)
+                                                         : node->result(alias - node->num_operands());
+        auto it = storage_of.find(base);
+        if (it != storage_of.end()) shared = it->second;
+      }
+      if (shared >= 0) {
+        storage_of[result] = shared;
       } else {
         absl::Status status = add_storage(result, birth, i);
         if (!status.ok()) return status;

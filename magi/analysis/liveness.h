@@ -1,7 +1,10 @@
 // Storage lifetimes of a graph, in program order (the schedule the runtime executes).
 //
 // Every tensor value either owns a storage or, for the results of view ops (see
-// op_traits.h), shares the storage of the view's base. A storage is born where the
+// op_traits.h), shares the storage of the view's base. A partition call's (magi::call)
+// result that its callee returns as a view of a callee input or of another output shares
+// that operand's or that result's storage: compiled partitions (Inductor's, the
+// interpreter's) return such views, not copies. A storage is born where the
 // runtime allocates it (a graph input: before the first node; a node's results: at the
 // node; a collective's results: at its start, even though its wait names them) and dies
 // after the last node that needs it: its last reader, through any alias; a collective's

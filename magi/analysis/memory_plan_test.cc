@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/analysis/liveness.h"
 #include "magi/ir/parser.h"
 
 namespace magi {
@@ -30,6 +31,14 @@ TEST(MemoryPlanTest, PeakFollowsLifetimesAndViewsShareStorage) {
   EXPECT_EQ(plan->live_after, (std::vector<int64_t>{800, 800, 800, 404, 400}));
   EXPECT_EQ(plan->peak_bytes, 1200);  // x, a and b while exp runs
   EXPECT_EQ(plan->peak_node, 2);
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(*(*module)->FindGraph("g"));
+  ASSERT_TRUE(liveness.ok()) << liveness.status();
+  std::vector<std::string> at_peak;
+  for (const StorageLifetime& storage : StoragesLiveAt(*liveness, plan->peak_node)) {
+    at_peak.push_back(storage.value->name());
+  }
+  EXPECT_EQ(at_peak, (std::vector<std::string>{"x", "a", "b"}));  // largest first, ties in order
+  EXPECT_EQ(StoragesLiveAt(*liveness, -1).size(), 1u);            // before the first node: x
   // x's buffer is free after exp; a's after sum: d reuses one of them.
   const Graph& g = *(*module)->FindGraph("g");
   EXPECT_FALSE(plan->buffer_of.contains(g.FindValue("v")));  // a view has no storage of its own
@@ -72,6 +81,46 @@ TEST(MemoryPlanTest, WorkingBytesCountWhileTheNodeRuns) {
   // Past int64: an error, not a wrapped peak.
   WorkingBytesFn huge = [](const Node&) { return std::numeric_limits<int64_t>::max(); };
   EXPECT_EQ(PlanMemory(g, false, {}, huge).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// A partition call's results share storage where its callee returns views: of one of its
+// inputs (the operand's storage, kept alive as long as the result) or of another result.
+TEST(MemoryPlanTest, CallResultsThatTheCalleeReturnsAsViewsShareStorage) {
+  auto module = ParseModule(R"(module @m {
+  graph @g.p.0 {
+    input %x: f32[100]
+    input %w: f32[100]
+    %t = aten::view(%w, [10, 10]) : f32[10,10]
+    %e = aten::exp(%x) : f32[100]
+    %v = aten::view(%e, [10, 10]) : f32[10,10]
+    output t = %t
+    output e = %e
+    output v = %v
+  }
+  graph @g {
+    input %a: f32[100]
+    input %b: f32[100]
+    %t, %e, %v = magi::call([%a, %b], callee = "g.p.0") : f32[10,10], f32[100], f32[10,10]
+    %s = aten::sum(%t, none) : f32[]
+    %n = aten::neg(%v) : f32[10,10]
+    output s = %s
+    output n = %n
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& g = *(*module)->FindGraph("g");
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(g);
+  ASSERT_TRUE(liveness.ok()) << liveness.status();
+  auto owner = [&](const char* name) { return liveness->storages[liveness->storage_of.at(g.FindValue(name))].value; };
+  EXPECT_EQ(owner("t"), g.FindValue("b"));  // a view of the call's second operand
+  EXPECT_EQ(owner("e"), g.FindValue("e"));  // new
+  EXPECT_EQ(owner("v"), g.FindValue("e"));  // a view of another result
+  // %b lives as long as %t is read (the sum, node 1), not only through the call.
+  EXPECT_EQ(liveness->storages[liveness->storage_of.at(g.FindValue("b"))].dies, 1);
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(g, /*assign_buffers=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->peak_bytes, 3 * 400);  // a, b and the one new storage (e, v) at the call
 }
 
 // Each tensor fits in int64 bytes, their sum does not: an error naming where, never a

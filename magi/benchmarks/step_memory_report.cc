@@ -96,24 +96,18 @@ int Report() {
   if (!liveness.ok()) return std::fprintf(stderr, "%s\n", std::string(liveness.status().message()).c_str()), 1;
   const int end = liveness->num_nodes;
   std::vector<Node*> nodes = graph.nodes();
-  struct Live {
-    const Value* value;
-    int64_t bytes;
-    int born, dies;
-  };
-  std::vector<Live> live;
+  // The device's peak: its own storages, largest first.
+  const std::vector<StorageLifetime> live = StoragesLiveAt(*liveness, memory->peak_node);
   int64_t by_role[5] = {0, 0, 0, 0, 0};
+  for (const StorageLifetime& storage : live) {
+    if (storage.value->is_graph_input()) by_role[static_cast<int>(storage.value->role())] += storage.bytes;
+  }
   int64_t host_state = 0;  // host-resident inputs (CPU offload's state)
   for (const StorageLifetime& storage : liveness->storages) {
     if (storage.host && storage.value->is_graph_input()) host_state += storage.bytes;
-    if (storage.host) continue;  // the device's peak: its own storages
-    if (storage.born > memory->peak_node || storage.dies < memory->peak_node) continue;
-    live.push_back({storage.value, storage.bytes, storage.born, storage.dies});
-    if (storage.value->is_graph_input()) by_role[static_cast<int>(storage.value->role())] += storage.bytes;
   }
-  std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) { return a.bytes > b.bytes; });
   int64_t total = 0;
-  for (const Live& l : live) total += l.bytes;
+  for (const StorageLifetime& l : live) total += l.bytes;
   const Node* peak = memory->peak_node >= 0 ? nodes[memory->peak_node] : nullptr;
   std::printf("%s: %d nodes; peak %.3f GB after node %d (%s, module %s); %zu storages live there, %.3f GB\n",
               config.ToString().c_str(), end, memory->peak_bytes / 1e9, memory->peak_node,
@@ -148,7 +142,7 @@ int Report() {
               by_role[static_cast<int>(InputRole::kData)] / 1e9, by_role[static_cast<int>(InputRole::kBuffer)] / 1e9);
   // Non-input storages grouped by producer op, then the largest ones.
   absl::flat_hash_map<std::string, std::pair<int64_t, int>> by_op;
-  for (const Live& l : live) {
+  for (const StorageLifetime& l : live) {
     if (l.value->is_graph_input()) continue;
     auto& entry = by_op[l.value->producer()->op()];
     entry.first += l.bytes;

@@ -70,6 +70,9 @@ check "scheduled step verifies" test "$($MAGI verify "$TMP/sched.mir")" = "ok"
 $MAGI simulate $STEP --device=h200 --world=8 --trace="$TMP/trace.json" > "$TMP/sim.txt"
 check "simulate reports exposed communication" grep -q 'exposed communication' "$TMP/sim.txt"
 check "simulate writes a Chrome trace" grep -q '"traceEvents"' "$TMP/trace.json"
+$MAGI simulate $STEP --device=cpu --live_at_peak=3 > "$TMP/live.txt"
+check "simulate lists what is live at the peak" grep -q '^peak at node [0-9]* (.*): [0-9]* storages live' "$TMP/live.txt"
+check "simulate lists the 3 largest storages there" test "$(grep -c '^  .* MB  %' "$TMP/live.txt")" -eq 3
 $MAGI simulate "$TMP/sched.mir" --device=h200 --world=8 > "$TMP/sim2.txt"
 check "scheduling hides communication" test "$(grep -o '[0-9.]*% hidden' "$TMP/sim2.txt" | tr -d '% hidden')" != "0.0"
 $MAGI plan $STEP --budget_gb=0.00175 -o "$TMP/planned.mir" > "$TMP/plan.txt"
@@ -154,6 +157,7 @@ done
 expect_failure "--budget_gb past int64 bytes" 1 "--budget_gb=1e300 is more bytes than int64 can hold" -- $MAGI plan $STEP --budget_gb=1e300
 for world in nan inf 0 -1 2.5; do
   expect_failure "--world=$world" 1 "--world must be a positive integer, not '$world'" -- $MAGI simulate $STEP --world=$world
+  expect_failure "--live_at_peak=$world" 1 "--live_at_peak must be a positive integer, not '$world'" -- $MAGI simulate $STEP --live_at_peak=$world
 done
 for spec in 'bucket-collectives{max_mb=nan}' 'bucket-collectives{max_mb=inf}' 'bucket-collectives{max_mb=-1}' \
             'schedule-overlap{max_inflight_mb=nan}' 'schedule-overlap{max_inflight_mb=-inf}' \

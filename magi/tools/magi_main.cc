@@ -42,6 +42,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "magi/analysis/liveness.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
 #include "magi/base/status_macros.h"
@@ -51,6 +53,7 @@
 #include "magi/compiler/compile_options.h"
 #include "magi/cost/simulator.h"
 #include "magi/ir/dot_export.h"
+#include "magi/ir/magi_ops.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/auto_recompute_registration.h"
@@ -149,15 +152,18 @@ const std::vector<CommandSpec>& CommandSpecs() {
        "                  builds its model from its own profile=NAME, uncalibrated)\n"},
       {"simulate",
        1,
-       {"device", "world", "trace", "calibration", "graph"},
+       {"device", "world", "trace", "calibration", "graph", "live_at_peak"},
        {},
-       "IN [--device=h200|cpu|FILE.profile] [--world=N] [--trace=OUT.json] [--calibration=CSV] [--graph=NAME]",
+       "IN [--device=h200|cpu|FILE.profile] [--world=N] [--trace=OUT.json] [--calibration=CSV] [--graph=NAME] "
+       "[--live_at_peak=N]",
        "Predicts step time, exposed communication and peak memory of a scheduled graph.\n"
        "  --device=NAME        device profile: built in (cpu, h200) or a .profile file (default h200)\n"
        "  --world=N            model every collective as spanning N ranks (positive integer)\n"
        "  --trace=OUT.json     write the timeline as Chrome trace JSON (opens in Perfetto)\n"
-       "  --calibration=CSV    measured op times that replace the formulas\n"
-       "  --graph=NAME         the graph (default: the module's first)\n"},
+       "  --calibration=CSV    measured op times (and partition calls' working bytes) that replace the formulas\n"
+       "  --graph=NAME         the graph (default: the module's first)\n"
+       "  --live_at_peak=N     list the N largest storages live at the memory peak (and what the peak\n"
+       "                       node allocates while it runs)\n"},
       {"plan",
        1,
        {"o", "budget_gb", "frontier", "svg", "exhaustive", "threads", "device", "calibration", "graph"},
@@ -288,6 +294,34 @@ absl::StatusOr<CostModel> MakeCostModel(const CommandLine& line, std::unique_ptr
   return model;
 }
 
+// What the peak is made of: the node, what it allocates while it runs, and the largest
+// storages live there with what made them.
+void PrintLiveAtPeak(const Graph& graph, const CostModel& model, const SimulationResult& result, int top) {
+  std::vector<Node*> nodes = graph.nodes();
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(graph, nodes);
+  if (!liveness.ok()) return;  // Simulate planned it: cannot fail here
+  const Node* peak = result.peak_node >= 0 ? nodes[result.peak_node] : nullptr;
+  std::vector<StorageLifetime> live = StoragesLiveAt(*liveness, result.peak_node);
+  int64_t total = 0;
+  for (const StorageLifetime& storage : live) total += storage.bytes;
+  std::printf("peak at node %d (%s%s%s): %zu storages live, %.3f MB", result.peak_node,
+              peak != nullptr ? peak->op().c_str() : "the inputs", peak != nullptr && peak->op() == kCallOp ? " @" : "",
+              peak != nullptr && peak->op() == kCallOp ? CalleeName(*peak).c_str() : "", live.size(), total / 1e6);
+  if (peak != nullptr && model.WorkingBytes(*peak) > 0) {
+    std::printf(", and %.3f MB it allocates while it runs", model.WorkingBytes(*peak) / 1e6);
+  }
+  std::printf("\n");
+  for (int i = 0; i < static_cast<int>(live.size()) && i < top; ++i) {
+    const Value& value = *live[i].value;
+    std::string made_by = value.is_graph_input() ? "input" : value.producer()->op();
+    if (!value.is_graph_input() && !value.producer()->annotations().module_path.empty()) {
+      absl::StrAppend(&made_by, " @", value.producer()->annotations().module_path);
+    }
+    std::printf("  %10.3f MB  %%%s  %s  %s  [%d..%d]\n", live[i].bytes / 1e6, value.name().c_str(),
+                value.type().ToString().c_str(), made_by.c_str(), live[i].born, live[i].dies);
+  }
+}
+
 absl::Status RunSimulate(const CommandLine& line) {
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
   MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
@@ -302,6 +336,14 @@ absl::Status RunSimulate(const CommandLine& line) {
               100 * result.overlap_fraction());
   std::printf("  exposed communication%10.3f ms\n", result.exposed_communication_seconds * 1e3);
   std::printf("  peak memory          %10.3f MB\n", result.peak_bytes / 1e6);
+  if (line.flags.count("live_at_peak")) {
+    int top = 0;
+    if (!absl::SimpleAtoi(line.flags.at("live_at_peak"), &top) || top < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--live_at_peak must be a positive integer, not '", line.flags.at("live_at_peak"), "'"));
+    }
+    PrintLiveAtPeak(*graph, model, result, top);
+  }
   if (line.flags.count("trace")) {
     MAGI_RETURN_IF_ERROR(WriteOutput(line.flags.at("trace"), ChromeTraceJson(result, graph->name())));
   }
