@@ -129,6 +129,10 @@ ABSL_FLAG(int, partition_max_nodes, 0,
 ABSL_FLAG(bool, partition_align_collectives, true,
           "Before partitioning, move collectives that sit inside fusible chains to the nearest GEMM or attention "
           "(pass align-collectives; docs/backends.md)");
+ABSL_FLAG(bool, partition_recompute_fusible, false,
+          "Before partitioning, recompute in the backward the elementwise activations whose inputs are saved anyway "
+          "(silu, RMSNorm's normalized x), so the fused kernels neither write nor keep them (pass recompute-fusible; "
+          "docs/backends.md)");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled Shakespeare sonnets)");
 ABSL_FLAG(std::string, out_dir, "/tmp/magi_train", "Where the loss curve, summary and checkpoint go");
 ABSL_FLAG(std::string, summary_json, "", "Also write the summary JSON here");
@@ -489,6 +493,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   optimization.partition_min_nodes = absl::GetFlag(FLAGS_partition_min_nodes);
   optimization.partition_max_nodes = absl::GetFlag(FLAGS_partition_max_nodes);
   optimization.partition_align_collectives = absl::GetFlag(FLAGS_partition_align_collectives);
+  optimization.partition_recompute_fusible = absl::GetFlag(FLAGS_partition_recompute_fusible);
   if (rank == 0 && optimization.memory_budget_bytes > 0) {
     std::fprintf(stderr, "magi: searching a strategy for %.3f GB per rank...\n", absl::GetFlag(FLAGS_budget_gb));
   }

@@ -69,6 +69,11 @@ struct PartitionOptions {
   // prediction is made again after the moves, and under a memory budget moves that would
   // break it are not made.
   bool align_collectives = true;
+  // Then recompute in the backward the elementwise activations whose operands are saved
+  // anyway and that only feed ops the backend fuses (magi/passes/recompute_fusible.h): the
+  // fused kernels neither write nor keep them. Off by default: ATen kernels would pay a
+  // kernel per copy where the first backend declines them.
+  bool recompute_fusible = false;
   // Print the notes of CompiledStep (what each backend declined, fallbacks) to stderr.
   bool log = true;
 };

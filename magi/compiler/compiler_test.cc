@@ -350,6 +350,45 @@ constexpr char kLayers[] = R"(module @m {
 }
 )";
 
+// PartitionOptions::recompute_fusible: before the cut, an elementwise activation the
+// backend fuses both ways and whose operand the backward reads anyway is recomputed there;
+// the driver says so and plans less memory.
+TEST(CompilerTest, FusibleActivationsAreRecomputedBeforePartitioning) {
+  constexpr char kStep[] = R"(module @m {
+  graph @step {
+    input %x: f32[64,64]
+    input %w: f32[64,64] {role = param}
+    input %dy: f32[64,64]
+    %h = aten::mm(%x, %w) : f32[64,64] {phase = fwd}
+    %s = aten::mul.Tensor(%h, %h) : f32[64,64] {phase = fwd}
+    %p = aten::add.Tensor(%s, %h, 1) : f32[64,64] {phase = fwd}
+    %y = aten::mm(%p, %w) : f32[64,64] {phase = fwd}
+    %d = aten::mm(%dy, %w) : f32[64,64] {phase = bwd}
+    %g = aten::mul.Tensor(%d, %s) : f32[64,64] {phase = bwd}
+    %g2 = aten::mul.Tensor(%g, %h) : f32[64,64] {phase = bwd}
+    output y = %y
+    output g2 = %g2
+  }
+}
+)";
+  int64_t peaks[2] = {0, 0};
+  for (bool recompute : {false, true}) {
+    absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+    ASSERT_TRUE(module.ok()) << module.status();
+    CompileOptions options = StubPartitionOptions("test-flaky");
+    options.partitioning.recompute_fusible = recompute;
+    absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    peaks[recompute] = compiled->optimized.prediction.peak_bytes;
+    bool noted = false;
+    for (const std::string& note : compiled->notes) {
+      noted |= note.rfind("recompute-fusible: 1 activations of @step recomputed in the backward for 'test-flaky'", 0) == 0;
+    }
+    EXPECT_EQ(noted, recompute) << absl::StrJoin(compiled->notes, "\n");
+  }
+  EXPECT_LT(peaks[1], peaks[0]);
+}
+
 TEST(CompilerTest, PartitionsThatFailToCompileFallBackToThePrimaryWithAWarning) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kLayers);
   ASSERT_TRUE(module.ok()) << module.status();

@@ -29,9 +29,10 @@ struct Outcome {
 };
 
 Outcome CompileAndRun(const CapturedGraph& captured, const std::vector<at::Tensor>& inputs,
-                  const std::vector<std::string>& partition_backends) {
+                  const std::vector<std::string>& partition_backends, bool recompute_fusible = false) {
   CompileOptions options;
   options.partitioning.backends = partition_backends;
+  options.partitioning.recompute_fusible = recompute_fusible;
   absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(*captured.module), captured.graph_name, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status();
   if (!compiled.ok()) return {};
@@ -81,6 +82,34 @@ TEST(PartitionedStepTest, TinyLlamaStepMatchesTheInterpreter) {
     const std::string& name = reference.compiled.graph().outputs()[i].name;
     EXPECT_TRUE(torch::equal(reference.outputs[i], partitioned.outputs[i]))
         << name << " differs by " << (reference.outputs[i] - partitioned.outputs[i]).abs().max().item<double>();
+  }
+}
+
+// The recompute-fusible rewrite on the real step (silu and RMSNorm's normalized x per
+// layer, recomputed in the backward from values saved anyway): the same ops on the same
+// inputs, so the step's results stay bitwise the plain step's.
+TEST(PartitionedStepTest, FusibleActivationsRecomputedGiveTheSameStep) {
+  TinyStep tiny = CaptureTinyLlamaStep();
+  ASSERT_TRUE(tiny.captured.ok()) << tiny.captured.status();
+  ASSERT_TRUE(tiny.inputs.ok()) << tiny.inputs.status();
+  Outcome reference = CompileAndRun(*tiny.captured, *tiny.inputs, {});
+  CompileOptions options;
+  options.optimization.passes = "recompute-fusible";
+  absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(*tiny.captured->module), tiny.captured->graph_name, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  int copies = 0;
+  for (const Node* node : compiled->graph().nodes()) {
+    copies += node->annotations().remat == RematDecision::kRecompute && node->annotations().phase == Phase::kBackward;
+  }
+  EXPECT_EQ(copies, 2 * 2 + 1 + 2);  // per layer silu and two norms' x * rsqrt, the final norm's
+  EXPECT_LT(compiled->optimized.prediction.peak_bytes, reference.compiled.optimized.prediction.peak_bytes);
+  auto* executable = dynamic_cast<TorchExecutable*>(compiled->executable.get());
+  ASSERT_NE(executable, nullptr);
+  absl::StatusOr<std::vector<at::Tensor>> outputs = executable->Run(*tiny.inputs);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(reference.outputs.size(), outputs->size());
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    EXPECT_TRUE(torch::equal(reference.outputs[i], (*outputs)[i])) << reference.compiled.graph().outputs()[i].name;
   }
 }
 

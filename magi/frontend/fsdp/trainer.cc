@@ -143,6 +143,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.partitioning.min_nodes = optimization.partition_min_nodes;
   options.partitioning.max_nodes = optimization.partition_max_nodes;
   options.partitioning.align_collectives = optimization.partition_align_collectives;
+  options.partitioning.recompute_fusible = optimization.partition_recompute_fusible;
   options.backend = backend;
   options.deterministic = optimization.deterministic;
   options.expected_plan_hash = optimization.expected_plan_hash;

@@ -77,6 +77,9 @@ struct StepOptimization {
   int partition_max_nodes = 0;
   // Collectives moved out of fusible chains before partitioning (PartitionOptions::align_collectives).
   bool partition_align_collectives = true;
+  // Fusible activations recomputed for the backward before partitioning
+  // (PartitionOptions::recompute_fusible).
+  bool partition_recompute_fusible = false;
   // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): bitwise-
   // identical steps run after run. The process must have called
   // magi::EnableDeterministicMode() first (the backend checks); the ranks check that

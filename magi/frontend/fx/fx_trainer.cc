@@ -110,6 +110,7 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
   compile.partitioning.min_nodes = options.optimization.partition_min_nodes;
   compile.partitioning.max_nodes = options.optimization.partition_max_nodes;
   compile.partitioning.align_collectives = options.optimization.partition_align_collectives;
+  compile.partitioning.recompute_fusible = options.optimization.partition_recompute_fusible;
   compile.backend = options.backend;
   CapturedGraph captured;
   captured.module = std::move(imported.module);

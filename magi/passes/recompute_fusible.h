@@ -1,0 +1,63 @@
+// RecomputeFusible: for a step whose compute a fusing backend compiles (the inductor
+// partition backend), recompute in the backward the elementwise activations whose inputs
+// are saved anyway, instead of saving them.
+//
+// In a captured step the backward reads what autograd saved: for SwiGLU both silu(h1) and
+// h1, for RMSNorm both x * rsqrt(...) and x and the rsqrt. Where a fusing backend compiles
+// the forward, an elementwise value that only feeds other elementwise ops is computed in
+// registers and never written, except that it is saved: then it is written once in the
+// forward and read once in the backward, and it occupies memory in between. When its
+// operands are saved for the backward anyway, recomputing it there costs no memory and no
+// traffic (the fused backward kernel reads those operands already), and saves its bytes
+// twice over plus the memory (what AOTAutograd's min-cut partitioner does for per-block
+// torch.compile).
+//
+// A forward node is recomputed when all of these hold:
+//   - it is elementwise (op_traits.h), movable (not random, effectful or communication),
+//     not a view, with tensor results that are not graph outputs, and the backward reads
+//     a result (directly or through views of it);
+//   - every tensor operand is a graph input, a 0-dim tensor, or a value the backward reads
+//     itself (saved regardless);
+//   - every forward reader of its results (through views) is elementwise, and every
+//     backward reader is elementwise or a sum/mean, and the backend accepts them all
+//     (`declined` says which it does not): so the value is neither written in the forward
+//     nor materialized by its copy in the backward.
+// The rewrite is RecomputeForBackward's (auto_recompute.h): the copies go right before
+// the first backward use. Values do not change (the same ops on the same inputs).
+//
+// On ATen kernels (no fusion) it would cost a kernel per copy: the compile driver runs it
+// before partitioning when a partition backend is used and
+// PartitionOptions::recompute_fusible is set. Registered as "recompute-fusible" too (the
+// backend then taken as accepting everything).
+#ifndef MAGI_PASSES_RECOMPUTE_FUSIBLE_H_
+#define MAGI_PASSES_RECOMPUTE_FUSIBLE_H_
+
+#include <functional>
+#include <vector>
+
+#include "magi/ir/graph.h"
+#include "magi/passes/pass.h"
+
+namespace magi {
+
+// True for a node the fusing backend will not compile (a kernel boundary).
+using DeclinedByBackend = std::function<bool(const Node&)>;
+
+// The forward nodes of `graph` chosen by the rules above, in program order.
+std::vector<Node*> ChooseFusibleRecompute(const Graph& graph, const DeclinedByBackend& declined = nullptr);
+
+// Recomputes ChooseFusibleRecompute's choice for the backward; returns how many forward
+// nodes were chosen.
+int RecomputeFusible(Graph& graph, const DeclinedByBackend& declined = nullptr);
+
+class RecomputeFusiblePass : public Pass {
+ public:
+  absl::string_view name() const override { return "recompute-fusible"; }
+
+ protected:
+  absl::StatusOr<bool> RunImpl(Module& module) override;
+};
+
+}  // namespace magi
+
+#endif  // MAGI_PASSES_RECOMPUTE_FUSIBLE_H_
