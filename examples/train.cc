@@ -129,7 +129,7 @@ ABSL_FLAG(int, partition_max_nodes, 0,
 ABSL_FLAG(bool, partition_align_collectives, true,
           "Before partitioning, move collectives that sit inside fusible chains to the nearest GEMM or attention "
           "(pass align-collectives; docs/backends.md)");
-ABSL_FLAG(bool, partition_recompute_fusible, false,
+ABSL_FLAG(bool, partition_recompute_fusible, true,
           "Before partitioning, recompute in the backward the elementwise activations whose inputs are saved anyway "
           "(silu, RMSNorm's normalized x), so the fused kernels neither write nor keep them (pass recompute-fusible; "
           "docs/backends.md)");

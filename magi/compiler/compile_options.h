@@ -71,9 +71,10 @@ struct PartitionOptions {
   bool align_collectives = true;
   // Then recompute in the backward the elementwise activations whose operands are saved
   // anyway and that only feed ops the backend fuses (magi/passes/recompute_fusible.h): the
-  // fused kernels neither write nor keep them. Off by default: ATen kernels would pay a
-  // kernel per copy where the first backend declines them.
-  bool recompute_fusible = false;
+  // fused kernels neither write nor keep them (the 953M step on an H200: 2.6 GB less peak,
+  // docs/benchmarks.md session 15). Only what the first backend accepts both ways is
+  // recomputed, so no copy is left to the primary backend's kernels.
+  bool recompute_fusible = true;
   // Print the notes of CompiledStep (what each backend declined, fallbacks) to stderr.
   bool log = true;
 };

@@ -26,9 +26,9 @@
 // the first backward use. Values do not change (the same ops on the same inputs).
 //
 // On ATen kernels (no fusion) it would cost a kernel per copy: the compile driver runs it
-// before partitioning when a partition backend is used and
-// PartitionOptions::recompute_fusible is set. Registered as "recompute-fusible" too (the
-// backend then taken as accepting everything).
+// before partitioning when a partition backend is used (PartitionOptions::recompute_fusible,
+// on by default), with the backend's declined nodes. Registered as "recompute-fusible" too
+// (every node then taken as fusible).
 #ifndef MAGI_PASSES_RECOMPUTE_FUSIBLE_H_
 #define MAGI_PASSES_RECOMPUTE_FUSIBLE_H_
 

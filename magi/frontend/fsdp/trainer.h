@@ -79,7 +79,7 @@ struct StepOptimization {
   bool partition_align_collectives = true;
   // Fusible activations recomputed for the backward before partitioning
   // (PartitionOptions::recompute_fusible).
-  bool partition_recompute_fusible = false;
+  bool partition_recompute_fusible = true;
   // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): bitwise-
   // identical steps run after run. The process must have called
   // magi::EnableDeterministicMode() first (the backend checks); the ranks check that
