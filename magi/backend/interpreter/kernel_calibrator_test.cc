@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/gtest_printers.h"
@@ -244,23 +245,30 @@ class OpaqueExecutable : public Executable {
   absl::string_view backend_name() const override { return "opaque"; }
 };
 
-TEST(KernelCalibratorTest, PartitionCallsRunTheirCompiledPartition) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+// A step that calls one partition (an embedding and a relu: 2 KiB each) on `device`
+// ("" or "@cuda:0").
+absl::StatusOr<std::unique_ptr<Module>> PartitionCallStep(absl::string_view device) {
+  return ParseModule(absl::StrReplaceAll(R"(module @m {
   graph @step.p.0 {
-    input %x: f32[64,64]
-    input %ids: i64[8]
-    %e = aten::embedding(%x, %ids, -1, false, false) : f32[8,64]
-    %r = aten::relu(%e) : f32[8,64]
+    input %x: f32[64,64]DEV
+    input %ids: i64[8]DEV
+    %e = aten::embedding(%x, %ids, -1, false, false) : f32[8,64]DEV
+    %r = aten::relu(%e) : f32[8,64]DEV
     output r = %r
   }
   graph @step {
-    input %a: f32[64,64]
-    input %i: i64[8]
-    %c = magi::call([%a, %i], callee = "step.p.0") : f32[8,64]
+    input %a: f32[64,64]DEV
+    input %i: i64[8]DEV
+    %c = magi::call([%a, %i], callee = "step.p.0") : f32[8,64]DEV
     output c = %c
   }
 }
-)");
+)",
+                                         {{"DEV", device}}));
+}
+
+TEST(KernelCalibratorTest, PartitionCallsRunTheirCompiledPartition) {
+  absl::StatusOr<std::unique_ptr<Module>> module = PartitionCallStep("");
   ASSERT_TRUE(module.ok()) << module.status();
   const Node& call = *(*module)->FindGraph("step")->FindValue("c")->producer();
   absl::StatusOr<std::unique_ptr<TorchExecutable>> partition = CompileForTorch("interpreter", **module, "step.p.0");
@@ -295,22 +303,7 @@ TEST(KernelCalibratorTest, PartitionCallsRunTheirCompiledPartition) {
 // allocator's 512-byte rounding). Runs where a GPU is (the GPU machine's --config=cuda).
 TEST(KernelCalibratorTest, PartitionCallsOnCudaMeasureTheAllocatorsPeak) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
-  graph @step.p.0 {
-    input %x: f32[64,64]@cuda:0
-    input %ids: i64[8]@cuda:0
-    %e = aten::embedding(%x, %ids, -1, false, false) : f32[8,64]@cuda:0
-    %r = aten::relu(%e) : f32[8,64]@cuda:0
-    output r = %r
-  }
-  graph @step {
-    input %a: f32[64,64]@cuda:0
-    input %i: i64[8]@cuda:0
-    %c = magi::call([%a, %i], callee = "step.p.0") : f32[8,64]@cuda:0
-    output c = %c
-  }
-}
-)");
+  absl::StatusOr<std::unique_ptr<Module>> module = PartitionCallStep("@cuda:0");
   ASSERT_TRUE(module.ok()) << module.status();
   const Node& call = *(*module)->FindGraph("step")->FindValue("c")->producer();
   absl::StatusOr<std::unique_ptr<TorchExecutable>> partition = CompileForTorch("interpreter", **module, "step.p.0");
