@@ -11,32 +11,51 @@
 namespace magi {
 namespace {
 
-// For each result of a magi::call: the operand index (0..num_operands-1) or
-// num_operands + the earlier result index whose storage the callee returns it in (a view
-// of its input, or of another output), else -1. All -1 when the callee is not found or
-// cannot be analyzed.
-std::vector<int> CallResultAliases(const Node& call) {
-  std::vector<int> aliases(call.num_results(), -1);
+// How a magi::call's results hold memory, from its callee's own liveness.
+struct CallStorage {
+  // Per result: the operand index (0..num_operands-1) or num_operands + the earlier result
+  // index whose storage the callee returns it in (a view of its input, or of another
+  // output), else -1 (a storage of its own).
+  std::vector<int> alias;
+  // Per result with a storage of its own: the bytes of the callee storage it is a view of
+  // (larger than the result when it is one piece of a buffer the callee split, e.g. q of a
+  // fused qkv: the other pieces are other results sharing it, or no result at all).
+  std::vector<int64_t> bytes;
+};
+
+// Callees calling callees: deep enough for any nesting the partitioner makes; deeper (a
+// cycle of calls, which the verifier does not rule out) is analyzed as opaque.
+constexpr int kMaxCallDepth = 8;
+thread_local int call_depth = 0;
+
+CallStorage AnalyzeCall(const Node& call) {
+  CallStorage storage{std::vector<int>(call.num_results(), -1), std::vector<int64_t>(call.num_results(), 0)};
   const Module* module = call.graph() != nullptr ? call.graph()->module() : nullptr;
   const Graph* callee = module != nullptr ? module->FindGraph(CalleeName(call)) : nullptr;
-  if (callee == nullptr || callee == call.graph() || callee->outputs().size() != aliases.size() ||
-      callee->inputs().size() != static_cast<size_t>(call.num_operands())) {
-    return aliases;
+  if (callee == nullptr || callee == call.graph() || callee->outputs().size() != storage.alias.size() ||
+      callee->inputs().size() != static_cast<size_t>(call.num_operands()) || call_depth >= kMaxCallDepth) {
+    return storage;
   }
+  ++call_depth;
   absl::StatusOr<Liveness> inner = ComputeLiveness(*callee);
-  if (!inner.ok()) return aliases;
+  --call_depth;
+  if (!inner.ok()) return storage;
   absl::flat_hash_map<int, int> first_with_storage;  // callee storage -> call operand / result slot
   for (int k = 0; k < static_cast<int>(callee->inputs().size()); ++k) {
     auto it = inner->storage_of.find(callee->inputs()[k]);
     if (it != inner->storage_of.end()) first_with_storage.try_emplace(it->second, k);
   }
-  for (int j = 0; j < static_cast<int>(aliases.size()); ++j) {
+  for (int j = 0; j < static_cast<int>(storage.alias.size()); ++j) {
     auto it = inner->storage_of.find(callee->outputs()[j].value);
     if (it == inner->storage_of.end()) continue;
     auto [slot, inserted] = first_with_storage.try_emplace(it->second, call.num_operands() + j);
-    if (!inserted) aliases[j] = slot->second;
+    if (inserted) {
+      storage.bytes[j] = inner->storages[it->second].bytes;
+    } else {
+      storage.alias[j] = slot->second;
+    }
   }
-  return aliases;
+  return storage;
 }
 
 }  // namespace
@@ -106,14 +125,13 @@ absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* co
       auto it = storage_of.find(node->operand(0));
       if (it != storage_of.end()) aliased = it->second;
     }
-    const std::vector<int> call_aliases = node->op() == kCallOp ? CallResultAliases(*node) : std::vector<int>();
+    const CallStorage call = node->op() == kCallOp ? AnalyzeCall(*node) : CallStorage();
     for (const Value* result : node->results()) {
       int shared = aliased;
       // A call result that the callee makes as a view of one of its inputs or of another
       // result shares that storage (a compiled partition returns such views, not copies).
-      const int alias = result->result_index() < static_cast<int>(call_aliases.size())
-                            ? call_aliases[result->result_index()]
-                            : -1;
+      const int index = result->result_index();
+      const int alias = index < static_cast<int>(call.alias.size()) ? call.alias[index] : -1;
       if (alias >= 0) {
         const Value* base = alias < node->num_operands() ? node->operand(alias)
                                                          : node->result(alias - node->num_operands());
@@ -125,6 +143,10 @@ absl::StatusOr<Liveness> ComputeLiveness(const Graph& graph, absl::Span<Node* co
       } else {
         absl::Status status = add_storage(result, birth, i);
         if (!status.ok()) return status;
+        // One piece of a larger buffer the callee made: the whole buffer is held.
+        if (index < static_cast<int>(call.bytes.size()) && !result->type().is_future()) {
+          storages.back().bytes = std::max(storages.back().bytes, call.bytes[index]);
+        }
       }
     }
     for (const Value* operand : node->operands()) extend(operand, i);

@@ -111,8 +111,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const
 std::vector<StorageLifetime> StoragesLiveAt(const Liveness& liveness, int index) {
   std::vector<StorageLifetime> live;
   for (const StorageLifetime& storage : liveness.storages) {
-    // A result never read lives at its node only.
-    if (!storage.host && storage.born <= index && std::max(storage.dies, storage.born) >= index) live.push_back(storage);
+    // As PlanMemory counts them: a storage nobody reads (dies -1) is never freed.
+    if (!storage.host && storage.born <= index && (storage.dies < 0 || storage.dies >= index)) live.push_back(storage);
   }
   std::stable_sort(live.begin(), live.end(),
                    [](const StorageLifetime& a, const StorageLifetime& b) { return a.bytes > b.bytes; });

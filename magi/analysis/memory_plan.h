@@ -73,8 +73,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<Node* const
                                       const WorkingBytesFn& working_bytes = nullptr);
 
 // The device storages live while the node at program index `index` runs (made at or
-// before it, read at or after it; -1: before the first node), largest first: what a
-// peak is made of.
+// before it, read at or after it or never read, as PlanMemory counts them; -1: before the
+// first node), largest first: what a peak is made of.
 std::vector<StorageLifetime> StoragesLiveAt(const Liveness& liveness, int index);
 
 }  // namespace magi

@@ -123,6 +123,68 @@ TEST(MemoryPlanTest, CallResultsThatTheCalleeReturnsAsViewsShareStorage) {
   EXPECT_EQ(plan->peak_bytes, 3 * 400);  // a, b and the one new storage (e, v) at the call
 }
 
+// A callee that splits one buffer into pieces returns views of it: the first piece's
+// storage holds the whole buffer (here the third piece is not returned at all), and an
+// input returned as it is shares the operand's storage.
+TEST(MemoryPlanTest, CallResultsThatArePiecesOfOneBufferHoldAllOfIt) {
+  auto module = ParseModule(R"(module @m {
+  graph @g.p.0 {
+    input %x: f32[300]
+    %e = aten::exp(%x) : f32[300]
+    %q = aten::slice.Tensor(%e, 0, 0, 100, 1) : f32[100]
+    %k = aten::slice.Tensor(%e, 0, 100, 200, 1) : f32[100]
+    output q = %q
+    output k = %k
+    output x = %x
+  }
+  graph @g {
+    input %a: f32[300]
+    %q, %k, %x = magi::call([%a], callee = "g.p.0") : f32[100], f32[100], f32[300]
+    %s = aten::add.Tensor(%q, %k, 1) : f32[100]
+    %t = aten::sum(%x, none) : f32[]
+    output s = %s
+    output t = %t
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& g = *(*module)->FindGraph("g");
+  absl::StatusOr<Liveness> liveness = ComputeLiveness(g);
+  ASSERT_TRUE(liveness.ok()) << liveness.status();
+  const StorageLifetime& q = liveness->storages[liveness->storage_of.at(g.FindValue("q"))];
+  EXPECT_EQ(q.value, g.FindValue("q"));
+  EXPECT_EQ(q.bytes, 1200);  // all of exp's buffer
+  EXPECT_EQ(liveness->storage_of.at(g.FindValue("k")), liveness->storage_of.at(g.FindValue("q")));
+  EXPECT_EQ(liveness->storage_of.at(g.FindValue("x")), liveness->storage_of.at(g.FindValue("a")));
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(g, /*assign_buffers=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->peak_bytes, 1200 + 1200 + 400);  // at the add: %a (read again as %x), the call's buffer, %s
+}
+
+// Calls that call each other (the verifier does not forbid it) are analyzed to a bounded
+// depth, not forever.
+TEST(MemoryPlanTest, CallsInACycleAreAnalyzedToABoundedDepth) {
+  auto module = ParseModule(R"(module @m {
+  graph @a {
+    input %x: f32[10]
+    %y = magi::call([%x], callee = "b") : f32[10]
+    output y = %y
+  }
+  graph @b {
+    input %x: f32[10]
+    %y = magi::call([%x], callee = "a") : f32[10]
+    output y = %y
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(*(*module)->FindGraph("a"), /*assign_buffers=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // %x and %y: past the depth bound the innermost call is opaque, its result a storage of
+  // its own, and so is every result up the chain.
+  EXPECT_EQ(plan->peak_bytes, 80);
+}
+
 // Each tensor fits in int64 bytes, their sum does not: an error naming where, never a
 // wrapped peak.
 TEST(MemoryPlanTest, LiveBytesPastInt64AreAnError) {

@@ -187,18 +187,28 @@ absl::Status AlignBeforePartitioning(Graph& graph, const std::string& backend, c
 }
 
 // Before the first partition backend cuts `graph`: its fusible activations recomputed for
-// the backward (recompute_fusible.h), with what it declines as kernel boundaries. Memory
-// only goes down (the copies read values saved anyway); the ATen plan's time goes up by
-// the copies, which the backend fuses away (the partitioned prediction times that).
+// the backward (recompute_fusible.h), with what it declines as kernel boundaries. The
+// copies read values saved anyway, but may keep one alive up to the copy: a rewrite whose
+// planned peak is higher is taken back. The ATen plan's time goes up by the copies, which
+// the backend fuses away (the partitioned prediction times that).
 absl::Status RecomputeFusibleBeforePartitioning(Graph& graph, const std::string& backend, const Capability& capability,
                                                 const CostModel& model, SimulationResult& prediction,
                                                 const std::function<void(std::string)>& note) {
   absl::flat_hash_set<const Node*> declined;
   for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
   const int64_t peak_before = prediction.peak_bytes;
-  const int chosen = RecomputeFusible(graph, [&declined](const Node& node) { return declined.contains(&node); });
+  RecomputeUndo undo;
+  const int chosen =
+      RecomputeFusible(graph, [&declined](const Node& node) { return declined.contains(&node); }, &undo);
   if (chosen == 0) return absl::OkStatus();
-  MAGI_ASSIGN_OR_RETURN(prediction, Simulate(graph, model));
+  MAGI_ASSIGN_OR_RETURN(SimulationResult recomputed, Simulate(graph, model));
+  if (recomputed.peak_bytes > peak_before) {
+    UndoRecompute(graph, undo);
+    note(absl::StrFormat("recompute-fusible: not applied to @%s: its planned peak would grow from %.3f to %.3f GB",
+                         graph.name(), peak_before / 1e9, recomputed.peak_bytes / 1e9));
+    return absl::OkStatus();
+  }
+  prediction = std::move(recomputed);
   note(absl::StrFormat("recompute-fusible: %d activations of @%s recomputed in the backward for '%s' to fuse; "
                        "planned peak %.3f -> %.3f GB",
                        chosen, graph.name(), backend, peak_before / 1e9, prediction.peak_bytes / 1e9));

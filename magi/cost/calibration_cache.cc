@@ -112,10 +112,11 @@ void CalibrationCache::Fold(const std::string& key, double seconds, int64_t coun
     Set(key, seconds, count);
     return;
   }
-  const int64_t old_count = std::min(table_.entries().at(key).count, std::max<int64_t>(0, max_old_count));
+  const CalibrationTable::Entry& entry = table_.entries().at(key);
+  const int64_t old_count = std::min(entry.count, std::max<int64_t>(0, max_old_count));
   const double total = static_cast<double>(old_count + count);
   const double mean = *old * (static_cast<double>(old_count) / total) + seconds * (static_cast<double>(count) / total);
-  Set(key, mean, old_count + count);
+  Set(key, mean, old_count + count, entry.working_bytes);
 }
 
 absl::Status CalibrationCache::Save() {

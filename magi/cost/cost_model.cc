@@ -131,14 +131,20 @@ int64_t CostModel::WorkingBytes(const Node& node) const {
   if (calibration_ != nullptr) {
     if (std::optional<int64_t> measured = calibration_->FindWorkingBytes(CalibrationTable::KeyOf(node))) return *measured;
   }
+  // Calls within calls nest a few deep at most; a cycle of calls (which the verifier does
+  // not rule out) stops here.
+  constexpr int kMaxCallDepth = 8;
+  thread_local int depth = 0;
   const Module* module = node.graph() != nullptr ? node.graph()->module() : nullptr;
   const Graph* callee = module != nullptr ? module->FindGraph(CalleeName(node)) : nullptr;
-  if (callee == nullptr || callee == node.graph()) return 0;
+  if (callee == nullptr || callee == node.graph() || depth >= kMaxCallDepth) return 0;
   LivenessOptions held;
   held.inputs_held_by_caller = true;  // the call's operands stay the caller's
+  ++depth;
   absl::StatusOr<MemoryPlan> plan = PlanMemory(*callee, /*assign_buffers=*/false, held, [this](const Node& inner) {
     return WorkingBytes(inner);
   });
+  --depth;
   return plan.ok() ? plan->peak_bytes - plan->start_bytes : 0;
 }
 

@@ -20,11 +20,16 @@ bool IsSumOrMean(absl::string_view op) {
   return absl::StartsWith(op, "aten::sum") || absl::StartsWith(op, "aten::mean");
 }
 
-// The readers of `value` and of the views of it (transitively), views themselves left out.
-void ReadersThroughViews(const Value* value, std::vector<const Node*>& readers) {
+// The readers of `value` and of the views of it (transitively), views themselves left out;
+// the views go to `views` when given.
+void ReadersThroughViews(const Value* value, std::vector<const Node*>& readers,
+                         std::vector<const Value*>* views = nullptr) {
   for (const Node* user : value->Users()) {
     if (IsViewOp(user->op())) {
-      for (const Value* view : user->results()) ReadersThroughViews(view, readers);
+      for (const Value* view : user->results()) {
+        if (views != nullptr) views->push_back(view);
+        ReadersThroughViews(view, readers, views);
+      }
     } else {
       readers.push_back(user);
     }
@@ -65,7 +70,10 @@ std::vector<Node*> ChooseFusibleRecompute(const Graph& graph, const DeclinedByBa
       eligible &= result->type().is_tensor() && !outputs.contains(result);
       if (!eligible) break;
       std::vector<const Node*> readers;
-      ReadersThroughViews(result, readers);
+      std::vector<const Value*> views;
+      ReadersThroughViews(result, readers, &views);
+      // A view that leaves the graph keeps the forward value alive anyway.
+      for (const Value* view : views) eligible &= !outputs.contains(view);
       for (const Node* reader : readers) {
         const bool backward = position.at(reader) >= boundary;
         backward_reads |= backward;
@@ -86,9 +94,9 @@ std::vector<Node*> ChooseFusibleRecompute(const Graph& graph, const DeclinedByBa
   return chosen;
 }
 
-int RecomputeFusible(Graph& graph, const DeclinedByBackend& declined) {
+int RecomputeFusible(Graph& graph, const DeclinedByBackend& declined, RecomputeUndo* undo) {
   std::vector<Node*> chosen = ChooseFusibleRecompute(graph, declined);
-  RecomputeForBackward(graph, chosen);
+  RecomputeForBackward(graph, chosen, undo);
   return static_cast<int>(chosen.size());
 }
 

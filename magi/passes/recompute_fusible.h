@@ -7,15 +7,17 @@
 // the forward, an elementwise value that only feeds other elementwise ops is computed in
 // registers and never written, except that it is saved: then it is written once in the
 // forward and read once in the backward, and it occupies memory in between. When its
-// operands are saved for the backward anyway, recomputing it there costs no memory and no
-// traffic (the fused backward kernel reads those operands already), and saves its bytes
-// twice over plus the memory (what AOTAutograd's min-cut partitioner does for per-block
-// torch.compile).
+// operands are saved for the backward anyway, recomputing it there adds no traffic (the
+// fused backward kernel reads those operands already) and saves its bytes twice over plus
+// the memory (what AOTAutograd's min-cut partitioner does for per-block torch.compile).
+// It can still keep an operand alive a little longer (up to the copy, when its last
+// backward read came earlier), so the compile driver plans the result and takes the
+// rewrite back if the peak grew.
 //
 // A forward node is recomputed when all of these hold:
 //   - it is elementwise (op_traits.h), movable (not random, effectful or communication),
-//     not a view, with tensor results that are not graph outputs, and the backward reads
-//     a result (directly or through views of it);
+//     not a view, with tensor results that are not graph outputs (nor have views that
+//     are), and the backward reads a result (directly or through views of it);
 //   - every tensor operand is a graph input, a 0-dim tensor, or a value the backward reads
 //     itself (saved regardless);
 //   - every forward reader of its results (through views) is elementwise, and every
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "magi/ir/graph.h"
+#include "magi/passes/auto_recompute.h"
 #include "magi/passes/pass.h"
 
 namespace magi {
@@ -47,8 +50,8 @@ using DeclinedByBackend = std::function<bool(const Node&)>;
 std::vector<Node*> ChooseFusibleRecompute(const Graph& graph, const DeclinedByBackend& declined = nullptr);
 
 // Recomputes ChooseFusibleRecompute's choice for the backward; returns how many forward
-// nodes were chosen.
-int RecomputeFusible(Graph& graph, const DeclinedByBackend& declined = nullptr);
+// nodes were chosen. With `undo`, records the rewrite for UndoRecompute (auto_recompute.h).
+int RecomputeFusible(Graph& graph, const DeclinedByBackend& declined = nullptr, RecomputeUndo* undo = nullptr);
 
 class RecomputeFusiblePass : public Pass {
  public:

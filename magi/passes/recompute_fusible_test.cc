@@ -110,6 +110,30 @@ TEST(RecomputeFusibleTest, TinyLlamaStepRecomputesSiluAndTheNormalizedActivation
               static_cast<long long>(before->peak_bytes), static_cast<long long>(after->peak_bytes));
 }
 
+// Not chosen: a value whose view leaves the graph (kept alive anyway), and a random op.
+TEST(RecomputeFusibleTest, ViewsThatAreOutputsAndRandomOpsAreNotChosen) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  graph @g {
+    input %x: f32[4,16]
+    input %dy: f32[4,16]
+    %h = aten::exp(%x) : f32[4,16] {phase = fwd}
+    %s = aten::neg(%h) : f32[4,16] {phase = fwd}
+    %sv = aten::view(%s, [64]) : f32[64] {phase = fwd}
+    %d = aten::dropout(%h, 0.5, true) : f32[4,16] {phase = fwd}
+    %u = aten::mul.Tensor(%s, %d) : f32[4,16] {phase = fwd}
+    %g1 = aten::mul.Tensor(%dy, %s) : f32[4,16] {phase = bwd}
+    %g2 = aten::mul.Tensor(%g1, %d) : f32[4,16] {phase = bwd}
+    %g3 = aten::mul.Tensor(%g2, %h) : f32[4,16] {phase = bwd}
+    output u = %u
+    output sv = %sv
+    output g3 = %g3
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_TRUE(ChosenNames(*(*module)->FindGraph("g")).empty());
+}
+
 TEST(RecomputeFusibleTest, TakesNoOptions) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kSwiGlu);
   ASSERT_TRUE(module.ok());

@@ -304,11 +304,11 @@ void PrintLiveAtPeak(const Graph& graph, const CostModel& model, const Simulatio
   std::vector<StorageLifetime> live = StoragesLiveAt(*liveness, result.peak_node);
   int64_t total = 0;
   for (const StorageLifetime& storage : live) total += storage.bytes;
-  std::printf("peak at node %d (%s%s%s): %zu storages live, %.3f MB", result.peak_node,
+  std::printf("peak at node %d (%s%s%s): %zu storages live, %.3f MB (its results included)", result.peak_node,
               peak != nullptr ? peak->op().c_str() : "the inputs", peak != nullptr && peak->op() == kCallOp ? " @" : "",
               peak != nullptr && peak->op() == kCallOp ? CalleeName(*peak).c_str() : "", live.size(), total / 1e6);
   if (peak != nullptr && model.WorkingBytes(*peak) > 0) {
-    std::printf(", and %.3f MB it allocates while it runs", model.WorkingBytes(*peak) / 1e6);
+    std::printf("; while it runs it allocates %.3f MB, its results included", model.WorkingBytes(*peak) / 1e6);
   }
   std::printf("\n");
   for (int i = 0; i < static_cast<int>(live.size()) && i < top; ++i) {
@@ -323,6 +323,12 @@ void PrintLiveAtPeak(const Graph& graph, const CostModel& model, const Simulatio
 }
 
 absl::Status RunSimulate(const CommandLine& line) {
+  int live_at_peak = 0;
+  if (line.flags.count("live_at_peak") &&
+      (!absl::SimpleAtoi(line.flags.at("live_at_peak"), &live_at_peak) || live_at_peak < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--live_at_peak must be a positive integer, not '", line.flags.at("live_at_peak"), "'"));
+  }
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, LoadModule(line.positional[0]));
   MAGI_ASSIGN_OR_RETURN(Graph * graph, SelectGraph(line, *module));
   std::unique_ptr<CalibrationTable> calibration;
@@ -336,14 +342,7 @@ absl::Status RunSimulate(const CommandLine& line) {
               100 * result.overlap_fraction());
   std::printf("  exposed communication%10.3f ms\n", result.exposed_communication_seconds * 1e3);
   std::printf("  peak memory          %10.3f MB\n", result.peak_bytes / 1e6);
-  if (line.flags.count("live_at_peak")) {
-    int top = 0;
-    if (!absl::SimpleAtoi(line.flags.at("live_at_peak"), &top) || top < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--live_at_peak must be a positive integer, not '", line.flags.at("live_at_peak"), "'"));
-    }
-    PrintLiveAtPeak(*graph, model, result, top);
-  }
+  if (live_at_peak > 0) PrintLiveAtPeak(*graph, model, result, live_at_peak);
   if (line.flags.count("trace")) {
     MAGI_RETURN_IF_ERROR(WriteOutput(line.flags.at("trace"), ChromeTraceJson(result, graph->name())));
   }
