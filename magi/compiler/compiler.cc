@@ -146,6 +146,13 @@ absl::StatusOr<OptimizedStep> OptimizeStepImpl(std::unique_ptr<Module> module, c
   return step;
 }
 
+// The nodes a partition backend declines (kernel boundaries for the passes before the cut).
+absl::flat_hash_set<const Node*> DeclinedNodes(const Capability& capability) {
+  absl::flat_hash_set<const Node*> declined;
+  for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
+  return declined;
+}
+
 // Before the first partition backend cuts `graph`: collectives out of the chains it would
 // fuse (align_collectives.h), with what it declines as kernel boundaries. The moves change
 // when collectives run and so what is live when: the prediction is made again, and under a
@@ -153,8 +160,7 @@ absl::StatusOr<OptimizedStep> OptimizeStepImpl(std::unique_ptr<Module> module, c
 absl::Status AlignBeforePartitioning(Graph& graph, const std::string& backend, const Capability& capability,
                                      const CompileOptions& options, const CostModel& model,
                                      SimulationResult& prediction, const std::function<void(std::string)>& note) {
-  absl::flat_hash_set<const Node*> declined;
-  for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
+  const absl::flat_hash_set<const Node*> declined = DeclinedNodes(capability);
   const std::vector<Node*> before = graph.nodes();
   std::vector<int64_t> schedule;
   for (const Node* node : before) schedule.push_back(node->annotations().schedule);
@@ -194,8 +200,7 @@ absl::Status AlignBeforePartitioning(Graph& graph, const std::string& backend, c
 absl::Status RecomputeFusibleBeforePartitioning(Graph& graph, const std::string& backend, const Capability& capability,
                                                 const CostModel& model, SimulationResult& prediction,
                                                 const std::function<void(std::string)>& note) {
-  absl::flat_hash_set<const Node*> declined;
-  for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
+  const absl::flat_hash_set<const Node*> declined = DeclinedNodes(capability);
   const int64_t peak_before = prediction.peak_bytes;
   RecomputeUndo undo;
   const int chosen =

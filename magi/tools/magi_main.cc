@@ -307,8 +307,9 @@ void PrintLiveAtPeak(const Graph& graph, const CostModel& model, const Simulatio
   std::printf("peak at node %d (%s%s%s): %zu storages live, %.3f MB (its results included)", result.peak_node,
               peak != nullptr ? peak->op().c_str() : "the inputs", peak != nullptr && peak->op() == kCallOp ? " @" : "",
               peak != nullptr && peak->op() == kCallOp ? CalleeName(*peak).c_str() : "", live.size(), total / 1e6);
-  if (peak != nullptr && model.WorkingBytes(*peak) > 0) {
-    std::printf("; while it runs it allocates %.3f MB, its results included", model.WorkingBytes(*peak) / 1e6);
+  const int64_t working_bytes = peak != nullptr ? model.WorkingBytes(*peak) : 0;
+  if (working_bytes > 0) {
+    std::printf("; while it runs it allocates %.3f MB, its results included", working_bytes / 1e6);
   }
   std::printf("\n");
   for (int i = 0; i < static_cast<int>(live.size()) && i < top; ++i) {
