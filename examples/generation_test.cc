@@ -273,14 +273,19 @@ double Number(const std::map<std::string, std::string>& report, const std::strin
   return value;
 }
 
-// The KV cache's logits against full recomputation, fp32. On LibTorch 1.13 (this CPU) they
-// are bitwise equal: the decode step runs the same ATen ops as the full window (matmul +
-// masked softmax), and its one-row GEMMs sum in the same order as the window's rows. On
-// 2.x the window runs SDPA with is_causal and the cache SDPA with a mask (other kernels).
-#if TORCH_VERSION_MAJOR >= 2
+// The KV cache's logits against full recomputation, fp32: not bitwise. The decode step's
+// GEMMs have one row per sequence where the window's have one per position, and an optimized
+// BLAS (OpenBLAS behind Debian's LibTorch 1.13; MKL in the 2.x wheels) picks its kernel and
+// blocking by shape, so the rows sum in other orders (3e-6..5e-6 seen on 1.13 with OpenBLAS;
+// bitwise only under the reference BLAS's plain loops). On 2.x the window also runs SDPA with
+// is_causal and the cache SDPA with a mask (other kernels).
 constexpr double kLogitTolerance = 1e-5;
+// The compiled decode step against eager's decode step: the same ops at the same shapes,
+// bitwise on 1.13.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr double kDecodeVsEagerTolerance = 1e-5;
 #else
-constexpr double kLogitTolerance = 0;  // bitwise
+constexpr double kDecodeVsEagerTolerance = 0;  // bitwise
 #endif
 
 void CheckWorld(int world) {
@@ -321,8 +326,8 @@ void CheckWorld(int world) {
   // The decode graph: the cache written in place, eager's values.
   EXPECT_EQ(r["position_is_input"], "1");
   EXPECT_EQ(r["decode_in_place"], "4/4");
-  EXPECT_LE(Number(r, "decode_vs_eager_logits"), kLogitTolerance);
-  EXPECT_LE(Number(r, "decode_vs_eager_cache"), kLogitTolerance);
+  EXPECT_LE(Number(r, "decode_vs_eager_logits"), kDecodeVsEagerTolerance);
+  EXPECT_LE(Number(r, "decode_vs_eager_cache"), kDecodeVsEagerTolerance);
 }
 
 TEST(GenerationTest, KvCacheEqualsFullRecomputationOnOneRank) { CheckWorld(1); }

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "magi/registry/registry.h"
+#include "magi/runtime/gloo/collective_packing.h"
 
 namespace magi {
 namespace {
@@ -175,6 +176,78 @@ class GlooCommunicator : public Communicator {
     }
   }
 
+  // One Gloo allgather for all inputs (collective_packing.h).
+  absl::StatusOr<std::vector<at::Tensor>> AllGather(const std::vector<at::Tensor>& inputs) {
+    std::vector<size_t> all(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      all[i] = i;
+      if (inputs[i].dim() == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("input ", i, " is a scalar; all_gather concatenates along dim 0"));
+      }
+    }
+    absl::StatusOr<at::Tensor> packed = PackChunked(inputs, all, /*chunks=*/1, at::kByte);
+    if (!packed.ok()) return packed.status();
+    at::Tensor gathered = at::empty({packed->numel() * size_}, packed->options());
+    if (packed->numel() > 0) {
+      gloo::AllgatherOptions options(context_);
+      options.setInput(packed->data_ptr<uint8_t>(), static_cast<size_t>(packed->numel()));
+      options.setOutput(gathered.data_ptr<uint8_t>(), static_cast<size_t>(gathered.numel()));
+      options.setTimeout(timeout_);
+      gloo::allgather(options);
+    }
+    return UnpackGathered(gathered, inputs, size_);
+  }
+
+  // One ring allreduce per dtype among the inputs. A reduce-scatter packs each input's
+  // rank-r rows into chunk r and keeps this rank's chunk (an allreduce of the whole
+  // buffer: Gloo's own reduce-scatter needs pre-registered buffers; exact at twice the
+  // traffic, which CPU runs can afford).
+  absl::StatusOr<std::vector<at::Tensor>> Reduce(CollectiveKind kind, const std::vector<at::Tensor>& inputs,
+                                                 const std::string& reduce_op) {
+    if (kind == CollectiveKind::kAllToAll) {
+      return absl::UnimplementedError("all_to_all is not implemented for Gloo yet");
+    }
+    if (reduce_op == "avg") {
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!at::isFloatingType(inputs[i].scalar_type())) {
+          return absl::InvalidArgumentError(absl::StrCat("input ", i, " is ", c10::toString(inputs[i].scalar_type()),
+                                                         "; avg reduces floating-point tensors only"));
+        }
+      }
+    }
+    const int64_t chunks = kind == CollectiveKind::kReduceScatter ? size_ : 1;
+    std::vector<at::Tensor> outputs(inputs.size());
+    for (const std::vector<size_t>& members : GroupByDtype(inputs)) {
+      const at::ScalarType dtype = inputs[members.front()].scalar_type();
+      absl::StatusOr<at::Tensor> packed = PackChunked(inputs, members, chunks, dtype);
+      if (!packed.ok()) return packed.status();
+      if (packed->numel() > 0) {
+        switch (dtype) {
+          case at::kFloat:
+            AllreduceTyped<float>(context_, *packed, timeout_);
+            break;
+          case at::kDouble:
+            AllreduceTyped<double>(context_, *packed, timeout_);
+            break;
+          case at::kInt:
+            AllreduceTyped<int32_t>(context_, *packed, timeout_);
+            break;
+          case at::kLong:
+            AllreduceTyped<int64_t>(context_, *packed, timeout_);
+            break;
+          default:
+            return absl::UnimplementedError(
+                absl::StrCat("the Gloo communicator cannot reduce ", c10::toString(dtype), " tensors"));
+        }
+      }
+      if (reduce_op == "avg") packed->div_(size_);
+      std::vector<at::Tensor> results =
+          UnpackChunk(*packed, inputs, members, chunks, kind == CollectiveKind::kReduceScatter ? rank_ : 0);
+      for (size_t k = 0; k < members.size(); ++k) outputs[members[k]] = std::move(results[k]);
+    }
+    return outputs;
+  }
+
   absl::StatusOr<std::vector<at::Tensor>> Run(CollectiveKind kind, const std::vector<at::Tensor>& inputs,
                                               const std::string& reduce_op) {
     std::string name(CollectiveStartOp(kind));
@@ -184,53 +257,11 @@ class GlooCommunicator : public Communicator {
                                                         ")"));
     }
     try {
-      std::vector<at::Tensor> outputs;
-      for (const at::Tensor& input : inputs) {
-        at::Tensor in = input.contiguous();
-        switch (kind) {
-          case CollectiveKind::kAllGather: {
-            std::vector<int64_t> sizes = in.sizes().vec();
-            sizes[0] *= size_;
-            at::Tensor out = at::empty(sizes, in.options());
-            gloo::AllgatherOptions options(context_);
-            options.setInput(static_cast<uint8_t*>(in.data_ptr()), static_cast<size_t>(in.nbytes()));
-            options.setOutput(static_cast<uint8_t*>(out.data_ptr()), static_cast<size_t>(out.nbytes()));
-            options.setTimeout(timeout_);
-            gloo::allgather(options);
-            outputs.push_back(out);
-            break;
-          }
-          case CollectiveKind::kReduceScatter:
-          case CollectiveKind::kAllReduce: {
-            at::Tensor sum = in.clone();
-            switch (sum.scalar_type()) {
-              case at::kFloat:
-                AllreduceTyped<float>(context_, sum, timeout_);
-                break;
-              case at::kDouble:
-                AllreduceTyped<double>(context_, sum, timeout_);
-                break;
-              case at::kInt:
-                AllreduceTyped<int32_t>(context_, sum, timeout_);
-                break;
-              case at::kLong:
-                AllreduceTyped<int64_t>(context_, sum, timeout_);
-                break;
-              default:
-                return absl::UnimplementedError(absl::StrCat("the Gloo communicator cannot reduce ",
-                                                             c10::toString(sum.scalar_type()), " tensors"));
-            }
-            if (reduce_op == "avg") sum.div_(size_);
-            if (kind == CollectiveKind::kReduceScatter) {
-              int64_t rows = sum.size(0) / size_;
-              sum = sum.narrow(0, rank_ * rows, rows).clone();
-            }
-            outputs.push_back(sum);
-            break;
-          }
-          case CollectiveKind::kAllToAll:
-            return absl::UnimplementedError("all_to_all is not implemented for Gloo yet");
-        }
+      absl::StatusOr<std::vector<at::Tensor>> outputs =
+          kind == CollectiveKind::kAllGather ? AllGather(inputs) : Reduce(kind, inputs, reduce_op);
+      if (!outputs.ok()) {
+        return absl::Status(outputs.status().code(), absl::StrCat("rank ", rank_, ": ", name, " on group '", group_,
+                                                                  "': ", outputs.status().message()));
       }
       return outputs;
     } catch (const std::exception& error) {

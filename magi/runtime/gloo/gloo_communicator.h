@@ -2,11 +2,13 @@
 //
 // Connects a full mesh of TCP pairs through a c10d::Store (as c10d's own
 // ProcessGroupGloo does) and runs collectives on one worker thread, in start order.
-// all_gather uses Gloo's allgather; all_reduce its ring allreduce (pinned: one reduction
-// order for a given world and size, so deterministic mode needs nothing more); reduce_scatter is an
-// allreduce of the padded input followed by taking this rank's rows (Gloo's own
-// reduce-scatter needs pre-registered buffers; this keeps the result exact at twice the
-// traffic, which CPU tests can afford). Reductions support f32, f64, i32 and i64.
+// A collective's tensors travel in one flat buffer, one Gloo call each (one per dtype for
+// reductions; collective_packing.h): all_gather uses Gloo's allgather; all_reduce its ring
+// allreduce (pinned: one reduction order for a given world size and collective, so
+// deterministic mode needs nothing more); reduce_scatter is an allreduce of the packed
+// inputs followed by taking this rank's chunk (Gloo's own reduce-scatter needs
+// pre-registered buffers; this keeps the result exact at twice the traffic, which CPU
+// runs can afford). Reductions support f32, f64, i32 and i64.
 // Every collective has `timeout`. A failure names this rank, the collective, the group
 // and the cause first: a peer that died or exited (its connection closed or reset, seen
 // within milliseconds) is Unavailable; a peer that hangs past `timeout` is

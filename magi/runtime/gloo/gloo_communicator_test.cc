@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
@@ -71,6 +72,93 @@ int RunTimingWorker(Communicator& communicator, int rank) {
   return 0;
 }
 
+// Three ranks, several tensors of mixed dtypes per collective (one Gloo call per buffer):
+// every rank checks each result against what it must be and reports the first mismatch;
+// then a reduce-scatter whose rows do not split three ways fails on every rank, naming
+// the input, without a Gloo call (no rank is left waiting).
+int RunValuesWorker(Communicator& communicator, int rank) {
+  const int world = communicator.size();
+  auto run = [&](CollectiveKind kind, std::vector<at::Tensor> inputs, const std::string& op) {
+    auto handle = communicator.Start(kind, std::move(inputs), op);
+    return handle.ok() ? (*handle)->Wait() : absl::StatusOr<std::vector<at::Tensor>>(handle.status());
+  };
+  auto gather_inputs = [](int64_t r) {
+    return std::vector<at::Tensor>{torch::full({2, 3}, static_cast<double>(r)), torch::arange(4, torch::kLong) + 10 * r,
+                                   torch::full({1}, r + 0.5, torch::kDouble)};
+  };
+  auto reduce_inputs = [](int64_t r) {
+    return std::vector<at::Tensor>{torch::arange(12, torch::kFloat).reshape({6, 2}) * (r + 1),
+                                   torch::arange(3, torch::kDouble) + r, torch::arange(9, torch::kInt).reshape({3, 3}) - r,
+                                   torch::arange(3, torch::kFloat).reshape({3, 1}).expand({3, 2}) + r};  // strided
+  };
+  std::string mismatch;
+  auto expect = [&](const std::string& what, const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+    if (!mismatch.empty()) return;
+    if (got.size() != want.size()) mismatch = what + ": wrong number of results";
+    for (size_t i = 0; mismatch.empty() && i < got.size(); ++i) {
+      if (got[i].scalar_type() != want[i].scalar_type() || !got[i].sizes().equals(want[i].sizes()) ||
+          !torch::equal(got[i], want[i])) {
+        std::ostringstream text;
+        text << what << " result " << i << ": got " << got[i] << " want " << want[i];
+        mismatch = text.str();
+      }
+    }
+  };
+  absl::StatusOr<std::vector<at::Tensor>> gathered = run(CollectiveKind::kAllGather, gather_inputs(rank), "");
+  if (!gathered.ok()) {
+    Report(absl::StrCat("FAILED\n0\n", gathered.status().ToString()));
+    return 5;
+  }
+  std::vector<at::Tensor> want_gathered;
+  for (size_t i = 0; i < 3; ++i) {
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < world; ++r) parts.push_back(gather_inputs(r)[i]);
+    want_gathered.push_back(torch::cat(parts));
+  }
+  expect("all_gather", *gathered, want_gathered);
+  std::vector<at::Tensor> sums = reduce_inputs(0);
+  for (at::Tensor& sum : sums) sum = sum.clone();
+  for (int r = 1; r < world; ++r) {
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] += reduce_inputs(r)[i];
+  }
+  for (const std::string op : {"sum", "avg"}) {
+    std::vector<at::Tensor> want_reduced, want_scattered, inputs = reduce_inputs(rank);
+    for (const at::Tensor& sum : sums) {
+      if (op == "avg" && !sum.is_floating_point()) continue;
+      at::Tensor reduced = op == "avg" ? sum.div(world) : sum;
+      want_reduced.push_back(reduced);
+      want_scattered.push_back(reduced.narrow(0, rank * reduced.size(0) / world, reduced.size(0) / world));
+    }
+    if (op == "avg") inputs.erase(inputs.begin() + 2);  // the i32 tensor: avg is for floating point
+    absl::StatusOr<std::vector<at::Tensor>> reduced = run(CollectiveKind::kAllReduce, inputs, op);
+    absl::StatusOr<std::vector<at::Tensor>> scattered = run(CollectiveKind::kReduceScatter, inputs, op);
+    if (!reduced.ok() || !scattered.ok()) {
+      Report(absl::StrCat("FAILED\n0\n", reduced.status().ToString(), " / ", scattered.status().ToString()));
+      return 6;
+    }
+    expect("all_reduce " + op, *reduced, want_reduced);
+    expect("reduce_scatter " + op, *scattered, want_scattered);
+  }
+  absl::StatusOr<std::vector<at::Tensor>> uneven =
+      run(CollectiveKind::kReduceScatter, {torch::ones({6}), torch::ones({5})}, "sum");
+  absl::StatusOr<std::vector<at::Tensor>> int_avg =
+      run(CollectiveKind::kAllReduce, {torch::ones({2}), torch::ones({3}, torch::kInt)}, "avg");
+  if (int_avg.ok() || int_avg.status().message() != absl::StrCat("rank ", rank,
+                                                                 ": magi::all_reduce_start on group 'dp': input 1 is "
+                                                                 "Int; avg reduces floating-point tensors only")) {
+    mismatch = "avg of an Int tensor: " + int_avg.status().ToString();
+  }
+  absl::StatusOr<std::vector<at::Tensor>> after = run(CollectiveKind::kAllReduce, {torch::ones({2})}, "sum");
+  std::ostringstream report;
+  report << (mismatch.empty() ? "OK" : "MISMATCH") << "\n0\n"
+         << (mismatch.empty() ? std::string(uneven.status().message()) : mismatch) << "\n"
+         << (after.ok() && torch::equal((*after)[0], torch::full({2}, static_cast<double>(world))) ? "usable-after"
+                                                                                                  : "broken-after");
+  Report(report.str());
+  if (rank != 1) WaitForRank1Report();
+  return mismatch.empty() && !uneven.ok() ? 0 : 7;
+}
+
 // Rank 0 connects and then dies (SIGKILL) or hangs; rank 1 runs an all-reduce and
 // reports the status it gets and how long that took.
 int RunWorker(const std::string& scenario) {
@@ -84,6 +172,7 @@ int RunWorker(const std::string& scenario) {
   auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", timeout);
   if (!communicator.ok()) return 4;
   if (scenario == "timing") return RunTimingWorker(**communicator, env->rank);
+  if (scenario == "values") return RunValuesWorker(**communicator, env->rank);
   if (env->rank == 0) {
     if (scenario == "dead") ::raise(SIGKILL);
     WaitForRank1Report();  // hung: no collective, until rank 1 has reported (at most a minute)
@@ -106,12 +195,12 @@ struct Outcome {
   std::string message;
 };
 
-Outcome RunScenario(const std::string& scenario) {
+Outcome RunScenario(const std::string& scenario, int world = 2) {
   std::string out = TestDir() + "/" + scenario;
   EXPECT_EQ(std::system(("rm -rf " + out + " && mkdir -p " + out).c_str()), 0);
   Outcome outcome;
   absl::StatusOr<LaunchResult> result = LaunchLocalWorkers(
-      2, {g_self}, {{"MAGI_GLOO_TEST", scenario}, {"MAGI_GLOO_TEST_OUT", out}}, std::chrono::seconds(60));
+      world, {g_self}, {{"MAGI_GLOO_TEST", scenario}, {"MAGI_GLOO_TEST_OUT", out}}, std::chrono::seconds(60));
   EXPECT_TRUE(result.ok()) << result.status();
   if (result.ok()) outcome.launch = *result;
   std::ifstream file(out + "/rank1.txt");
@@ -172,6 +261,17 @@ TEST(GlooCommunicatorTest, AHandleSaysWhenItsCollectiveRanAfterTheWait) {
   EXPECT_GE(second, 0);
   EXPECT_LT(second, outcome.seconds);
   EXPECT_EQ(before, "empty-before-wait");
+}
+
+// Packed collectives give exactly what one call per tensor gave (world 3: sums of three,
+// reduce-scatter chunks of several tensors), and bad shapes fail on every rank.
+TEST(GlooCommunicatorTest, CollectivesOfSeveralTensorsAndDtypesAreExactOnThreeRanks) {
+  Outcome outcome = RunScenario("values", 3);
+  EXPECT_EQ(outcome.launch.exit_code, 0);
+  ASSERT_EQ(outcome.code, "OK") << outcome.message;
+  EXPECT_EQ(outcome.message,
+            "rank 1: magi::reduce_scatter_start on group 'dp': input 1 of shape [5] does not split into 3 equal parts "
+            "along dim 0\nusable-after");
 }
 
 }  // namespace
