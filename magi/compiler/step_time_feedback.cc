@@ -36,7 +36,11 @@ absl::Status StepTimeFeedback::Flush() {
 
 absl::Status StepTimeFeedback::Add(int64_t run, const Graph& graph, const std::vector<double>& node_seconds) {
   if (!Wants(run)) return absl::OkStatus();
-  if (absl::Status added = recorded_.AddRun(graph, node_seconds); !added.ok()) {
+  if (current_ == nullptr || !current_->Accumulates(graph)) {
+    if (current_ != nullptr) current_->AddTo(earlier_);
+    current_ = std::make_unique<RunTimeAccumulator>(graph);
+  }
+  if (absl::Status added = current_->Add(node_seconds); !added.ok()) {
     failed_ = true;  // e.g. a runtime that recorded no node times: not asked again every step
     return added;
   }
@@ -51,7 +55,9 @@ absl::Status StepTimeFeedback::Add(int64_t run, const Graph& graph, const std::v
 absl::Status StepTimeFeedback::Save() {
   // All of this run's samples against the entries the file had before it: writing again
   // later replaces, never adds, this run's share.
-  for (const auto& [key, entry] : recorded_.entries()) {
+  CalibrationTable recorded = earlier_;
+  if (current_ != nullptr) current_->AddTo(recorded);
+  for (const auto& [key, entry] : recorded.entries()) {
     if (std::optional<double> old = before_.Find(key)) {
       cache_.Set(key, *old, before_.entries().at(key).count);  // (replacing an earlier write of this run)
       cache_.Fold(key, entry.mean_seconds, entry.count, kOldWeight * entry.count);
@@ -65,7 +71,7 @@ absl::Status StepTimeFeedback::Save() {
     return saved;
   }
   saved_steps_ = recorded_steps_;
-  summary_ = absl::StrCat("calibration: ", recorded_.size(), " kernel times of steps ", first_recorded_, "-",
+  summary_ = absl::StrCat("calibration: ", recorded.size(), " kernel times of steps ", first_recorded_, "-",
                           last_recorded_, " folded into ", cache_.path());
   if (!cache_.warning().empty()) absl::StrAppend(&summary_, " (", cache_.warning(), ")");
   return absl::OkStatus();

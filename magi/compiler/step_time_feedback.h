@@ -34,6 +34,7 @@
 #define MAGI_COMPILER_STEP_TIME_FEEDBACK_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,8 @@ class StepTimeFeedback {
   StepTimeFeedbackOptions options_;
   CalibrationCache cache_;
   CalibrationTable before_;    // the file's entries when this run began
-  CalibrationTable recorded_;  // this run's samples, per key
+  CalibrationTable earlier_;   // this run's samples of graphs recorded before the current one, per key
+  std::unique_ptr<RunTimeAccumulator> current_;  // this run's samples of the graph recorded last
   int recorded_steps_ = 0;
   int saved_steps_ = 0;  // recorded_steps_ at the last write
   int next_save_ = 0;

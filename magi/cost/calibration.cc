@@ -74,6 +74,43 @@ absl::Status CalibrationTable::AddRun(const Graph& graph, const std::vector<doub
   return absl::OkStatus();
 }
 
+RunTimeAccumulator::RunTimeAccumulator(const Graph& graph) : graph_(&graph), nodes_(graph.nodes().size()) {
+  std::vector<Node*> nodes = graph.nodes();
+  std::map<const Node*, size_t> start_index;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* node = nodes[i];
+    if (IsCollectiveStart(node->op())) {
+      start_index[node] = i;
+    } else if (node->op() == kWaitOp) {
+      const Node* start = StartOfWait(*node);
+      auto found = start != nullptr ? start_index.find(start) : start_index.end();
+      if (found != start_index.end()) samples_.push_back(Sample{CalibrationTable::KeyOf(*start), {found->second, i}});
+    } else {
+      samples_.push_back(Sample{CalibrationTable::KeyOf(*node), {i}});
+    }
+  }
+  sums_.assign(samples_.size(), 0.0);
+}
+
+absl::Status RunTimeAccumulator::Add(const std::vector<double>& node_seconds) {
+  if (node_seconds.size() != nodes_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration: ", node_seconds.size(), " times for a graph of ", nodes_, " nodes"));
+  }
+  for (size_t s = 0; s < samples_.size(); ++s) {
+    for (size_t i : samples_[s].nodes) sums_[s] += node_seconds[i];
+  }
+  ++runs_;
+  return absl::OkStatus();
+}
+
+void RunTimeAccumulator::AddTo(CalibrationTable& table) const {
+  if (runs_ == 0) return;
+  for (size_t s = 0; s < samples_.size(); ++s) {
+    table.Add(samples_[s].key, sums_[s] / static_cast<double>(runs_), runs_);
+  }
+}
+
 void CalibrationTable::Add(const std::string& key, double seconds, int64_t count) {
   if (count < 1) return;
   Entry& entry = entries_[key];

@@ -211,6 +211,54 @@ TEST(CalibrationTest, MeasuredTimesReplaceTheFormulaAndRoundTrip) {
 
 // A partition call is timed by its compiled partition when the table has it (one key for
 // identical partitions, whatever their names), else by its callee's nodes one by one.
+// The accumulator adds what AddRun of each run adds (a repeated kernel's occurrences, a
+// start with its wait), with the keys built once.
+TEST(CalibrationTest, AccumulatedRunsAddWhatEachRunWouldAdd) {
+  auto module = Parse(R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %a: f32[8,8]
+    %e = aten::exp(%a) : f32[8,8]
+    %f = magi::all_gather_start([%e], group = "dp") : future<f32[16,8]>
+    %x = aten::exp(%a) : f32[8,8]
+    %w = magi::wait(%f) : f32[16,8]
+    %n = aten::neg(%w) : f32[16,8]
+    output n = %n
+    output x = %x
+  }
+  graph @h {
+    input %a: f32[8,8]
+    output a = %a
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const Graph& g = *module->FindGraph("g");
+  const std::vector<std::vector<double>> runs = {{3e-6, 1e-6, 5e-6, 4e-5, 2e-6}, {5e-6, 1e-6, 9e-6, 6e-5, 4e-6}};
+  CalibrationTable each;
+  RunTimeAccumulator accumulated(g);
+  EXPECT_TRUE(accumulated.Accumulates(g));
+  EXPECT_FALSE(accumulated.Accumulates(*module->FindGraph("h")));
+  for (const std::vector<double>& run : runs) {
+    ASSERT_TRUE(each.AddRun(g, run).ok());
+    ASSERT_TRUE(accumulated.Add(run).ok());
+  }
+  absl::Status wrong = accumulated.Add({1.0});
+  EXPECT_EQ(wrong.message(), "calibration: 1 times for a graph of 5 nodes");
+  EXPECT_EQ(accumulated.runs(), 2);
+  CalibrationTable table;
+  accumulated.AddTo(table);
+  ASSERT_EQ(table.size(), 3u);
+  for (const auto& [key, entry] : each.entries()) {
+    ASSERT_TRUE(table.entries().count(key)) << key;
+    EXPECT_EQ(table.entries().at(key).count, entry.count) << key;
+    EXPECT_NEAR(table.entries().at(key).mean_seconds, entry.mean_seconds, 1e-18) << key;
+  }
+  EXPECT_EQ(table.entries().at("aten::exp(f32[8,8]) -> f32[8,8]").count, 4);
+  EXPECT_NEAR(*table.Find("aten::exp(f32[8,8]) -> f32[8,8]"), 5.5e-6, 1e-18);
+  EXPECT_NEAR(*table.Find("magi::all_gather_start[world=2](f32[8,8]) -> future<f32[16,8]>"), 5.1e-5, 1e-18);
+}
+
 TEST(CalibrationTest, PartitionCallsShareAKeyByStructureAndSumTheirNodesUnmeasured) {
   auto profile = ParseDeviceProfile(kProfile);
   ASSERT_TRUE(profile.ok());

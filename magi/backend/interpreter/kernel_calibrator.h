@@ -12,7 +12,12 @@
 // tensors (so they are valid indices, targets and divisors), booleans false; the IR's
 // strides are honoured. Each compute kernel runs once to warm up, then until
 // `seconds_per_kernel` is spent (between `min_runs` and `max_runs` runs); its time is the
-// mean run. (The mean, not the median: on a machine whose cores are shared, a step's
+// mean run. On CPU the runs are rounds over all the kernels in the order the step first
+// runs them (one run of each per round), not one kernel's runs back to back: back to back
+// a kernel finds its inputs in cache and the intra-op threads still spinning from its last
+// run, which a step does not (on this 2-core machine, with OpenBLAS, the tiny step's compute
+// took 1.65x its back-to-back micro-runs at one intra-op thread and 3x at two; in step
+// order 1.05-1.1x and 1.6x). (The mean, not the median: on a machine whose cores are shared, a step's
 // kernels are preempted in proportion to their time, and the mean counts that; the
 // median of short kernels would not.) On CUDA each run is timed by CUDA events on the
 // device, behind a spin kernel that keeps the host's dispatch out of the time (the

@@ -142,6 +142,19 @@ TEST(KernelCalibratorTest, OneProcessMeasuresWhatIsNotKnownAndKeepsWhatIs) {
   }
 }
 
+// Past max_seconds the CPU's in-order rounds stop at min_runs, and kernels not yet
+// prepared are left to the formula (not measured, no time).
+TEST(KernelCalibratorTest, KernelsPastTheTimeLimitAreLeftToTheFormula) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::vector<KernelRequest> requests = Kernels(*(*module)->FindGraph("g"));
+  TorchKernelCalibratorOptions options;
+  options.max_seconds = -1;  // already past
+  absl::StatusOr<std::vector<KernelTime>> times = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  ASSERT_TRUE(times.ok()) << times.status();
+  for (const KernelTime& time : *times) EXPECT_FALSE(time.seconds.has_value());
+}
+
 // Measuring draws random inputs; the process's generator must come out as it went in, so a run
 // that calibrates trains (and checkpoints) exactly as one that found its kernels cached.
 TEST(KernelCalibratorTest, MeasuringLeavesTheRandomGeneratorAsItWas) {
