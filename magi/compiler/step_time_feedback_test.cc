@@ -121,6 +121,34 @@ TEST_F(StepTimeFeedbackTest, RecordsTheRunsAfterTheWarmUpAndWritesAtDoublingPoin
   EXPECT_FALSE(std::filesystem::exists(dir + "/" + CalibrationCache::FileNameFor(kDevice)));
 }
 
+// Runs of two graphs in turn (a trainer with an accumulation graph and a step graph): each
+// graph's runs count once, whichever was recorded last.
+TEST_F(StepTimeFeedbackTest, RunsOfTwoGraphsInTurnAllCount) {
+  const std::string dir = FreshDir("two_graphs");
+  absl::StatusOr<std::unique_ptr<Module>> other = ParseModule(R"(module @o {
+  graph @h {
+    input %x: f32[4]
+    %a = aten::neg(%x) : f32[4]
+    output a = %a
+  }
+}
+)");
+  ASSERT_TRUE(other.ok()) << other.status();
+  const Graph& h = *(*other)->FindGraph("h");
+  StepTimeFeedback feedback(dir, kDevice, {/*skip_steps=*/0, /*first_save=*/4, /*max_steps=*/8});
+  ASSERT_TRUE(feedback.Add(1, *graph, RunTimes(1)).ok());
+  ASSERT_TRUE(feedback.Add(2, h, {7e-6}).ok());
+  ASSERT_TRUE(feedback.Add(3, *graph, RunTimes(3)).ok());
+  ASSERT_TRUE(feedback.Add(4, h, {9e-6}).ok());  // 4 recorded: written
+  CalibrationCache steps = CalibrationCache::Open(dir, kDevice, CalibrationSource::kSteps);
+  ASSERT_TRUE(steps.loaded()) << steps.warning();
+  // neg: 1 and 3 us in the step graph, 7 and 9 us in the other.
+  EXPECT_EQ(steps.table().entries().at(keys.neg).count, 4);
+  EXPECT_DOUBLE_EQ(*steps.table().Find(keys.neg), 5e-6);
+  EXPECT_EQ(steps.table().entries().at(keys.exp).count, 4);
+  EXPECT_DOUBLE_EQ(*steps.table().Find(keys.exp), 6e-6);
+}
+
 TEST_F(StepTimeFeedbackTest, ALaterRunFoldsInWithOlderSamplesWeighingAtMostFourTimesTheNew) {
   const std::string dir = FreshDir("fold");
   {

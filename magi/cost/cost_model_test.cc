@@ -209,8 +209,6 @@ TEST(CalibrationTest, MeasuredTimesReplaceTheFormulaAndRoundTrip) {
   }
 }
 
-// A partition call is timed by its compiled partition when the table has it (one key for
-// identical partitions, whatever their names), else by its callee's nodes one by one.
 // The accumulator adds what AddRun of each run adds (a repeated kernel's occurrences, a
 // start with its wait), with the keys built once.
 TEST(CalibrationTest, AccumulatedRunsAddWhatEachRunWouldAdd) {
@@ -259,6 +257,8 @@ TEST(CalibrationTest, AccumulatedRunsAddWhatEachRunWouldAdd) {
   EXPECT_NEAR(*table.Find("magi::all_gather_start[world=2](f32[8,8]) -> future<f32[16,8]>"), 5.1e-5, 1e-18);
 }
 
+// A partition call is timed by its compiled partition when the table has it (one key for
+// identical partitions, whatever their names), else by its callee's nodes one by one.
 TEST(CalibrationTest, PartitionCallsShareAKeyByStructureAndSumTheirNodesUnmeasured) {
   auto profile = ParseDeviceProfile(kProfile);
   ASSERT_TRUE(profile.ok());

@@ -479,19 +479,30 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // Timed back to back, a kernel runs with its inputs in cache and the intra-op pool's
   // threads still spinning from its previous run; in a step neither holds (on the 2-core
   // machine the tiny step's compute took 1.65x its back-to-back micro-runs, and 3x at two
-  // intra-op threads: a reduction's parallel region wakes sleeping threads).
-  // Returns how many it prepared (timed or found unmeasurable); those it did not reach
-  // within max_seconds of `calibration_start` are counted in `skipped_for_time`.
+  // intra-op threads: a reduction's parallel region wakes sleeping threads). Only the
+  // kernels to measure take part: when most are cached, the few left run closer to back
+  // to back than in the step.
+  // Returns how many it prepared (timed or found unmeasurable). Past max_seconds of
+  // `calibration_start` no kernel is prepared (those are counted in `skipped_for_time`) and
+  // no round starts after the first: at most one warm-up and one timed run of each
+  // prepared kernel lie beyond the limit.
   int MeasureInOrderOnCpu(const std::vector<KernelRequest>& requests, const std::vector<size_t>& kernels,
                           Clock::time_point calibration_start, std::vector<std::optional<Timing>>& timings,
                           int& skipped_for_time) {
     struct Prepared {
       size_t index;
       const NodePlan* plan;
-      std::vector<at::Tensor> slots;
+      std::vector<std::pair<int, at::Tensor>> operands;  // (slot, synthesized tensor)
       std::vector<double> samples;
     };
     std::vector<Prepared> prepared;
+    std::vector<at::Tensor> slots;  // shared: a kernel's operands are put in before its run, taken out after
+    auto run = [&](const Prepared& p) {
+      for (const auto& [slot, tensor] : p.operands) slots[slot] = tensor;
+      absl::Status ran = GuardedRun(*p.plan, slots);
+      for (const auto& operand : p.operands) slots[operand.first] = at::Tensor();
+      return ran;
+    };
     int reached = 0;
     for (size_t i : kernels) {
       if (SecondsSince(calibration_start) > options_.max_seconds) {
@@ -511,7 +522,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
         continue;
       }
       const StepPlan& step = *plans_.at(node.graph()).step;
-      std::vector<at::Tensor> slots(step.num_slots);
+      if (slots.size() < static_cast<size_t>(step.num_slots)) slots.resize(step.num_slots);
+      Prepared p{i, &plan, {}, {}};
       const int64_t bound = IndexBound(node);
       bool ok = true;
       for (const Value* operand : node.operands()) {
@@ -522,26 +534,25 @@ class TorchKernelCalibrator : public KernelCalibrator {
           ok = false;
           break;
         }
-        slots[step.slot_of.at(operand)] = *std::move(tensor);
+        p.operands.emplace_back(step.slot_of.at(operand), *std::move(tensor));
       }
       if (!ok) continue;
       // A warm-up run (first-call allocations, lazy initialization) that also checks the op.
-      if (absl::Status warm = GuardedRun(plan, slots); !warm.ok()) {
+      if (absl::Status warm = run(p); !warm.ok()) {
         Unmeasurable(node, warm.message());
         continue;
       }
-      prepared.push_back(Prepared{i, &plan, std::move(slots), {}});
+      prepared.push_back(std::move(p));
     }
     const auto start = Clock::now();
     const double budget = options_.seconds_per_kernel * static_cast<double>(prepared.size());
-    for (int round = 0; round < options_.max_runs && !prepared.empty() &&
-                        (round < options_.min_runs ||
-                         (SecondsSince(start) < budget && SecondsSince(calibration_start) < options_.max_seconds));
-         ++round) {
+    for (int round = 0; round < options_.max_runs && !prepared.empty(); ++round) {
+      if (round > 0 && SecondsSince(calibration_start) > options_.max_seconds) break;
+      if (round >= options_.min_runs && SecondsSince(start) >= budget) break;
       for (size_t k = 0; k < prepared.size();) {
         Prepared& p = prepared[k];
         const auto run_start = Clock::now();
-        absl::Status ran = GuardedRun(*p.plan, p.slots);
+        absl::Status ran = run(p);
         const double seconds = SecondsSince(run_start);
         if (!ran.ok()) {
           Unmeasurable(*requests[p.index].node, ran.message());

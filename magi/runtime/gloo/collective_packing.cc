@@ -12,6 +12,11 @@ namespace {
 const uint8_t* BytesOf(const at::Tensor& t) { return static_cast<const uint8_t*>(t.data_ptr()); }
 uint8_t* MutableBytesOf(at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
+// memcpy of `bytes` (an empty tensor's data pointer may be null: nothing to copy).
+void Copy(uint8_t* to, const uint8_t* from, int64_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, static_cast<size_t>(bytes));
+}
+
 std::vector<int64_t> ScaledRows(const at::Tensor& t, int64_t numerator, int64_t denominator) {
   std::vector<int64_t> sizes = t.sizes().vec();
   if (numerator != denominator) sizes[0] = sizes[0] * numerator / denominator;
@@ -59,7 +64,7 @@ absl::StatusOr<at::Tensor> PackChunked(const std::vector<at::Tensor>& inputs, co
   for (size_t i : members) {
     at::Tensor t = inputs[i].contiguous();
     const int64_t piece = static_cast<int64_t>(t.nbytes()) / chunks;
-    for (int64_t r = 0; r < chunks; ++r) std::memcpy(out + r * chunk_bytes + offset, BytesOf(t) + r * piece, piece);
+    for (int64_t r = 0; r < chunks; ++r) Copy(out + r * chunk_bytes + offset, BytesOf(t) + r * piece, piece);
     offset += piece;
   }
   return packed;
@@ -74,7 +79,7 @@ std::vector<at::Tensor> UnpackChunk(const at::Tensor& packed, const std::vector<
   int64_t offset = 0;
   for (size_t i : members) {
     at::Tensor result = at::empty(ScaledRows(inputs[i], 1, chunks), inputs[i].options());
-    std::memcpy(MutableBytesOf(result), in + offset, result.nbytes());
+    Copy(MutableBytesOf(result), in + offset, static_cast<int64_t>(result.nbytes()));
     offset += static_cast<int64_t>(result.nbytes());
     results.push_back(std::move(result));
   }
@@ -91,7 +96,7 @@ std::vector<at::Tensor> UnpackGathered(const at::Tensor& gathered, const std::ve
     at::Tensor result = at::empty(ScaledRows(input, world, 1), input.options());
     const int64_t piece = static_cast<int64_t>(input.nbytes());
     for (int64_t r = 0; r < world; ++r) {
-      std::memcpy(MutableBytesOf(result) + r * piece, BytesOf(gathered) + r * rank_bytes + offset, piece);
+      Copy(MutableBytesOf(result) + r * piece, BytesOf(gathered) + r * rank_bytes + offset, piece);
     }
     offset += piece;
     results.push_back(std::move(result));

@@ -80,6 +80,22 @@ TEST(CollectivePackingTest, GatheredBuffersUnpackInRankOrder) {
   EXPECT_TRUE(torch::equal(out[1], torch::tensor({10, 11, 12}, torch::kLong)));
 }
 
+// Empty tensors (no data pointer to copy from) pack to nothing and come back empty.
+TEST(CollectivePackingTest, EmptyTensorsRoundTrip) {
+  std::vector<at::Tensor> inputs = {torch::empty({0, 4}), torch::ones({2, 2})};
+  absl::StatusOr<at::Tensor> packed = PackChunked(inputs, All(inputs), 2, at::kFloat);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed->numel(), 4);
+  std::vector<at::Tensor> out = UnpackChunk(*packed, inputs, All(inputs), 2, 1);
+  EXPECT_EQ(out[0].sizes(), (std::vector<int64_t>{0, 4}));
+  EXPECT_TRUE(torch::equal(out[1], torch::ones({1, 2})));
+  std::vector<at::Tensor> nothing = {torch::empty({0})};
+  packed = PackChunked(nothing, All(nothing), 1, at::kByte);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  std::vector<at::Tensor> gathered = UnpackGathered(*packed, nothing, 3);
+  EXPECT_EQ(gathered[0].numel(), 0);
+}
+
 TEST(CollectivePackingTest, RowsThatDoNotSplitEvenlyAreAnErrorNamingTheInput) {
   std::vector<at::Tensor> inputs = {torch::ones({4}), torch::ones({5, 2})};
   absl::StatusOr<at::Tensor> packed = PackChunked(inputs, All(inputs), 2, at::kFloat);

@@ -86,8 +86,8 @@ void AllreduceTyped(const std::shared_ptr<gloo::Context>& context, at::Tensor& t
                     std::chrono::milliseconds timeout) {
   gloo::AllreduceOptions options(context);
   // The ring, named rather than left to Gloo's default choice: every element is reduced
-  // in one fixed order for a given world size and tensor size, in every mode (and every
-  // rank ends with the same bits).
+  // in one fixed order for a given world size and buffer (a collective's packed tensors),
+  // in every mode (and every rank ends with the same bits).
   options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
   options.setOutput(tensor.data_ptr<T>(), static_cast<size_t>(tensor.numel()));
   options.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<T>));
@@ -215,6 +215,13 @@ class GlooCommunicator : public Communicator {
         }
       }
     }
+    for (size_t i = 0; i < inputs.size(); ++i) {  // before any Gloo call: no group reduced, then a failure
+      const at::ScalarType dtype = inputs[i].scalar_type();
+      if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kInt && dtype != at::kLong) {
+        return absl::UnimplementedError(absl::StrCat("input ", i, ": the Gloo communicator cannot reduce ",
+                                                     c10::toString(dtype), " tensors (f32, f64, i32, i64)"));
+      }
+    }
     const int64_t chunks = kind == CollectiveKind::kReduceScatter ? size_ : 1;
     std::vector<at::Tensor> outputs(inputs.size());
     for (const std::vector<size_t>& members : GroupByDtype(inputs)) {
@@ -236,8 +243,7 @@ class GlooCommunicator : public Communicator {
             AllreduceTyped<int64_t>(context_, *packed, timeout_);
             break;
           default:
-            return absl::UnimplementedError(
-                absl::StrCat("the Gloo communicator cannot reduce ", c10::toString(dtype), " tensors"));
+            return absl::InternalError("unchecked dtype");  // refused above
         }
       }
       if (reduce_op == "avg") packed->div_(size_);

@@ -148,6 +148,14 @@ int RunValuesWorker(Communicator& communicator, int rank) {
                                                                  "Int; avg reduces floating-point tensors only")) {
     mismatch = "avg of an Int tensor: " + int_avg.status().ToString();
   }
+  absl::StatusOr<std::vector<at::Tensor>> bf16 =
+      run(CollectiveKind::kAllReduce, {torch::ones({2}), torch::ones({2}, torch::kBFloat16)}, "sum");
+  if (bf16.ok() || bf16.status().message() !=
+                       absl::StrCat("rank ", rank,
+                                    ": magi::all_reduce_start on group 'dp': input 1: the Gloo communicator cannot "
+                                    "reduce BFloat16 tensors (f32, f64, i32, i64)")) {
+    mismatch = "a BFloat16 reduction: " + bf16.status().ToString();
+  }
   absl::StatusOr<std::vector<at::Tensor>> after = run(CollectiveKind::kAllReduce, {torch::ones({2})}, "sum");
   std::ostringstream report;
   report << (mismatch.empty() ? "OK" : "MISMATCH") << "\n0\n"
@@ -263,8 +271,9 @@ TEST(GlooCommunicatorTest, AHandleSaysWhenItsCollectiveRanAfterTheWait) {
   EXPECT_EQ(before, "empty-before-wait");
 }
 
-// Packed collectives give exactly what one call per tensor gave (world 3: sums of three,
-// reduce-scatter chunks of several tensors), and bad shapes fail on every rank.
+// Packed collectives give the exact sums, gathers and chunks (world 3: sums of three, of
+// small integers, so exact in any order; reduce-scatter chunks of several tensors), and
+// bad shapes and dtypes fail on every rank.
 TEST(GlooCommunicatorTest, CollectivesOfSeveralTensorsAndDtypesAreExactOnThreeRanks) {
   Outcome outcome = RunScenario("values", 3);
   EXPECT_EQ(outcome.launch.exit_code, 0);
