@@ -374,16 +374,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
     if (!found.ok()) return Unmeasurable(node, found.status().message());
     const NodePlan& plan = **found;
     const StepPlan& step = *plans_.at(node.graph()).step;
-    const int64_t bound = IndexBound(node);
     std::vector<at::Tensor> slots(step.num_slots);
     at::Device device(at::kCPU);
-    for (const Value* operand : node.operands()) {
-      if (!operand->type().is_tensor()) continue;
-      // A failure here depends on the graph alone: every rank skips the same kernels.
-      absl::StatusOr<at::Tensor> tensor = Synthesize(operand->type().tensor(), bound);
-      if (!tensor.ok()) return Unmeasurable(node, tensor.status().message());
-      if (tensor->is_cuda()) device = tensor->device();
-      slots[step.slot_of.at(operand)] = *std::move(tensor);
+    // A failure here depends on the graph alone: every rank skips the same kernels.
+    absl::StatusOr<std::vector<std::pair<int, at::Tensor>>> operands = SynthesizeOperands(node, step);
+    if (!operands.ok()) return Unmeasurable(node, operands.status().message());
+    for (auto& [slot, tensor] : *operands) {
+      if (tensor.is_cuda()) device = tensor.device();
+      slots[slot] = std::move(tensor);
     }
     switch (plan.kind) {
       case NodePlan::Kind::kCollectiveStart:
@@ -523,20 +521,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
       }
       const StepPlan& step = *plans_.at(node.graph()).step;
       if (slots.size() < static_cast<size_t>(step.num_slots)) slots.resize(step.num_slots);
-      Prepared p{i, &plan, {}, {}};
-      const int64_t bound = IndexBound(node);
-      bool ok = true;
-      for (const Value* operand : node.operands()) {
-        if (!operand->type().is_tensor()) continue;
-        absl::StatusOr<at::Tensor> tensor = Synthesize(operand->type().tensor(), bound);
-        if (!tensor.ok()) {
-          Unmeasurable(node, tensor.status().message());
-          ok = false;
-          break;
-        }
-        p.operands.emplace_back(step.slot_of.at(operand), *std::move(tensor));
+      absl::StatusOr<std::vector<std::pair<int, at::Tensor>>> operands = SynthesizeOperands(node, step);
+      if (!operands.ok()) {
+        Unmeasurable(node, operands.status().message());
+        continue;
       }
-      if (!ok) continue;
+      Prepared p{i, &plan, *std::move(operands), {}};
       // A warm-up run (first-call allocations, lazy initialization) that also checks the op.
       if (absl::Status warm = run(p); !warm.ok()) {
         Unmeasurable(node, warm.message());
@@ -572,6 +562,19 @@ class TorchKernelCalibrator : public KernelCalibrator {
       timings[p.index] = Timing{Mean(p.samples), static_cast<int>(p.samples.size())};
     }
     return reached;
+  }
+
+  // The node's tensor operands synthesized (Synthesize, integers below IndexBound), each
+  // with its slot in `step`.
+  absl::StatusOr<std::vector<std::pair<int, at::Tensor>>> SynthesizeOperands(const Node& node, const StepPlan& step) {
+    const int64_t bound = IndexBound(node);
+    std::vector<std::pair<int, at::Tensor>> operands;
+    for (const Value* operand : node.operands()) {
+      if (!operand->type().is_tensor()) continue;
+      MAGI_ASSIGN_OR_RETURN(at::Tensor tensor, Synthesize(operand->type().tensor(), bound));
+      operands.emplace_back(step.slot_of.at(operand), std::move(tensor));
+    }
+    return operands;
   }
 
   // RunOnce with LibTorch's exceptions turned into a status.

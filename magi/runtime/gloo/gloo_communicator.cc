@@ -207,19 +207,15 @@ class GlooCommunicator : public Communicator {
     if (kind == CollectiveKind::kAllToAll) {
       return absl::UnimplementedError("all_to_all is not implemented for Gloo yet");
     }
-    if (reduce_op == "avg") {
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        if (!at::isFloatingType(inputs[i].scalar_type())) {
-          return absl::InvalidArgumentError(absl::StrCat("input ", i, " is ", c10::toString(inputs[i].scalar_type()),
-                                                         "; avg reduces floating-point tensors only"));
-        }
-      }
-    }
     for (size_t i = 0; i < inputs.size(); ++i) {  // before any Gloo call: no group reduced, then a failure
       const at::ScalarType dtype = inputs[i].scalar_type();
       if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kInt && dtype != at::kLong) {
         return absl::UnimplementedError(absl::StrCat("input ", i, ": the Gloo communicator cannot reduce ",
                                                      c10::toString(dtype), " tensors (f32, f64, i32, i64)"));
+      }
+      if (reduce_op == "avg" && !at::isFloatingType(dtype)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", i, " is ", c10::toString(dtype), "; avg reduces floating-point tensors only"));
       }
     }
     const int64_t chunks = kind == CollectiveKind::kReduceScatter ? size_ : 1;
