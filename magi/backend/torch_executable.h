@@ -32,7 +32,9 @@ struct RunStats {
   // Wall time of each node in program order, when profiling is on (set_profile_nodes).
   // A collective whose communicator reports when it ran (CollectiveHandle::timing) has
   // its duration on its start and 0 on its wait, wherever the two are in the program (the
-  // nccl_stream runtime times its collectives so too); otherwise a start's time is the
+  // nccl_stream runtime times its collectives so too; the interpreter adds the time its
+  // thread spent issuing it and taking its results, outside the wait's blocking, to the
+  // start); otherwise a start's time is the
   // enqueue and its wait's the blocking. On CUDA the interpreter's are host times
   // (kernels are asynchronous), so calibrate on CPU or synchronize.
   std::vector<double> node_seconds;

@@ -2,6 +2,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -141,9 +142,13 @@ class InterpreterExecutable : public TorchExecutable {
       }
     }
     // A collective the communicator timed: its start holds how long it ran, its wait
-    // nothing (as nccl_stream reports them), whatever the compute between the two.
+    // nothing (as nccl_stream reports them), whatever the compute between the two. The
+    // time this thread itself spent in the two nodes (issuing it; taking its results)
+    // stays on the start too: the step paid it (0.5 ms of the tiny 2-rank CPU step).
     for (const TimedCollective& timed : collective_seconds_) {
-      stats_.node_seconds[timed.start] = timed.seconds;
+      const double own = std::max(0.0, stats_.node_seconds[timed.start] - timed.after_ready) +
+                         std::max(0.0, stats_.node_seconds[timed.wait] - timed.blocked);
+      stats_.node_seconds[timed.start] = own + timed.seconds;
       stats_.node_seconds[timed.wait] = 0;
     }
     std::vector<at::Tensor> outputs;
@@ -235,6 +240,7 @@ class InterpreterExecutable : public TorchExecutable {
       // In flight, a collective holds its inputs and the result buffers it allocated:
       // count both until the wait, as the memory planner does.
       InFlight& in_flight = in_flight_[index];
+      in_flight.issued = std::chrono::steady_clock::now();
       in_flight.inputs = std::move(inputs);
       for (const at::Tensor& input : in_flight.inputs) AddStorageRef(input);
       for (const TensorType& type : plan.result_types) in_flight.result_bytes += type.SizeInBytes().value_or(0);
@@ -245,18 +251,21 @@ class InterpreterExecutable : public TorchExecutable {
     if (handle == nullptr) return absl::InternalError(absl::StrCat(Where(*plan.node), ": its start did not run"));
     const std::chrono::steady_clock::time_point wait_called = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<at::Tensor>> results = handle->Wait();
+    auto in_flight = in_flight_.find(plan.start_plan);
     if (profile_nodes_ && results.ok()) {
       if (std::optional<CollectiveTiming> timing = handle->timing()) {
         // The results reached this thread when they were done, or, where this wait
         // blocked, when it returned (the waking up is part of what a step pays).
-        const std::chrono::steady_clock::time_point visible =
-            timing->done > wait_called ? std::chrono::steady_clock::now() : timing->done;
-        collective_seconds_.push_back({static_cast<size_t>(plan.start_plan), index,
-                                       std::chrono::duration<double>(visible - timing->ready).count()});
+        const bool blocked = timing->done > wait_called;
+        const std::chrono::steady_clock::time_point visible = blocked ? std::chrono::steady_clock::now() : timing->done;
+        auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+        const double after_ready =
+            in_flight != in_flight_.end() ? std::max(0.0, seconds(in_flight->second.issued - timing->ready)) : 0.0;
+        collective_seconds_.push_back({static_cast<size_t>(plan.start_plan), index, seconds(visible - timing->ready),
+                                       after_ready, blocked ? seconds(visible - wait_called) : 0.0});
       }
     }
     handle.reset();
-    auto in_flight = in_flight_.find(plan.start_plan);
     if (in_flight != in_flight_.end()) {
       for (const at::Tensor& input : in_flight->second.inputs) DropStorageRef(input);
       live_bytes_ -= in_flight->second.result_bytes;
@@ -332,7 +341,9 @@ class InterpreterExecutable : public TorchExecutable {
   struct TimedCollective {
     size_t start;  // node indices
     size_t wait;
-    double seconds;
+    double seconds;      // from when it could start to when its results reached this thread
+    double after_ready;  // of the start node's time, what came after `ready` (in `seconds`)
+    double blocked;      // of the wait node's time, the blocking (in `seconds`)
   };
   std::vector<TimedCollective> collective_seconds_;  // this run's, when profiling
   std::vector<at::Tensor> slots_;
@@ -344,6 +355,7 @@ class InterpreterExecutable : public TorchExecutable {
   struct InFlight {
     std::vector<at::Tensor> inputs;
     int64_t result_bytes = 0;
+    std::chrono::steady_clock::time_point issued;  // when Start returned
   };
   absl::flat_hash_map<size_t, InFlight> in_flight_;  // start plan index -> what it holds
   RunStats stats_;
