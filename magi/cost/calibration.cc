@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
+#include "magi/base/status_macros.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/ir/magi_ops.h"
@@ -54,23 +55,9 @@ std::string CalibrationTable::KeyOf(const Node& node) {
 }
 
 absl::Status CalibrationTable::AddRun(const Graph& graph, const std::vector<double>& node_seconds) {
-  std::vector<Node*> nodes = graph.nodes();
-  if (nodes.size() != node_seconds.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration: ", node_seconds.size(), " times for a graph of ", nodes.size(), " nodes"));
-  }
-  std::map<const Node*, double> start_seconds;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node* node = nodes[i];
-    if (IsCollectiveStart(node->op())) {
-      start_seconds[node] = node_seconds[i];
-    } else if (node->op() == kWaitOp) {
-      const Node* start = StartOfWait(*node);
-      if (start != nullptr && start_seconds.count(start)) Add(KeyOf(*start), start_seconds[start] + node_seconds[i]);
-    } else {
-      Add(KeyOf(*node), node_seconds[i]);
-    }
-  }
+  RunTimeAccumulator run(graph);
+  MAGI_RETURN_IF_ERROR(run.Add(node_seconds));
+  run.AddTo(*this);
   return absl::OkStatus();
 }
 
