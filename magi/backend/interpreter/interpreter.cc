@@ -103,7 +103,11 @@ class InterpreterExecutable : public TorchExecutable {
     handles_.resize(step_.nodes.size());
     in_flight_.clear();
     torch::jit::Stack stack;
-    if (profile_nodes_) stats_.node_seconds.assign(step_.nodes.size(), 0.0);
+    if (profile_nodes_) {
+      stats_.node_seconds.assign(step_.nodes.size(), 0.0);
+      node_begin_.assign(step_.nodes.size(), {});
+      node_end_.assign(step_.nodes.size(), {});
+    }
     collective_seconds_.clear();
     auto node_start = std::chrono::steady_clock::now();
     for (size_t index = 0; index < step_.nodes.size(); ++index) {
@@ -138,6 +142,8 @@ class InterpreterExecutable : public TorchExecutable {
       if (profile_nodes_) {
         auto now = std::chrono::steady_clock::now();
         stats_.node_seconds[index] = std::chrono::duration<double>(now - node_start).count();
+        node_begin_[index] = node_start;
+        node_end_[index] = now;
         node_start = now;
       }
     }
@@ -145,10 +151,16 @@ class InterpreterExecutable : public TorchExecutable {
     // nothing (as nccl_stream reports them), whatever the compute between the two. The
     // time this thread itself spent in the two nodes (issuing it; taking its results)
     // stays on the start too: the step paid it (0.5 ms of the tiny 2-rank CPU step).
+    // That own time is each node's time outside [ready, visible], which the collective's
+    // time already holds (so nothing is counted twice).
     for (const TimedCollective& timed : collective_seconds_) {
-      const double own = std::max(0.0, stats_.node_seconds[timed.start] - timed.after_ready) +
-                         std::max(0.0, stats_.node_seconds[timed.wait] - timed.blocked);
-      stats_.node_seconds[timed.start] = own + timed.seconds;
+      auto own = [&](size_t node) {
+        const auto overlap = std::min(node_end_[node], timed.visible) - std::max(node_begin_[node], timed.ready);
+        const auto outside = (node_end_[node] - node_begin_[node]) - std::max(overlap, overlap.zero());
+        return std::chrono::duration<double>(outside).count();
+      };
+      stats_.node_seconds[timed.start] =
+          own(timed.start) + own(timed.wait) + std::chrono::duration<double>(timed.visible - timed.ready).count();
       stats_.node_seconds[timed.wait] = 0;
     }
     std::vector<at::Tensor> outputs;
@@ -240,7 +252,6 @@ class InterpreterExecutable : public TorchExecutable {
       // In flight, a collective holds its inputs and the result buffers it allocated:
       // count both until the wait, as the memory planner does.
       InFlight& in_flight = in_flight_[index];
-      in_flight.issued = std::chrono::steady_clock::now();
       in_flight.inputs = std::move(inputs);
       for (const at::Tensor& input : in_flight.inputs) AddStorageRef(input);
       for (const TensorType& type : plan.result_types) in_flight.result_bytes += type.SizeInBytes().value_or(0);
@@ -258,11 +269,7 @@ class InterpreterExecutable : public TorchExecutable {
         // blocked, when it returned (the waking up is part of what a step pays).
         const bool blocked = timing->done > wait_called;
         const std::chrono::steady_clock::time_point visible = blocked ? std::chrono::steady_clock::now() : timing->done;
-        auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
-        const double after_ready =
-            in_flight != in_flight_.end() ? std::max(0.0, seconds(in_flight->second.issued - timing->ready)) : 0.0;
-        collective_seconds_.push_back({static_cast<size_t>(plan.start_plan), index, seconds(visible - timing->ready),
-                                       after_ready, blocked ? seconds(visible - wait_called) : 0.0});
+        collective_seconds_.push_back({static_cast<size_t>(plan.start_plan), index, timing->ready, visible});
       }
     }
     handle.reset();
@@ -341,11 +348,11 @@ class InterpreterExecutable : public TorchExecutable {
   struct TimedCollective {
     size_t start;  // node indices
     size_t wait;
-    double seconds;      // from when it could start to when its results reached this thread
-    double after_ready;  // of the start node's time, what came after `ready` (in `seconds`)
-    double blocked;      // of the wait node's time, the blocking (in `seconds`)
+    // From when it could start to when its results reached this thread.
+    std::chrono::steady_clock::time_point ready, visible;
   };
   std::vector<TimedCollective> collective_seconds_;  // this run's, when profiling
+  std::vector<std::chrono::steady_clock::time_point> node_begin_, node_end_;  // this run's, when profiling
   std::vector<at::Tensor> slots_;
   absl::flat_hash_map<const c10::StorageImpl*, int> storage_refs_;
   int64_t live_bytes_ = 0;
@@ -355,7 +362,6 @@ class InterpreterExecutable : public TorchExecutable {
   struct InFlight {
     std::vector<at::Tensor> inputs;
     int64_t result_bytes = 0;
-    std::chrono::steady_clock::time_point issued;  // when Start returned
   };
   absl::flat_hash_map<size_t, InFlight> in_flight_;  // start plan index -> what it holds
   RunStats stats_;
