@@ -761,7 +761,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
         "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, "
         "\"calibrated_kernels_from_steps\": %d, \"timed_step_seconds\": [%s], %s, "
-        "\"losses\": [%s]}\n",
+        "\"eager_max_relative_loss_difference\": %s, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
@@ -769,7 +769,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
-        (*trainer)->calibration_stats().from_steps, each_step_json, energy_json, losses_json);
+        (*trainer)->calibration_stats().from_steps, each_step_json, energy_json,
+        check_eager ? absl::StrFormat("%.3e", worst_relative) : std::string("null"), losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);
