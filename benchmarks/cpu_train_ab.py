@@ -18,9 +18,10 @@ deterministic; across variants it shows what a change does to the numbers).
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
+
+from result_tables import cpu_ab_table
 
 
 def split_pair(text, what):
@@ -79,23 +80,14 @@ def main():
                                 "steps_ms": [t * 1e3 for t in s["timed_step_seconds"]],
                                 "final_loss": s["final_loss"]})
 
-    lines = ["| variant | runs | step ms (median of run means) | lowest run | highest run | median step ms "
-             "| step sd ms | final loss |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for label in labels:
-        means = [r["step_ms"] for r in runs[label]]
-        steps = [t for r in runs[label] for t in r["steps_ms"]]
-        losses = sorted({"%.6f" % r["final_loss"] for r in runs[label]})
-        lines.append("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %s |" % (
-            label, len(means), statistics.median(means), min(means), max(means), statistics.median(steps),
-            statistics.stdev(steps) if len(steps) > 1 else 0.0, ", ".join(losses)))
-    table = "\n".join(lines) + "\n"
+    results = {"variants": dict(args.variant), "env": envs, "runs": runs, "steps": args.steps,
+               "world": args.world, "train_flags": args.train_flags}
+    table = cpu_ab_table(results)
     print(table)
     with open(os.path.join(args.out_dir, "table.md"), "w") as f:
         f.write(table)
     with open(os.path.join(args.out_dir, "results.json"), "w") as f:
-        json.dump({"variants": dict(args.variant), "env": envs, "runs": runs, "steps": args.steps,
-                   "world": args.world, "train_flags": args.train_flags}, f, indent=1)
+        json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-FLOP_PEAK = 989e12  # H100/H200 SXM dense bf16, the MFU denominator used in the issue's table
+from result_tables import fsdp2_result, fsdp_1b_table, gpu_energy_of
 
 MAGI_RUNS = [
     # (label, backend spec, pass pipeline[, partition backends[, more examples:train flags]])
@@ -52,11 +52,6 @@ MAGI_RUNS = [
     ("Magi nccl_stream + CUDA graph + inductor + split masters, memset nodes kept",
      "nccl_stream{cuda_graph=true,graph_memset_kernels=false}", "", "inductor", ["--split_master_weights"]),
 ]
-
-
-def flops_per_step(tokens, layers=16, dim=2048, seq=2048, params=953_223_168):
-    # 6 N T for the weights, plus 12 L d s T for attention scores and values (fwd + bwd).
-    return 6 * params * tokens + 12 * layers * dim * seq * tokens
 
 
 def run(cmd, log_path, env=None, timeout=900):
@@ -148,31 +143,8 @@ def main():
                 with open(out) as f:
                     s = json.load(f)
                 label = "PyTorch FSDP2 eager" if mode == "eager" else "PyTorch FSDP2 + per-block torch.compile"
-                results.append({"label": label, "ms": s["ms_per_step_median"],
-                                "mean_ms": statistics.mean(s["ms_per_step_all"]),
-                                "tokens": s["tokens_per_s"] * s["ms_per_step_median"] / 1e3,
-                                "peak_gib": s.get("peak_gib"), "host_ms": None, "predicted_ms": None,
-                                "losses": s["losses"], "step_ms_each": s["ms_per_step_all"], **gpu_energy_of(s)})
+                results.append(fsdp2_result(label, s))
     write_table(results, args.out_dir)
-
-def gpu_energy_of(summary):
-    """The GPU energy members of a run's summary (examples:train or fsdp2_llama.py: NVML read
-    before the first timed step and after the last), None where not measured (-1 or absent)."""
-    keys = {"joules": "gpu_joules_per_step", "window_s": "gpu_window_seconds", "watts": "gpu_average_watts",
-            "limit_w": "gpu_power_limit_watts"}
-    out = {}
-    for key, name in keys.items():
-        value = summary.get(name)
-        out[key] = value if value is not None and value >= 0 else None
-    return out
-
-
-def between_steps_ms(result):
-    """Per timed step, the energy window's time beyond the timed steps' own (None if unknown)."""
-    each = result.get("step_ms_each") or []
-    if result.get("window_s") is None or not each:
-        return None
-    return (1e3 * result["window_s"] - sum(each)) / len(each)
 
 
 def write_table(results, out_dir):
@@ -182,25 +154,10 @@ def write_table(results, out_dir):
     # J/step: the GPU's energy from before the first timed step to after the last (NVML), per
     # step; the window also holds the loop's work between steps, whose share is the window's
     # time beyond the steps' ("between steps"). Average W over that window (the enforced limit).
-    lines = ["| run | ms/step (median) | mean ms | tokens/s | MFU | peak GiB | host ms/step | predicted ms | "
-             "max loss diff vs first | J/step | between steps ms/step | average W (limit) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    reference = results[0]["losses"] if results else []
-    for r in results:
-        tokens_per_s = r["tokens"] / (r["ms"] / 1e3)
-        mfu = flops_per_step(r["tokens"]) / (r["ms"] / 1e3) / FLOP_PEAK
-        diff = max((abs(a - b) for a, b in zip(r["losses"], reference)), default=float("nan"))
-        fmt = lambda v, f: "-" if v is None else f.format(v)
-        lines.append(f"| {r['label']} | {r['ms']:.1f} | {fmt(r.get('mean_ms'), '{:.1f}')} | {tokens_per_s:,.0f} | "
-                     f"{100 * mfu:.1f}% | "
-                     f"{fmt(r['peak_gib'], '{:.1f}')} | {fmt(r['host_ms'], '{:.1f}')} | "
-                     f"{fmt(r['predicted_ms'], '{:.1f}')} | {diff:.2e} | {fmt(r.get('joules'), '{:.1f}')} | "
-                     f"{fmt(between_steps_ms(r), '{:.1f}')} | {fmt(r.get('watts'), '{:.0f}')}"
-                     f"{fmt(r.get('limit_w'), ' ({:.0f})') if r.get('limit_w') is not None else ''} |")
-    table = "\n".join(lines)
-    print("\n" + table)
+    table = fsdp_1b_table(results)
+    print("\n" + table, end="")
     with open(os.path.join(out_dir, "table.md"), "w") as f:
-        f.write(table + "\n")
+        f.write(table)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 

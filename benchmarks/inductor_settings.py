@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from result_tables import ab_table
+
 
 def parse_variant(text):
     """"label=name=value;name=value" -> (label, [(name, value)]); "label=" is the default."""
@@ -117,27 +119,7 @@ def main():
                      time.time() - start), flush=True)
             with open(os.path.join(args.out_dir, "results.json"), "w") as f:
                 json.dump(results, f, indent=1)
-    lines = ["| variant | Inductor settings, train flags | " + " | ".join("round %d median / mean ms" % (r + 1)
-                                                           for r in range(args.rounds))
-             + " | all rounds median ms | compile s (first round) | peak GiB |",
-             "|---|---|" + "---|" * args.rounds + "---|---|---|"]
-    for label, pairs in args.variant:
-        rounds = results[label]["rounds"]
-        cells = []
-        for r in range(args.rounds):
-            got = [x for x in rounds if x["round"] == r + 1]
-            cells.append("%.1f / %.1f" % (statistics.median(got[0]["step_ms"]), statistics.mean(got[0]["step_ms"]))
-                         if got else "failed")
-        every = [t for x in rounds for t in x["step_ms"]]
-        first = [x for x in rounds if x["round"] == 1]  # its compile was the cold one
-        lines.append("| %s | %s | %s | %s | %s | %s |" % (
-            label, ", ".join(["%s=%s" % p for p in pairs] + extra.get(label, []) +
-                             ["env %s=%s" % e for e in sorted(variant_env.get(label, {}).items())]) or "(defaults)",
-            " | ".join(cells),
-            "%.1f" % statistics.median(every) if every else "-",
-            "%.1f" % first[0]["compile_s"] if first and first[0]["compile_s"] is not None else "-",
-            "%.1f" % first[0]["peak_gib"] if first else "-"))
-    table = "\n".join(lines) + "\n"
+    table = ab_table(results, args.rounds, order=labels)
     print(table)
     with open(os.path.join(args.out_dir, "table.md"), "w") as f:
         f.write(table)

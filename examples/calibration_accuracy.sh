@@ -19,22 +19,14 @@ run() {  # run NAME CACHE_DIR [flags...]
   MAGI_CACHE_DIR="$cache" "$train" --steps=66 --checkpoint=false --out_dir="$out/$name" \
     --summary_json="$out/$name.json" "$@" > "$out/$name.log" 2>&1 ||
     { echo "$name failed:"; tail -5 "$out/$name.log"; return 1; }
-  python3 - "$name" "$out/$name.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[2]))
-measured, predicted = s["step_seconds"], s["predicted_step_seconds"]
-parts = [("%d from earlier steps", s.get("calibrated_kernels_from_steps", 0)),
-         ("%d micro-runs cached", s["calibrated_kernels_cached"]), ("%d measured", s["calibrated_kernels_measured"])]
-calibration = ", ".join(text % n for text, n in parts if n) or "none"
-print("| %s | %s | %s | %.1f ms | %.1f ms | %+.1f%% | %.3f MB | %.3f MB |" % (
-    sys.argv[1], s["pipeline"] or "(none)", calibration, predicted * 1e3, measured * 1e3,
-    100 * (predicted - measured) / measured, s["predicted_peak_memory_bytes"] / 1e6, s["peak_memory_bytes"] / 1e6))
-PY
 }
-echo "| run | pipeline | calibration | step predicted | step measured | predicted vs measured | peak predicted | peak measured |"
-echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"
 rm -rf "$out/cache_plain" "$out/cache_pipeline"
 run plain_first "$out/cache_plain" "$@"
 run plain_cached "$out/cache_plain" "$@"
 run pipeline_first "$out/cache_pipeline" --passes="$pipeline" "$@"
 run pipeline_cached "$out/cache_pipeline" --passes="$pipeline" "$@"
+# The table docs/passes.md shows (tools/doc_tables.py renders it there from the same summaries).
+rows=()
+for name in plain_first plain_cached pipeline_first pipeline_cached; do rows+=("--row=$name=$out/$name.json"); done
+python3 "$(dirname "${BASH_SOURCE[0]}")/../tools/doc_tables.py" render summaries "${rows[@]}" \
+  --columns=pipeline,calibration,step_predicted,step_measured,step_error,peak_predicted,peak_measured

@@ -1,0 +1,578 @@
+#!/usr/bin/env python3
+"""Every table in the docs is written by a command named next to it; this checks and writes them.
+
+A table in README.md, docs/*.md or docs/blog/*.md sits in a block
+
+    <!-- table NAME: SOURCE -->
+    | ... table ... |
+    <!-- end table NAME -->
+
+and SOURCE says where it comes from:
+  tools/doc_tables.py render RENDERER ARGS...
+      rendered from raw output checked in beside the docs (docs/benchmarks/: the results.json
+      a benchmark script wrote, an examples:train summary, a tool's own Markdown), by the same
+      table functions the benchmark scripts print with (benchmarks/result_tables.py). `check`
+      renders it again and fails on any difference; `write` rewrites the block.
+  tools/docs_tables.sh ... (or another checked-in script)
+      a command that writes the block itself (predictions: search frontiers, calibration runs);
+      the script names how it is checked (//tools:docs_tables_test runs the cheap ones).
+  reference
+      hand-written facts (flags, op lists, version matrices): no run produced them.
+  legacy: WHY
+      measured before raw outputs were kept beside the docs; the run's command is named in the
+      text around it. No new ones: `check` fails when there are more than LEGACY_LIMIT.
+`check` also fails on a table outside any block, so a table cannot be added without a source.
+
+  tools/doc_tables.py check [FILES]     exit 1 on a stale rendered table or an unsourced table
+  tools/doc_tables.py write [FILES]     re-render every `render` block in place (atomically)
+  tools/doc_tables.py list [FILES]      every block and its source kind
+  tools/doc_tables.py render RENDERER ARGS   print one table (see the renderers' --help)
+Standard library only (and benchmarks/result_tables.py): runs on any python3, in CI without a build.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import result_tables  # noqa: E402  (after the path above)
+
+# Tables measured before their raw output was kept (see the module docstring). Lower it as they
+# are re-measured; never raise it.
+LEGACY_LIMIT = 40
+
+DEFAULT_DOCS = ["README.md", "docs/*.md", "docs/blog/*.md"]
+START = re.compile(r"^(\s*)<!-- table ([A-Za-z0-9_.-]+): (.*) -->\s*$")
+END = re.compile(r"^\s*<!-- end table ([A-Za-z0-9_.-]+) -->\s*$")
+SEPARATOR = re.compile(r"^\s*\|\s*:?-{3,}")
+RENDER_PREFIX = "tools/doc_tables.py render "
+
+
+class DocError(Exception):
+    """A problem in a doc or a raw file, with the place it was found."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Renderers: each prints one Markdown table from files checked in under the repository root.
+
+def _path(relative):
+    path = os.path.join(ROOT, relative)
+    if not os.path.isfile(path):
+        raise DocError("no such file: %s" % relative)
+    return path
+
+
+def _load_json(relative):
+    try:
+        with open(_path(relative)) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DocError("%s: not JSON (%s)" % (relative, e))
+
+
+def _pairs(values, what):
+    """["A=B", ...] -> {A: B}; the first '=' splits (labels may hold '=' after it)."""
+    out = {}
+    for text in values or []:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise DocError("%s %r: expected KEY=VALUE" % (what, text))
+        out[key] = value
+    return out
+
+
+def _label_pairs(values, what):
+    """["LABEL=FILE", ...] -> [(LABEL, FILE)]; the LAST '=' splits (labels may hold '=')."""
+    out = []
+    for text in values or []:
+        label, sep, path = text.rpartition("=")
+        if not sep:
+            raise DocError("%s %r: expected LABEL=FILE" % (what, text))
+        out.append((label, path))
+    return out
+
+
+def render_fsdp_1b(args):
+    rows = []
+    for item in args.files:
+        data = _load_json(item)
+        if not isinstance(data, list):
+            raise DocError("%s: expected benchmarks/fsdp_1b.py's results.json (a list of rows)" % item)
+        rows += data
+    for label, item in _label_pairs(args.fsdp2, "--fsdp2"):
+        rows.append(result_tables.fsdp2_result(label, _load_json(item)))
+    if args.rows:
+        wanted = [int(i) for i in args.rows.split(",")]
+        rows = [rows[i] for i in wanted]
+    columns = args.columns.split(",") if args.columns else None
+    try:
+        return result_tables.fsdp_1b_table(rows, columns, _pairs(args.header, "--header"),
+                                           _pairs(args.label, "--label"))
+    except (KeyError, ValueError) as e:
+        raise DocError("fsdp-1b: %s" % e)
+
+
+def render_fsdp_1b_rounds(args):
+    """An A/B of fsdp_1b.py runs (rows with 'variant' and 'round'): one row per variant."""
+    rows = _load_json(args.file)
+    variants = []
+    for r in rows:
+        if "variant" not in r or "round" not in r:
+            raise DocError("%s: row %r has no 'variant' and 'round'" % (args.file, r.get("label")))
+        if r["variant"] not in variants:
+            variants.append(r["variant"])
+    rounds = sorted({r["round"] for r in rows})
+    labels = _pairs(args.label, "--label")
+    table = []
+    for variant in variants:
+        mine = {r["round"]: r for r in rows if r["variant"] == variant}
+        first = mine[min(mine)]
+        table.append([labels.get(variant, variant)] +
+                     ["%.1f / %.1f" % (mine[n]["ms"], mine[n]["mean_ms"]) if n in mine else "failed" for n in rounds] +
+                     [", ".join("%.1f" % mine[n]["joules"] for n in rounds if n in mine),
+                      "%.2f" % first["peak_gib"], "%.1f" % first["predicted_ms"]])
+    return result_tables.markdown([args.first] + ["round %d median / mean ms" % n for n in rounds] +
+                                  ["J/step (rounds)", "peak GiB", "predicted ms"], table)
+
+
+def render_ab(args):
+    results = _load_json(args.file)
+    columns = args.columns.split(",") if args.columns else None
+    try:
+        return result_tables.ab_table(results, args.rounds, columns, _pairs(args.header, "--header"),
+                                      _pairs(args.label, "--label"))
+    except (KeyError, ValueError) as e:
+        raise DocError("ab: %s" % e)
+
+
+def render_cpu_ab(args):
+    return result_tables.cpu_ab_table(_load_json(args.file), _pairs(args.label, "--label"))
+
+
+def _first_table(lines):
+    """The first Markdown table in `lines` (header, separator, rows), or []."""
+    for i, line in enumerate(lines):
+        if SEPARATOR.match(line) and i > 0 and lines[i - 1].lstrip().startswith("|"):
+            end = i + 1
+            while end < len(lines) and lines[end].lstrip().startswith("|"):
+                end += 1
+            return lines[i - 1:end]
+    return []
+
+
+def render_include(args):
+    with open(_path(args.file)) as f:
+        table = _first_table(f.read().splitlines())
+    if not table:
+        raise DocError("%s holds no Markdown table" % args.file)
+    rows = table[2:]
+    if args.rows:
+        rows = [r for r in rows if re.search(args.rows, r)]
+    return "\n".join(table[:2] + rows) + "\n"
+
+
+def _kernel_breakdown(relative):
+    """tools/kernel_breakdown.py's result: its --json output, or its Markdown (family table and
+    the 'device span ... busy ...; N kernels/copies' line)."""
+    if relative.endswith(".json"):
+        data = _load_json(relative)
+        return {"families": {k: (v["ms"], v["count"]) for k, v in data["families"].items()},
+                "busy_ms": data["busy_ms"], "span_ms": data["span_ms"], "events": data["device_events"]}
+    with open(_path(relative)) as f:
+        text = f.read()
+    summary = re.search(r"device span ([\d.]+) ms, busy ([\d.]+) ms .*?; (\d+) kernels/copies", text)
+    if not summary:
+        raise DocError("%s: no 'device span ... busy ...; N kernels/copies' line" % relative)
+    families = {}
+    for row in _first_table(text.splitlines())[2:]:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        families[cells[0]] = (float(cells[1]), int(cells[3]))
+    return {"families": families, "busy_ms": float(summary.group(2)), "span_ms": float(summary.group(1)),
+            "events": int(summary.group(3))}
+
+
+# The families of tools/kernel_breakdown.py, in the order the tables list them.
+KERNEL_FAMILIES = ["gemm", "attention", "adamw (magi multi-tensor)", "aten elementwise, strided/broadcast",
+                   "aten elementwise, vectorized", "aten copy/cast", "aten reduction", "aten fill",
+                   "triton pointwise", "triton reduction", "memcpy", "memset", "other"]
+ATEN_FAMILIES = ["aten elementwise, strided/broadcast", "aten elementwise, vectorized", "aten copy/cast",
+                 "aten reduction", "aten fill"]
+
+
+def render_kernels(args):
+    columns = [(label, _kernel_breakdown(path)) for label, path in _label_pairs(args.column, "--column")]
+    families = [f for f in KERNEL_FAMILIES if any(f in c["families"] for _, c in columns)]
+    families += sorted({f for _, c in columns for f in c["families"]} - set(families))
+    rows = []
+    for family in families:
+        cells = [family]
+        for _, c in columns:
+            got = c["families"].get(family)
+            cells.append("-" if got is None else "%.1f (%d)" % got)
+        rows.append(cells)
+    rows.append(["**device busy / span**"] + ["%.1f / %.1f" % (c["busy_ms"], c["span_ms"]) for _, c in columns])
+    return result_tables.markdown(["family: ms (kernels)"] + [label for label, _ in columns], rows)
+
+
+def render_kernel_totals(args):
+    rows = []
+    for label, path in _label_pairs(args.row, "--row"):
+        c = _kernel_breakdown(path)
+        ms = lambda names: sum(c["families"].get(n, (0.0, 0))[0] for n in names)
+        rows.append([label, "{:,}".format(c["events"]), "%.1f" % ms(ATEN_FAMILIES), "%.1f" % ms(["memcpy"]),
+                     "%.1f" % ms(["gemm"]), "%.1f / %.1f" % (c["busy_ms"], c["span_ms"])])
+    return result_tables.markdown(["step", "kernels and copies", "elementwise, copies, reductions, fills (ms)",
+                                   "memcpy (ms)", "GEMM (ms)", "busy / span (ms)"], rows)
+
+
+_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _seconds_text(seconds):
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return "%.3g %s" % (seconds / scale, unit)
+    return "%.3g ns" % (seconds / 1e-9)
+
+
+def render_gbench(args):
+    """A Google Benchmark JSON (--benchmark_out=F --benchmark_out_format=json): one row per
+    benchmark, its real time per iteration and, where it counts `nodes` or `ops`, per item."""
+    data = _load_json(args.file)
+    labels = _pairs(args.label, "--label")
+    rows = []
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate":
+            continue
+        seconds = b["real_time"] * _TIME_UNITS[b.get("time_unit", "ns")]
+        count = next(((b[k], "" if k == "nodes" else "/op") for k in ("nodes", "ops") if k in b), None)
+        rows.append([labels.get(b["name"], b["name"]), _seconds_text(seconds),
+                     "{:,.0f}".format(count[0]) if count else "",
+                     _seconds_text(seconds / count[0]) + count[1] if count else ""])
+    if not rows:
+        raise DocError("%s: no benchmarks" % args.file)
+    return result_tables.markdown(["benchmark", "time", "nodes or ops", "per node or op"], rows)
+
+
+# examples:train's summary JSON (--summary_json): key -> (header, cell).
+def _relative(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+SUMMARY_COLUMNS = {
+    "loss": ("loss, first -> last", lambda s: "%.4f -> %.4f" % (s["initial_loss"], s["final_loss"])),
+    "final_loss": ("final loss", lambda s: "%.5f" % s["final_loss"]),
+    "eager": ("largest relative loss difference to eager",
+              lambda s: "-" if s.get("eager_max_relative_loss_difference") is None
+              else "%.1e" % s["eager_max_relative_loss_difference"]),
+    "tokens_s": ("tokens/s", lambda s: "{:,.0f}".format(s["tokens_per_s"])),
+    "ms": ("ms/step", lambda s: "%.1f" % (s["step_seconds"] * 1e3)),
+    "median_ms": ("ms/step (median)", lambda s: "%.1f" % (statistics.median(s["timed_step_seconds"]) * 1e3)),
+    "predicted_ms": ("predicted ms", lambda s: "%.1f" % (s["predicted_step_seconds"] * 1e3)),
+    "allocator_mib": ("allocator peak (device, MiB)", lambda s: "%.1f" % (s["allocator_peak_bytes"] / 2**20)),
+    "pipeline": ("pipeline", lambda s: s["pipeline"] or "(none)"),
+    "calibration": ("calibration", lambda s: _calibration_sources(s)),
+    "step_predicted": ("step predicted", lambda s: "%.1f ms" % (s["predicted_step_seconds"] * 1e3)),
+    "step_measured": ("step measured", lambda s: "%.1f ms" % (s["step_seconds"] * 1e3)),
+    "step_error": ("predicted vs measured", lambda s: "%+.1f%%" % (
+        100 * (s["predicted_step_seconds"] - s["step_seconds"]) / s["step_seconds"])),
+    "peak_predicted": ("peak predicted", lambda s: "%.3f MB" % (s["predicted_peak_memory_bytes"] / 1e6)),
+    "peak_measured": ("peak measured", lambda s: "%.3f MB" % (s["peak_memory_bytes"] / 1e6)),
+}
+
+
+def _calibration_sources(summary):
+    """Where the compile's kernel times came from (calibration by default, docs/passes.md)."""
+    parts = [("%d from earlier steps", summary.get("calibrated_kernels_from_steps", 0)),
+             ("%d micro-runs cached", summary.get("calibrated_kernels_cached", 0)),
+             ("%d measured", summary.get("calibrated_kernels_measured", 0))]
+    return ", ".join(text % n for text, n in parts if n) or "none"
+
+
+def render_summaries(args):
+    columns = args.columns.split(",")
+    unknown = [c for c in columns if c not in SUMMARY_COLUMNS]
+    if unknown:
+        raise DocError("summaries: unknown column(s) %s; known: %s" % (", ".join(unknown), ", ".join(SUMMARY_COLUMNS)))
+    headers = _pairs(args.header, "--header")
+    rows = []
+    for label, path in _label_pairs(args.row, "--row"):
+        s = _load_json(path)
+        try:
+            rows.append([label] + [SUMMARY_COLUMNS[c][1](s) for c in columns])
+        except KeyError as e:
+            raise DocError("%s: no %s (an examples:train --summary_json?)" % (path, e))
+    return result_tables.markdown([args.first] + [headers.get(c, SUMMARY_COLUMNS[c][0]) for c in columns], rows)
+
+
+class _QuietParser(argparse.ArgumentParser):
+    """Arguments in a doc are errors to report with the doc's location, not to exit on."""
+
+    def error(self, message):
+        raise DocError("bad render arguments: %s" % message)
+
+
+def _render_parser():
+    parser = _QuietParser(prog=RENDER_PREFIX.strip(), description="print one table")
+    sub = parser.add_subparsers(dest="renderer", required=True, parser_class=_QuietParser)
+    p = sub.add_parser("fsdp-1b", help="benchmarks/fsdp_1b.py results.json rows")
+    p.add_argument("files", nargs="*")
+    p.add_argument("--fsdp2", action="append", help="LABEL=FILE: a fsdp2_llama.py --out JSON as one row")
+    p.add_argument("--columns", help="column keys of result_tables.FSDP_1B_COLUMNS")
+    p.add_argument("--header", action="append", help="KEY=TEXT: another header for a column")
+    p.add_argument("--label", action="append", help="OLD=NEW: another label for a row")
+    p.add_argument("--rows", help="comma-separated row indices (after --fsdp2 rows are appended)")
+    p.set_defaults(render=render_fsdp_1b)
+    p = sub.add_parser("fsdp-1b-rounds", help="fsdp_1b.py rows of an A/B (with 'variant' and 'round')")
+    p.add_argument("file")
+    p.add_argument("--first", default="variant", help="the first column's header")
+    p.add_argument("--label", action="append", help="OLD=NEW")
+    p.set_defaults(render=render_fsdp_1b_rounds)
+    p = sub.add_parser("ab", help="benchmarks/inductor_settings.py results.json")
+    p.add_argument("file")
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--columns", help="column keys of result_tables.AB_COLUMNS")
+    p.add_argument("--header", action="append", help="KEY=TEXT")
+    p.add_argument("--label", action="append", help="OLD=NEW")
+    p.set_defaults(render=render_ab)
+    p = sub.add_parser("cpu-ab", help="benchmarks/cpu_train_ab.py results.json")
+    p.add_argument("file")
+    p.add_argument("--label", action="append", help="OLD=NEW")
+    p.set_defaults(render=render_cpu_ab)
+    p = sub.add_parser("include", help="the first table of a tool's Markdown output, as the tool printed it")
+    p.add_argument("file")
+    p.add_argument("--rows", help="keep only rows matching this regular expression")
+    p.set_defaults(render=render_include)
+    p = sub.add_parser("kernels", help="tools/kernel_breakdown.py families, one column per breakdown")
+    p.add_argument("--column", action="append", required=True, help="HEADER=FILE (.json or the tool's .md)")
+    p.set_defaults(render=render_kernels)
+    p = sub.add_parser("kernel-totals", help="tools/kernel_breakdown.py totals, one row per breakdown")
+    p.add_argument("--row", action="append", required=True, help="LABEL=FILE")
+    p.set_defaults(render=render_kernel_totals)
+    p = sub.add_parser("gbench", help="a Google Benchmark JSON output, one row per benchmark")
+    p.add_argument("file")
+    p.add_argument("--label", action="append", help="BENCHMARK_NAME=TEXT")
+    p.set_defaults(render=render_gbench)
+    p = sub.add_parser("summaries", help="examples:train summary JSONs, one row each")
+    p.add_argument("--row", action="append", required=True, help="LABEL=FILE")
+    p.add_argument("--columns", required=True, help="keys of SUMMARY_COLUMNS")
+    p.add_argument("--first", default="run", help="the first column's header")
+    p.add_argument("--header", action="append", help="KEY=TEXT")
+    p.set_defaults(render=render_summaries)
+    return parser
+
+
+def render(argv):
+    """The table the arguments of `tools/doc_tables.py render` describe."""
+    args = _render_parser().parse_args(argv)
+    return args.render(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# The docs: blocks, unsourced tables, check and write.
+
+class Block:
+    def __init__(self, name, source, indent, start, end):
+        self.name, self.source, self.indent, self.start, self.end = name, source, indent, start, end
+
+    @property
+    def kind(self):
+        if self.source.startswith(RENDER_PREFIX):
+            return "render"
+        if self.source == "reference":
+            return "reference"
+        if self.source.startswith("legacy:"):
+            return "legacy"
+        return "command"
+
+
+def parse_doc(path, lines):
+    """The blocks of one doc; raises DocError on unbalanced markers or a table outside any block."""
+    blocks, open_block, names = [], None, set()
+    for i, line in enumerate(lines):
+        start, end = START.match(line), END.match(line)
+        where = "%s:%d" % (path, i + 1)
+        if start:
+            if open_block:
+                raise DocError("%s: block %s starts inside block %s" % (where, start.group(2), open_block.name))
+            if start.group(2) in names:
+                raise DocError("%s: a second block named %s" % (where, start.group(2)))
+            names.add(start.group(2))
+            open_block = Block(start.group(2), start.group(3).strip(), start.group(1), i, None)
+        elif end:
+            if not open_block or end.group(1) != open_block.name:
+                raise DocError("%s: 'end table %s' without its start" % (where, end.group(1)))
+            open_block.end = i
+            blocks.append(open_block)
+            open_block = None
+        elif SEPARATOR.match(line) and i > 0 and lines[i - 1].lstrip().startswith("|") and not open_block:
+            raise DocError("%s: a table outside any '<!-- table NAME: SOURCE -->' block (its header is line %d); "
+                           "say where it comes from (tools/doc_tables.py's docstring lists the sources)"
+                           % (where, i))
+    if open_block:
+        raise DocError("%s:%d: block %s never ends" % (path, open_block.start + 1, open_block.name))
+    return blocks
+
+
+def _rendered(block, path):
+    try:
+        table = render(shlex.split(block.source[len(RENDER_PREFIX):]))
+    except DocError as e:
+        raise DocError("%s:%d: table %s: %s" % (path, block.start + 1, block.name, e))
+    return [block.indent + line if line else line for line in table.splitlines()]
+
+
+def _docs(patterns):
+    paths = []
+    for pattern in patterns or DEFAULT_DOCS:
+        found = sorted(glob.glob(os.path.join(ROOT, pattern))) or ([os.path.join(ROOT, pattern)]
+                                                                    if not glob.has_magic(pattern) else [])
+        paths += [os.path.relpath(p, ROOT) for p in found]
+    return paths
+
+
+def _read(path):
+    try:
+        with open(os.path.join(ROOT, path)) as f:
+            return f.read().split("\n")
+    except OSError as e:
+        raise DocError("%s: %s" % (path, e.strerror))
+
+
+def _write_atomically(path, text):
+    full = os.path.join(ROOT, path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(full), prefix=".doc_tables.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, os.stat(full).st_mode & 0o777)
+        os.replace(tmp, full)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _command_output(block, path, replace):
+    """What a command block's command prints (its table), run from the repository root with
+    `replace` (OLD -> NEW) applied to its words (e.g. bazel-bin/magi/tools/magi -> a test's path)."""
+    words = [replace.get(w, w) for w in shlex.split(block.source)]
+    if words[0].endswith(".py"):
+        words = [sys.executable] + words
+    result = subprocess.run(words, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise DocError("%s:%d: table %s: its command failed (exit %d): %s" % (
+            path, block.start + 1, block.name, result.returncode, result.stderr.strip()[-2000:]))
+    table = _first_table(result.stdout.splitlines())
+    if not table:
+        raise DocError("%s:%d: table %s: its command printed no table" % (path, block.start + 1, block.name))
+    return [block.indent + line if line else line for line in table]
+
+
+def check(paths, write=False, run=(), replace=None):
+    """Returns the problems found (writing the render blocks first with write=True). Command
+    blocks named in `run` are run and compared too (their commands print the table)."""
+    problems, counts = [], {}
+    for path in paths:
+        try:
+            lines = _read(path)
+            blocks = parse_doc(path, lines)
+        except DocError as e:
+            problems.append(str(e))
+            continue
+        new_lines, last = [], 0
+        for block in blocks:
+            counts[block.kind] = counts.get(block.kind, 0) + 1
+            if block.kind == "command":
+                script = os.path.join(ROOT, block.source.split()[0])
+                if not os.path.isfile(script):
+                    problems.append("%s:%d: table %s: its command %r is no file of the repository"
+                                    % (path, block.start + 1, block.name, block.source.split()[0]))
+            if block.kind != "render" and block.name not in run:
+                continue
+            try:
+                table = (_rendered(block, path) if block.kind == "render"
+                         else _command_output(block, path, replace or {}))
+            except DocError as e:
+                problems.append(str(e))
+                continue
+            current = lines[block.start + 1:block.end]
+            if current != table:
+                if write:
+                    new_lines += lines[last:block.start + 1] + table
+                    last = block.end
+                else:
+                    diff = [l for l in table if l not in current][:3] or table[:1]
+                    problems.append("%s:%d: table %s is not what its %s; "
+                                    "`tools/doc_tables.py write %s` rewrites it. First new lines "
+                                    "that differ:\n    %s" % (
+                                        path, block.start + 1, block.name,
+                                        "raw output renders to" if block.kind == "render" else "command prints",
+                                        path, "\n    ".join(diff)))
+        if write and last:
+            _write_atomically(path, "\n".join(new_lines + lines[last:]))
+            print("wrote %s" % path)
+    if counts.get("legacy", 0) > LEGACY_LIMIT:
+        problems.append("%d legacy tables, more than LEGACY_LIMIT=%d: a new table needs its raw output "
+                        "checked in and a render source" % (counts["legacy"], LEGACY_LIMIT))
+    summary = ", ".join("%d %s" % (n, kind) for kind, n in sorted(counts.items()))
+    return problems, summary
+
+
+def _blocks_or_none(path):
+    try:
+        return parse_doc(path, _read(path))
+    except DocError:
+        return []
+
+
+def main(argv):
+    if argv and argv[0] == "render":
+        try:
+            sys.stdout.write(render(argv[1:]))
+        except DocError as e:
+            sys.exit("doc_tables: %s" % e)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["check", "write", "list"])
+    parser.add_argument("docs", nargs="*", help="docs to look at (default: %s)" % " ".join(DEFAULT_DOCS))
+    parser.add_argument("--root", help="the repository root the docs and raw files are under (default: this "
+                                       "script's checkout)")
+    parser.add_argument("--run", action="append", default=[],
+                        help="also run the command block NAME and compare what it prints (repeatable)")
+    parser.add_argument("--replace", action="append", default=[],
+                        help="OLD=NEW: a word of --run commands to replace (e.g. a binary's path)")
+    args = parser.parse_intermixed_args(argv)
+    if args.root:
+        global ROOT
+        ROOT = os.path.abspath(args.root)
+    paths = _docs(args.docs)
+    if args.command == "list":
+        for path in paths:
+            try:
+                for block in parse_doc(path, _read(path)):
+                    print("%s:%d\t%s\t%s" % (path, block.start + 1, block.kind, block.name))
+            except DocError as e:
+                print("doc_tables: %s" % e, file=sys.stderr)
+        return 0
+    try:
+        replace = _pairs(args.replace, "--replace")
+    except DocError as e:
+        parser.error(str(e))
+    problems, summary = check(paths, write=args.command == "write", run=set(args.run), replace=replace)
+    names = {b.name for p in paths for b in _blocks_or_none(p)}
+    problems += ["--run %s: no such table" % name for name in sorted(set(args.run) - names)]
+    for problem in problems:
+        print("doc_tables: %s" % problem, file=sys.stderr)
+    print("doc_tables: %d docs, tables: %s; %d problem(s)" % (len(paths), summary or "none", len(problems)))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,127 @@
+"""Tests of tools/doc_tables.py on a scratch repository: a current table passes; a changed number,
+a table without a block, a missing raw file, bad render arguments, unbalanced markers and too
+many legacy tables fail with the doc and line named; `write` repairs a stale table."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOOL = os.path.join(HERE, "doc_tables.py")
+
+ROWS = [
+    {"label": "Magi", "ms": 90.0, "mean_ms": 91.0, "tokens": 8192, "peak_gib": 19.6, "host_ms": 0.1,
+     "predicted_ms": 84.0, "losses": [5.0, 4.0]},
+    {"label": "PyTorch FSDP2 eager", "ms": 131.0, "mean_ms": 135.0, "tokens": 8192, "peak_gib": 25.0,
+     "host_ms": None, "predicted_ms": None, "losses": [5.0, 4.001]},
+]
+SOURCE = ("tools/doc_tables.py render fsdp-1b docs/benchmarks/run.json --columns=run,ms,tokens_s,loss_diff "
+          "'--label=Magi=Magi (now)'")
+TABLE = """| run | ms/step (median) | tokens/s | max loss diff vs first |
+|---|---|---|---|
+| Magi (now) | 90.0 | 91,022 | 0.00e+00 |
+| PyTorch FSDP2 eager | 131.0 | 62,534 | 1.00e-03 |
+"""
+
+
+class DocTablesTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        os.makedirs(os.path.join(self.root, "docs", "benchmarks"))
+        with open(os.path.join(self.root, "docs", "benchmarks", "run.json"), "w") as f:
+            json.dump(ROWS, f)
+
+    def tearDown(self):
+        shutil.rmtree(self.root)
+
+    def doc(self, text, name="docs/a.md"):
+        with open(os.path.join(self.root, name), "w") as f:
+            f.write(text)
+
+    def run_tool(self, *args):
+        result = subprocess.run([sys.executable, TOOL, *args, "--root", self.root, "docs/*.md"],
+                                capture_output=True, text=True)
+        return result.returncode, result.stdout + result.stderr
+
+    def block(self, table, source=SOURCE, indent=""):
+        lines = [indent + "<!-- table run: %s -->" % source] + [indent + l for l in table.splitlines()]
+        return "Intro.\n\n" + "\n".join(lines) + "\n" + indent + "<!-- end table run -->\n\nAfter.\n"
+
+    def test_current_table_passes(self):
+        self.doc(self.block(TABLE))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+        self.assertIn("1 render; 0 problem(s)", out)
+
+    def test_indented_table_passes(self):
+        self.doc(self.block(TABLE, indent="  "))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+
+    def test_changed_number_fails_and_write_repairs(self):
+        self.doc(self.block(TABLE.replace("90.0", "89.0")))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("docs/a.md:3: table run is not what its raw output renders to", out)
+        code, out = self.run_tool("write")
+        self.assertEqual(code, 0, out)
+        with open(os.path.join(self.root, "docs", "a.md")) as f:
+            self.assertEqual(f.read(), self.block(TABLE))
+
+    def test_table_outside_a_block_fails(self):
+        self.doc("Intro.\n\n" + TABLE + "\nAfter.\n")
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("docs/a.md:4: a table outside any", out)
+
+    def test_missing_raw_file_fails(self):
+        self.doc(self.block(TABLE, SOURCE.replace("run.json", "gone.json")))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("no such file: docs/benchmarks/gone.json", out)
+
+    def test_bad_render_arguments_fail(self):
+        self.doc(self.block(TABLE, SOURCE.replace("tokens_s", "tokens")))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("unknown column(s) tokens", out)
+        self.doc(self.block(TABLE, "tools/doc_tables.py render nosuch x"))
+        code, out = self.run_tool("check")
+        self.assertIn("bad render arguments", out)
+
+    def test_unbalanced_markers_fail(self):
+        self.doc("<!-- table run: reference -->\n| a |\n|---|\n")
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("block run never ends", out)
+
+    def test_command_must_be_a_file(self):
+        self.doc(self.block(TABLE, "tools/nosuch.sh --quick"))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("'tools/nosuch.sh' is no file of the repository", out)
+
+    def test_reference_and_legacy_are_counted(self):
+        self.doc(self.block(TABLE, "reference") + self.block(TABLE, "legacy: not kept").replace("run", "old"))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+        self.assertIn("1 legacy, 1 reference", out)
+
+    def test_too_many_legacy_tables_fail(self):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("doc_tables", TOOL)
+        tool = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tool)
+        text = "".join(self.block("| a |\n|---|\n", "legacy: x").replace("table run", "table t%d" % i)
+                       for i in range(tool.LEGACY_LIMIT + 1))
+        self.doc(text)
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("more than LEGACY_LIMIT", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
