@@ -319,6 +319,23 @@ class _QuietParser(argparse.ArgumentParser):
         raise DocError("bad render arguments: %s" % message)
 
 
+def render_prediction_errors(args):
+    """Predicted vs measured step time of runs repeated: one row per run name, one column per
+    repeat (a directory of examples:train summaries NAME.json), and how many were within 10%."""
+    rows = []
+    for name in args.name:
+        cells, within = [name], 0
+        for directory in args.dir:
+            s = _load_json(os.path.join(directory, name + ".json"))
+            error = (s["predicted_step_seconds"] - s["step_seconds"]) / s["step_seconds"]
+            within += abs(error) <= 0.10
+            cells.append("%+.1f%% (%.1f / %.1f ms)" % (100 * error, s["predicted_step_seconds"] * 1e3,
+                                                       s["step_seconds"] * 1e3))
+        rows.append(cells + ["%d of %d" % (within, len(args.dir))])
+    return result_tables.markdown(["run"] + [os.path.basename(d.rstrip("/")) for d in args.dir] +
+                                  ["within 10%"], rows)
+
+
 def _render_parser():
     parser = _QuietParser(prog=RENDER_PREFIX.strip(), description="print one table")
     sub = parser.add_subparsers(dest="renderer", required=True, parser_class=_QuietParser)
@@ -360,6 +377,10 @@ def _render_parser():
     p.add_argument("file")
     p.add_argument("--label", action="append", help="BENCHMARK_NAME=TEXT")
     p.set_defaults(render=render_gbench)
+    p = sub.add_parser("prediction-errors", help="predicted vs measured step time over repeated runs")
+    p.add_argument("--name", action="append", required=True, help="a run's name (its summary is DIR/NAME.json)")
+    p.add_argument("--dir", action="append", required=True, help="one repeat's directory of summaries")
+    p.set_defaults(render=render_prediction_errors)
     p = sub.add_parser("summaries", help="examples:train summary JSONs, one row each")
     p.add_argument("--row", action="append", required=True, help="LABEL=FILE")
     p.add_argument("--columns", required=True, help="keys of SUMMARY_COLUMNS")
