@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -9,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
@@ -37,7 +39,7 @@ std::string CalibrationTable::KeyOf(const Node& node) {
     if (module != nullptr && group != nullptr && group->kind() == AttrKind::kString) {
       if (const ProcessGroup* pg = module->FindProcessGroup(group->as_string())) group_size = pg->size;
     }
-    absl::StrAppend(&key, "[world=", group_size, "]");
+    absl::StrAppend(&key, "[world=", group_size, Overlapped(node) ? ", overlapped" : "", "]");
   } else {
     for (const Argument& arg : node.args()) {
       AttrKind kind = arg.value.kind();
@@ -59,6 +61,19 @@ absl::Status CalibrationTable::AddRun(const Graph& graph, const std::vector<doub
   MAGI_RETURN_IF_ERROR(run.Add(node_seconds));
   run.AddTo(*this);
   return absl::OkStatus();
+}
+
+bool CalibrationTable::Overlapped(const Node& start) {
+  const Graph* graph = start.graph();
+  if (graph == nullptr || !IsCollectiveStart(start.op())) return false;
+  for (const Node* node = graph->NodeAfter(&start); node != nullptr; node = graph->NodeAfter(node)) {
+    if (node->op() == kWaitOp) {
+      if (StartOfWait(*node) == &start) return false;
+    } else if (!IsCollectiveStart(node->op()) && !IsViewOp(node->op())) {
+      return true;  // a view is metadata: nothing runs beside the collective
+    }
+  }
+  return false;
 }
 
 RunTimeAccumulator::RunTimeAccumulator(const Graph& graph) : graph_(&graph), nodes_(graph.nodes().size()) {
@@ -127,7 +142,18 @@ std::optional<int64_t> CalibrationTable::FindWorkingBytes(const std::string& key
   return it->second.working_bytes;
 }
 
-std::optional<double> CalibrationTable::Lookup(const Node& node) const { return Find(KeyOf(node)); }
+std::optional<double> CalibrationTable::Lookup(const Node& node) const {
+  const std::string key = KeyOf(node);
+  if (std::optional<double> found = Find(key)) return found;
+  if (!IsCollectiveStart(node.op())) return std::nullopt;
+  // A collective measured only in the other context (alone or overlapped): its time beats
+  // the formula's. The context is the bracket's last item (see KeyOf).
+  constexpr absl::string_view kOverlapped = ", overlapped";
+  const size_t bracket = key.find(']');
+  const bool overlapped = absl::EndsWith(absl::string_view(key).substr(0, bracket), kOverlapped);
+  return Find(overlapped ? absl::StrCat(key.substr(0, bracket - kOverlapped.size()), key.substr(bracket))
+                         : absl::StrCat(key.substr(0, bracket), kOverlapped, key.substr(bracket)));
+}
 
 std::string CalibrationTable::ToCsv(absl::string_view comment) const {
   std::string out;

@@ -4,7 +4,11 @@
 // keyed by what determines a kernel's time: the op, its constant arguments and its
 // operand and result types ("aten::mm(f32[8,64], f32[64,64]) -> f32[8,64]"). For a
 // collective the key is its start's (kind, group size, input types) and the time is
-// start + wait of a run where nothing overlapped the two (the unscheduled graph).
+// start + wait, and a collective whose schedule runs compute between its start and its wait
+// is keyed apart from one that runs alone (" overlapped" appended): on a few shared CPU cores
+// such a collective and the compute beside it slow each other, so a time measured where it
+// ran alone does not hold where it overlaps, nor the other way round. (Lookup takes the
+// other one's time when a table has only that: better than the formula.)
 // For a partition call (magi::call) it is the callee's StructuralHash and the call's
 // types ("magi::call[partition 1f0c...](bf16[...], ...) -> ..."): identical partitions
 // share one time, the compiled partition's run by itself.
@@ -41,6 +45,10 @@ class CalibrationTable {
 
   // The key under which `node`'s time is recorded.
   static std::string KeyOf(const Node& node);
+  // Whether a collective start has a node other than a view, a collective start or a wait
+  // between it and its wait in its graph's order: compute the schedule overlaps it with.
+  // Walks from the start to the first such node or its wait (one or two steps as scheduled).
+  static bool Overlapped(const Node& start);
 
   // Adds one run's times: `node_seconds[i]` belongs to graph.nodes()[i]. A wait's time
   // is added to its start's entry. InvalidArgument if the sizes differ.

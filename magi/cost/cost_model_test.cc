@@ -254,7 +254,60 @@ TEST(CalibrationTest, AccumulatedRunsAddWhatEachRunWouldAdd) {
   }
   EXPECT_EQ(table.entries().at("aten::exp(f32[8,8]) -> f32[8,8]").count, 4);
   EXPECT_NEAR(*table.Find("aten::exp(f32[8,8]) -> f32[8,8]"), 5.5e-6, 1e-18);
-  EXPECT_NEAR(*table.Find("magi::all_gather_start[world=2](f32[8,8]) -> future<f32[16,8]>"), 5.1e-5, 1e-18);
+  // (The gather overlaps an exp: its key says so.)
+  EXPECT_NEAR(*table.Find("magi::all_gather_start[world=2, overlapped](f32[8,8]) -> future<f32[16,8]>"), 5.1e-5,
+              1e-18);
+}
+
+// A collective with compute between its start and its wait is keyed apart from one that
+// runs alone (views and other collectives between them do not count); a table that has
+// only the other context's time serves it.
+TEST(CalibrationTest, ACollectiveOverlappingComputeIsKeyedApart) {
+  auto module = Parse(R"(module @m {
+  process_group @dp {axis = "dp", size = 2}
+  graph @g {
+    input %a: f32[8,8]
+    %f = magi::all_gather_start([%a], group = "dp") : future<f32[16,8]>
+    %v = aten::view(%a, size = [64]) : f32[64]
+    %g = magi::all_gather_start([%a], group = "dp") : future<f32[16,8]>
+    %e = aten::exp(%a) : f32[8,8]
+    %w = magi::wait(%f) : f32[16,8]
+    %x = magi::wait(%g) : f32[16,8]
+    %h = magi::all_gather_start([%e], group = "dp") : future<f32[16,8]>
+    %y = magi::wait(%h) : f32[16,8]
+    output w = %w
+    output x = %x
+    output y = %y
+    output v = %v
+  }
+}
+)");
+  ASSERT_NE(module, nullptr);
+  std::vector<Node*> nodes = module->FindGraph("g")->nodes();
+  const Node& f = *nodes[0];
+  const Node& g = *nodes[2];
+  const Node& h = *nodes[6];
+  EXPECT_TRUE(CalibrationTable::Overlapped(f)) << "a view and a start, then the exp";
+  EXPECT_TRUE(CalibrationTable::Overlapped(g));
+  EXPECT_FALSE(CalibrationTable::Overlapped(h)) << "its wait follows it";
+  EXPECT_FALSE(CalibrationTable::Overlapped(*nodes[3])) << "not a collective";
+  const std::string alone = "magi::all_gather_start[world=2](f32[8,8]) -> future<f32[16,8]>";
+  const std::string overlapped = "magi::all_gather_start[world=2, overlapped](f32[8,8]) -> future<f32[16,8]>";
+  EXPECT_EQ(CalibrationTable::KeyOf(f), overlapped);
+  EXPECT_EQ(CalibrationTable::KeyOf(h), alone);
+
+  CalibrationTable only_alone;
+  only_alone.Set(alone, 2e-3);
+  EXPECT_EQ(only_alone.Lookup(f), 2e-3);
+  EXPECT_EQ(only_alone.Lookup(h), 2e-3);
+  CalibrationTable both = only_alone;
+  both.Set(overlapped, 3e-3);
+  EXPECT_EQ(both.Lookup(f), 3e-3);
+  EXPECT_EQ(both.Lookup(h), 2e-3);
+  CalibrationTable only_overlapped;
+  only_overlapped.Set(overlapped, 3e-3);
+  EXPECT_EQ(only_overlapped.Lookup(h), 3e-3);
+  EXPECT_EQ(CalibrationTable().Lookup(h), std::nullopt);
 }
 
 // A partition call is timed by its compiled partition when the table has it (one key for

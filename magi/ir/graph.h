@@ -85,6 +85,9 @@ class Graph {
 
   // Nodes in program order.
   std::vector<Node*> nodes() const;
+  // The node after `node` in program order, or null after the last (`node` must be this
+  // graph's: programmer error otherwise).
+  Node* NodeAfter(const Node* node) const;
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
 
   // `aliases`: the donated input this output may reuse (see GraphOutput), or null.

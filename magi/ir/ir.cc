@@ -288,6 +288,13 @@ std::vector<Node*> Graph::nodes() const {
   return out;
 }
 
+Node* Graph::NodeAfter(const Node* node) const {
+  auto it = node_positions_.find(node);
+  MAGI_CHECK(it != node_positions_.end()) << "NodeAfter: node of another graph";
+  auto next = std::next(it->second);
+  return next == nodes_.end() ? nullptr : next->get();
+}
+
 void Graph::AddOutput(std::string name, Value* value, Value* aliases) {
   MAGI_CHECK(value != nullptr && value->graph() == this) << "output '" << name << "' from another graph";
   MAGI_CHECK(aliases == nullptr || aliases->graph() == this) << "output '" << name << "' aliases another graph's value";
