@@ -16,7 +16,7 @@
 #                                   only the predicted-vs-measured table of calibration by
 #                                   default (examples/calibration_accuracy.sh: four 66-step
 #                                   trainings on 2 CPU ranks, ~20 s), repeated --repeats=N
-#                                   times (5): keeps the runs' summaries in
+#                                   times (10): keeps the runs' summaries in
 #                                   docs/benchmarks/calibration_cpu/runK/ and renders the
 #                                   tables from them (tools/doc_tables.py); measured times, so
 #                                   a re-run reproduces them within the machine's noise
@@ -28,7 +28,7 @@ set -euo pipefail
 
 quick=0
 check=0
-repeats=5
+repeats=10
 calibration=0
 magi=""
 docs=docs/passes.md
