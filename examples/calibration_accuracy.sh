@@ -3,8 +3,9 @@
 # table given): for the plain step and for a pass pipeline, a first run into a fresh cache
 # (its prediction from micro-runs of the kernels; its steps 3-66 then go into the cache's
 # ".steps.csv"), then a second run that predicts from the cache (the first run's step
-# times). One markdown row each (for docs/passes.md; tools/docs_tables.sh --calibration
-# writes them there). Usage:
+# times). Prints one markdown table of the four runs and keeps each run's summary
+# (OUT_DIR/NAME.json: tools/docs_tables.sh --calibration renders docs/passes.md's tables from
+# them). Usage:
 #   examples/calibration_accuracy.sh TRAIN_BINARY OUT_DIR [train flags...]
 # "Measured" is the mean wall time of steps 2-66 on rank 0; "predicted" the simulator on
 # the compiled graph with the table the compile used. 66 steps: on 2 shared cores one

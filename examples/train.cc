@@ -685,7 +685,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       reference_optimizer->step();
       double expected = eager_loss.item<double>();
       double relative = std::abs(loss - expected) / std::max(1e-12, std::abs(expected));
-      worst_relative = std::max(worst_relative, relative);
+      // A NaN loss on either side must show, not vanish in std::max.
+      if (std::isnan(relative) || relative > worst_relative) worst_relative = relative;
       eager_note = absl::StrFormat(" | eager %.4f (rel diff %.1e)", expected, relative);
     }
     if (step == first_step) initial_loss = loss;
@@ -770,7 +771,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
         (*trainer)->calibration_stats().from_steps, each_step_json, energy_json,
-        check_eager ? absl::StrFormat("%.3e", worst_relative) : std::string("null"), losses_json);
+        !check_eager                    ? std::string("null")
+        : std::isfinite(worst_relative) ? absl::StrFormat("%.3e", worst_relative)
+                                        : absl::StrFormat("\"%f\"", worst_relative),  // JSON has no NaN: "nan", "inf"
+        losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {
       absl::Status status = magi::WriteFileAtomically(path, contents);

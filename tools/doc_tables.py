@@ -14,8 +14,12 @@ and SOURCE says where it comes from:
       table functions the benchmark scripts print with (benchmarks/result_tables.py). `check`
       renders it again and fails on any difference; `write` rewrites the block.
   tools/docs_tables.sh ... (or another checked-in script)
-      a command that writes the block itself (predictions: search frontiers, calibration runs);
-      the script names how it is checked (//tools:docs_tables_test runs the cheap ones).
+      a command that writes or prints the table (predictions: search frontiers, planned peaks,
+      the blog's magi runs). `check --run=NAME` runs a command that prints its table and
+      compares; //tools:doc_tables_test does that for the cheap ones (its --run list), and
+      //tools:docs_tables_test checks tools/docs_tables.sh's 4-layer frontier. The others
+      (the 8B frontier, minutes of LibTorch build) are re-run by hand; `check` only makes sure
+      their command is a file of the repository.
   reference
       hand-written facts (flags, op lists, version matrices): no run produced them.
   legacy: WHY
@@ -66,6 +70,13 @@ def _path(relative):
     path = os.path.join(ROOT, relative)
     if not os.path.isfile(path):
         raise DocError("no such file: %s" % relative)
+    return path
+
+
+def _path_dir(relative):
+    path = os.path.join(ROOT, relative)
+    if not os.path.isdir(path):
+        raise DocError("no such folder: %s" % relative)
     return path
 
 
@@ -266,12 +277,16 @@ def _relative(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
+def _eager_difference(value):
+    # null: not checked; a string: not finite ("nan", "inf": JSON has no NaN).
+    return "-" if value is None else value if isinstance(value, str) else "%.1e" % value
+
+
 SUMMARY_COLUMNS = {
     "loss": ("loss, first -> last", lambda s: "%.4f -> %.4f" % (s["initial_loss"], s["final_loss"])),
     "final_loss": ("final loss", lambda s: "%.5f" % s["final_loss"]),
     "eager": ("largest relative loss difference to eager",
-              lambda s: "-" if s.get("eager_max_relative_loss_difference") is None
-              else "%.1e" % s["eager_max_relative_loss_difference"]),
+              lambda s: _eager_difference(s.get("eager_max_relative_loss_difference"))),
     "tokens_s": ("tokens/s", lambda s: "{:,.0f}".format(s["tokens_per_s"])),
     "ms": ("ms/step", lambda s: "%.1f" % (s["step_seconds"] * 1e3)),
     "median_ms": ("ms/step (median)", lambda s: "%.1f" % (statistics.median(s["timed_step_seconds"]) * 1e3)),
@@ -321,11 +336,17 @@ class _QuietParser(argparse.ArgumentParser):
 
 def render_prediction_errors(args):
     """Predicted vs measured step time of runs repeated: one row per run name, one column per
-    repeat (a directory of examples:train summaries NAME.json), and how many were within 10%."""
+    repeat (RUNS/run1, RUNS/run2, ...: folders of examples:train summaries NAME.json), and how
+    many were within 10%."""
+    parent = _path_dir(args.runs)
+    dirs = sorted((d for d in os.listdir(parent) if re.fullmatch(r"run\d+", d)), key=lambda d: int(d[3:]))
+    if not dirs:
+        raise DocError("%s holds no run1, run2, ... folders" % args.runs)
+    dirs = [os.path.join(args.runs, d) for d in dirs]
     rows = []
     for name in args.name:
         cells, within, measured = [name], 0, []
-        for directory in args.dir:
+        for directory in dirs:
             s = _load_json(os.path.join(directory, name + ".json"))
             error = (s["predicted_step_seconds"] - s["step_seconds"]) / s["step_seconds"]
             within += abs(error) <= 0.10
@@ -334,11 +355,11 @@ def render_prediction_errors(args):
                                                        s["step_seconds"] * 1e3))
         # How far identical runs' own means lie apart: what no prediction made before a run can beat.
         middle = statistics.median(measured)
-        rows.append(cells + ["%d of %d" % (within, len(args.dir)),
+        rows.append(cells + ["%d of %d" % (within, len(dirs)),
                              "%.1f-%.1f ms (%+.0f%% / %+.0f%%)" % (min(measured), max(measured),
                                                                  100 * (min(measured) - middle) / middle,
                                                                  100 * (max(measured) - middle) / middle)])
-    return result_tables.markdown(["run"] + [os.path.basename(d.rstrip("/")) for d in args.dir] +
+    return result_tables.markdown(["run"] + [os.path.basename(d) for d in dirs] +
                                   ["within 10%", "measured means (around their median)"], rows)
 
 
@@ -385,7 +406,7 @@ def _render_parser():
     p.set_defaults(render=render_gbench)
     p = sub.add_parser("prediction-errors", help="predicted vs measured step time over repeated runs")
     p.add_argument("--name", action="append", required=True, help="a run's name (its summary is DIR/NAME.json)")
-    p.add_argument("--dir", action="append", required=True, help="one repeat's directory of summaries")
+    p.add_argument("--runs", required=True, help="the folder of the repeats' folders run1, run2, ...")
     p.set_defaults(render=render_prediction_errors)
     p = sub.add_parser("summaries", help="examples:train summary JSONs, one row each")
     p.add_argument("--row", action="append", required=True, help="LABEL=FILE")

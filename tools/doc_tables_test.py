@@ -110,6 +110,52 @@ class DocTablesTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         self.assertIn("1 legacy, 1 reference", out)
 
+    def summary(self, path, **fields):
+        summary = {"initial_loss": 5.0, "final_loss": 3.0, "tokens_per_s": 1000.0, "step_seconds": 0.040,
+                   "predicted_step_seconds": 0.035, "eager_max_relative_loss_difference": None}
+        summary.update(fields)
+        os.makedirs(os.path.dirname(os.path.join(self.root, path)), exist_ok=True)
+        with open(os.path.join(self.root, path), "w") as f:
+            json.dump(summary, f)
+
+    def test_summaries_render_each_run_and_say_what_was_not_checked(self):
+        self.summary("docs/benchmarks/a.json", eager_max_relative_loss_difference=1.04e-7)
+        self.summary("docs/benchmarks/b.json")
+        self.summary("docs/benchmarks/c.json", eager_max_relative_loss_difference="nan")
+        table = ("| run | loss, first -> last | largest relative loss difference to eager | ms/step |\n"
+                 "|---|---|---|---|\n| a run | 5.0000 -> 3.0000 | 1.0e-07 | 40.0 |\n"
+                 "| b | 5.0000 -> 3.0000 | - | 40.0 |\n| c | 5.0000 -> 3.0000 | nan | 40.0 |\n")
+        source = ("tools/doc_tables.py render summaries --columns=loss,eager,ms '--row=a run=docs/benchmarks/a.json' "
+                  "--row=b=docs/benchmarks/b.json --row=c=docs/benchmarks/c.json")
+        self.doc(self.block(table, source))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+
+    def test_prediction_errors_count_the_runs_within_ten_percent(self):
+        self.summary("docs/benchmarks/rep/run1/x.json")  # -12.5%
+        self.summary("docs/benchmarks/rep/run2/x.json", step_seconds=0.036)  # -2.8%
+        self.summary("docs/benchmarks/rep/run10/x.json", step_seconds=0.035)  # exact
+        table = ("| run | run1 | run2 | run10 | within 10% | measured means (around their median) |\n"
+                 "|---|---|---|---|---|---|\n"
+                 "| x | -12.5% (35.0 / 40.0 ms) | -2.8% (35.0 / 36.0 ms) | +0.0% (35.0 / 35.0 ms) | 2 of 3 "
+                 "| 35.0-40.0 ms (-3% / +11%) |\n")
+        self.doc(self.block(table, "tools/doc_tables.py render prediction-errors --name=x --runs=docs/benchmarks/rep"))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+
+    def test_a_command_block_is_run_and_compared(self):
+        script = os.path.join(self.root, "docs", "print_table.py")
+        with open(script, "w") as f:
+            f.write("import sys\nprint('noise first')\nprint('| a |')\nprint('|---|')\nprint('| ' + sys.argv[1] + ' |')\n")
+        self.doc(self.block("| a |\n|---|\n| 1 |\n", "docs/print_table.py OLD"))
+        code, out = self.run_tool("check", "--run=run", "--replace=OLD=1")
+        self.assertEqual(code, 0, out)
+        code, out = self.run_tool("check", "--run=run", "--replace=OLD=2")
+        self.assertEqual(code, 1)
+        self.assertIn("table run is not what its command prints", out)
+        code, out = self.run_tool("check", "--run=nosuch")
+        self.assertIn("--run nosuch: no such table", out)
+
     def test_too_many_legacy_tables_fail(self):
         import importlib.util
         spec = importlib.util.spec_from_file_location("doc_tables", TOOL)

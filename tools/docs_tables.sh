@@ -43,6 +43,10 @@ for arg in "$@"; do
     *) echo "docs_tables.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
+if ! [[ $repeats =~ ^[1-9][0-9]*$ ]]; then
+  echo "docs_tables.sh: --repeats=$repeats: give a positive number" >&2
+  exit 2
+fi
 if [[ $check -eq 1 && $quick -eq 0 ]]; then
   echo "docs_tables.sh: --check needs --quick (the full tables take minutes and are re-measured by hand)" >&2
   exit 2

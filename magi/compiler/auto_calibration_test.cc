@@ -233,7 +233,7 @@ TEST(AutoCalibrationTest, AMissingKeyIsMeasuredAndAdded) {
   }
   absl::StatusOr<std::string> text = ReadFile(cache.path());
   ASSERT_TRUE(text.ok());
-  ASSERT_TRUE(fewer.Save(cache.path(), "magi calibration cache v1\ndevice: test device, libtorch 0.0").ok());
+  ASSERT_TRUE(fewer.Save(cache.path(), "magi calibration cache v2\ndevice: test device, libtorch 0.0").ok());
 
   auto calibrator = std::make_shared<CountingCalibrator>();
   absl::StatusOr<CompiledStep> step =
@@ -248,7 +248,7 @@ TEST(AutoCalibrationTest, ACorruptCacheIsMeasuredAgainWithAWarning) {
   const std::string dir = FreshDir("corrupt");
   const std::string path = dir + "/" + CalibrationCache::FileNameFor("test device, libtorch 0.0");
   std::filesystem::create_directories(dir);
-  ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v1\n# device: test device, libtorch 0.0\n"
+  ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v2\n# device: test device, libtorch 0.0\n"
                                         "garbage\n")
                   .ok());
   auto calibrator = std::make_shared<CountingCalibrator>();

@@ -2,15 +2,14 @@
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
-#include "magi/analysis/op_traits.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
@@ -23,7 +22,9 @@ constexpr absl::string_view kWorkingBytesField = "working_bytes=";
 
 }  // namespace
 
-std::string CalibrationTable::KeyOf(const Node& node) {
+std::string CalibrationTable::KeyOf(const Node& node) { return KeyOf(node, Overlapped(node)); }
+
+std::string CalibrationTable::KeyOf(const Node& node, bool overlapped) {
   std::string key = node.op();
   if (node.op() == kCallOp) {
     // A partition call: its time is the callee's, whichever of the identical partitions it
@@ -39,7 +40,7 @@ std::string CalibrationTable::KeyOf(const Node& node) {
     if (module != nullptr && group != nullptr && group->kind() == AttrKind::kString) {
       if (const ProcessGroup* pg = module->FindProcessGroup(group->as_string())) group_size = pg->size;
     }
-    absl::StrAppend(&key, "[world=", group_size, Overlapped(node) ? ", overlapped" : "", "]");
+    absl::StrAppend(&key, "[world=", group_size, overlapped ? ", overlapped" : "", "]");
   } else {
     for (const Argument& arg : node.args()) {
       AttrKind kind = arg.value.kind();
@@ -66,14 +67,15 @@ absl::Status CalibrationTable::AddRun(const Graph& graph, const std::vector<doub
 bool CalibrationTable::Overlapped(const Node& start) {
   const Graph* graph = start.graph();
   if (graph == nullptr || !IsCollectiveStart(start.op())) return false;
+  bool compute = false;
   for (const Node* node = graph->NodeAfter(&start); node != nullptr; node = graph->NodeAfter(node)) {
     if (node->op() == kWaitOp) {
-      if (StartOfWait(*node) == &start) return false;
+      if (StartOfWait(*node) == &start) return compute;
     } else if (!IsCollectiveStart(node->op()) && !IsViewOp(node->op())) {
-      return true;  // a view is metadata: nothing runs beside the collective
+      compute = true;  // (a view is metadata: nothing runs beside the collective)
     }
   }
-  return false;
+  return false;  // never waited for: nothing to overlap
 }
 
 RunTimeAccumulator::RunTimeAccumulator(const Graph& graph) : graph_(&graph), nodes_(graph.nodes().size()) {
@@ -143,16 +145,12 @@ std::optional<int64_t> CalibrationTable::FindWorkingBytes(const std::string& key
 }
 
 std::optional<double> CalibrationTable::Lookup(const Node& node) const {
-  const std::string key = KeyOf(node);
-  if (std::optional<double> found = Find(key)) return found;
-  if (!IsCollectiveStart(node.op())) return std::nullopt;
+  const bool overlapped = Overlapped(node);
+  if (std::optional<double> found = Find(KeyOf(node, overlapped))) return found;
   // A collective measured only in the other context (alone or overlapped): its time beats
-  // the formula's. The context is the bracket's last item (see KeyOf).
-  constexpr absl::string_view kOverlapped = ", overlapped";
-  const size_t bracket = key.find(']');
-  const bool overlapped = absl::EndsWith(absl::string_view(key).substr(0, bracket), kOverlapped);
-  return Find(overlapped ? absl::StrCat(key.substr(0, bracket - kOverlapped.size()), key.substr(bracket))
-                         : absl::StrCat(key.substr(0, bracket), kOverlapped, key.substr(bracket)));
+  // the formula's.
+  if (IsCollectiveStart(node.op())) return Find(KeyOf(node, !overlapped));
+  return std::nullopt;
 }
 
 std::string CalibrationTable::ToCsv(absl::string_view comment) const {

@@ -5,7 +5,7 @@
 // operand and result types ("aten::mm(f32[8,64], f32[64,64]) -> f32[8,64]"). For a
 // collective the key is its start's (kind, group size, input types) and the time is
 // start + wait, and a collective whose schedule runs compute between its start and its wait
-// is keyed apart from one that runs alone (" overlapped" appended): on a few shared CPU cores
+// is keyed apart from one that runs alone ("[world=N, overlapped]"): on a few shared CPU cores
 // such a collective and the compute beside it slow each other, so a time measured where it
 // ran alone does not hold where it overlaps, nor the other way round. (Lookup takes the
 // other one's time when a table has only that: better than the formula.)
@@ -47,7 +47,7 @@ class CalibrationTable {
   static std::string KeyOf(const Node& node);
   // Whether a collective start has a node other than a view, a collective start or a wait
   // between it and its wait in its graph's order: compute the schedule overlaps it with.
-  // Walks from the start to the first such node or its wait (one or two steps as scheduled).
+  // Walks from the start to its wait (false for a start never waited for).
   static bool Overlapped(const Node& start);
 
   // Adds one run's times: `node_seconds[i]` belongs to graph.nodes()[i]. A wait's time
@@ -73,6 +73,9 @@ class CalibrationTable {
   static absl::StatusOr<CalibrationTable> Load(const std::string& path);
 
  private:
+  // KeyOf with the collective's context given (Lookup tries both).
+  static std::string KeyOf(const Node& node, bool overlapped);
+
   std::map<std::string, Entry> entries_;
 };
 

@@ -14,7 +14,9 @@
 namespace magi {
 namespace {
 
-constexpr absl::string_view kFormatLine = "magi calibration cache v1";
+// v2: collectives that overlap compute are keyed apart (CalibrationTable::KeyOf); a v1 file
+// averaged them with the same collectives run alone, so it is measured again.
+constexpr absl::string_view kFormatLine = "magi calibration cache v2";
 constexpr absl::string_view kDeviceLinePrefix = "# device: ";
 
 }  // namespace

@@ -51,7 +51,7 @@ TEST(CalibrationCacheTest, SavedTimesAreReadBackExactlyAndNothingNewWritesNothin
   ASSERT_TRUE(std::filesystem::exists(cache.path()));
   absl::StatusOr<std::string> text = ReadFile(cache.path());
   ASSERT_TRUE(text.ok());
-  EXPECT_EQ(text->rfind("# magi calibration cache v1\n# device: cpu Test CPU @ 1.00GHz, 1 thread, libtorch 1.13.1\n", 0), 0u)
+  EXPECT_EQ(text->rfind("# magi calibration cache v2\n# device: cpu Test CPU @ 1.00GHz, 1 thread, libtorch 1.13.1\n", 0), 0u)
       << *text;
 
   CalibrationCache again = CalibrationCache::Open(dir, kKey);
@@ -78,7 +78,7 @@ TEST(CalibrationCacheTest, ACorruptFileIsAWarningAndIsReplacedOnSave) {
   const std::string dir = FreshDir("corrupt");
   const std::string path = dir + "/" + CalibrationCache::FileNameFor(kKey);
   std::filesystem::create_directories(dir);
-  ASSERT_TRUE(WriteFileAtomically(path, std::string("# magi calibration cache v1\n# device: ") + kKey +
+  ASSERT_TRUE(WriteFileAtomically(path, std::string("# magi calibration cache v2\n# device: ") + kKey +
                                             "\n1e-6,1," + kMm + "\nfast,1,aten::exp(f32[8,8]) -> f32[8,8]\n")
                   .ok());
   CalibrationCache cache = CalibrationCache::Open(dir, kKey);
@@ -96,9 +96,9 @@ TEST(CalibrationCacheTest, ACorruptFileIsAWarningAndIsReplacedOnSave) {
   // Not a cache at all, and another device's table under this name.
   ASSERT_TRUE(WriteFileAtomically(path, "1e-6,1,x\n").ok());
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
-            path + ":1: not a Magi calibration cache (expected '# magi calibration cache v1' then '# device: ...'); "
+            path + ":1: not a Magi calibration cache (expected '# magi calibration cache v2' then '# device: ...'); "
                    "the cached times are ignored, measured again and the file replaced");
-  ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v1\n# device: cpu Other\n1e-6,1,x\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v2\n# device: cpu Other\n1e-6,1,x\n").ok());
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
             path + ":2: holds the times of device 'cpu Other', not of '" + kKey +
                 "'; the cached times are ignored, measured again and the file replaced");

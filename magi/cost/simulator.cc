@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
+#include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
 
 namespace magi {
@@ -30,6 +31,7 @@ std::string StreamName(int stream) {
 }
 
 double NodeTimes::Seconds(const Node& node, const CostModel& model) {
+  if (IsCollectiveStart(node.op())) return model.Cost(node).seconds;
   auto [it, inserted] = seconds_.try_emplace(&node, 0.0);
   if (inserted) it->second = model.Cost(node).seconds;
   return it->second;

@@ -46,7 +46,9 @@ struct SimulationResult {
 };
 
 // Seconds per node, computed once for a graph that is simulated in many orders (a
-// search): the cost of a node does not depend on where it runs.
+// search): the cost of a compute node does not depend on where it runs. A collective
+// start's may (a calibration table keys one that overlaps compute apart from one that runs
+// alone: CalibrationTable::KeyOf), so starts are not cached.
 class NodeTimes {
  public:
   // The model's time of `node`, from the cache when it has it.

@@ -93,7 +93,8 @@ void PlanEvaluator::Release(Variant& variant, std::unique_ptr<Scratch> scratch) 
 namespace {
 
 // The cost model's node times through a copy's cache (auto-recompute ranks every
-// forward node on each run; the times do not change between runs).
+// forward node on each run; a compute node's time does not change between runs, and
+// NodeTimes asks the model again for collective starts, whose may).
 class CachedTimes : public NodeCostOracle {
  public:
   CachedTimes(const CostModel& model, NodeTimes& times) : model_(model), times_(times) {}

@@ -108,7 +108,7 @@ class InterpreterExecutable : public TorchExecutable {
       node_begin_.assign(step_.nodes.size(), {});
       node_end_.assign(step_.nodes.size(), {});
     }
-    collective_seconds_.clear();
+    timed_collectives_.clear();
     auto node_start = std::chrono::steady_clock::now();
     for (size_t index = 0; index < step_.nodes.size(); ++index) {
       const NodePlan& plan = step_.nodes[index];
@@ -153,7 +153,7 @@ class InterpreterExecutable : public TorchExecutable {
     // stays on the start too: the step paid it (0.5 ms of the tiny 2-rank CPU step).
     // That own time is each node's time outside [ready, visible], which the collective's
     // time already holds (so nothing is counted twice).
-    for (const TimedCollective& timed : collective_seconds_) {
+    for (const TimedCollective& timed : timed_collectives_) {
       auto own = [&](size_t node) {
         const auto overlap = std::min(node_end_[node], timed.visible) - std::max(node_begin_[node], timed.ready);
         const auto outside = (node_end_[node] - node_begin_[node]) - std::max(overlap, overlap.zero());
@@ -269,7 +269,7 @@ class InterpreterExecutable : public TorchExecutable {
         // blocked, when it returned (the waking up is part of what a step pays).
         const bool blocked = timing->done > wait_called;
         const std::chrono::steady_clock::time_point visible = blocked ? std::chrono::steady_clock::now() : timing->done;
-        collective_seconds_.push_back({static_cast<size_t>(plan.start_plan), index, timing->ready, visible});
+        timed_collectives_.push_back({static_cast<size_t>(plan.start_plan), index, timing->ready, visible});
       }
     }
     handle.reset();
@@ -351,7 +351,7 @@ class InterpreterExecutable : public TorchExecutable {
     // From when it could start to when its results reached this thread.
     std::chrono::steady_clock::time_point ready, visible;
   };
-  std::vector<TimedCollective> collective_seconds_;  // this run's, when profiling
+  std::vector<TimedCollective> timed_collectives_;  // this run's, when profiling
   std::vector<std::chrono::steady_clock::time_point> node_begin_, node_end_;  // this run's, when profiling
   std::vector<at::Tensor> slots_;
   absl::flat_hash_map<const c10::StorageImpl*, int> storage_refs_;
