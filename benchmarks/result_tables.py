@@ -100,6 +100,12 @@ def markdown(header, rows, align=None):
     return "\n".join(lines) + "\n"
 
 
+def _check_columns(columns, known):
+    unknown = [c for c in columns if c not in known]
+    if unknown:
+        raise ValueError("unknown column(s) %s; known: %s" % (", ".join(unknown), ", ".join(known)))
+
+
 def fsdp_1b_table(results, columns=None, headers=None, labels=None):
     """benchmarks/fsdp_1b.py's table of `results` (its results.json rows). `columns` picks and
     orders column keys (FSDP_1B_COLUMNS); `headers` renames headers by key; `labels` renames
@@ -107,9 +113,7 @@ def fsdp_1b_table(results, columns=None, headers=None, labels=None):
     columns = columns or FSDP_1B_DEFAULT
     headers = headers or {}
     labels = labels or {}
-    unknown = [c for c in columns if c not in FSDP_1B_COLUMNS]
-    if unknown:
-        raise ValueError("unknown column(s) %s; known: %s" % (", ".join(unknown), ", ".join(FSDP_1B_COLUMNS)))
+    _check_columns(columns, FSDP_1B_COLUMNS)
     reference = results[0]["losses"] if results else []
     rows = []
     for r in results:
@@ -158,9 +162,7 @@ def ab_table(results, rounds, columns=None, headers=None, labels=None, order=Non
     columns = columns or AB_DEFAULT
     headers = headers or {}
     labels = labels or {}
-    unknown = [c for c in columns if c not in AB_COLUMNS]
-    if unknown:
-        raise ValueError("unknown column(s) %s; known: %s" % (", ".join(unknown), ", ".join(AB_COLUMNS)))
+    _check_columns(columns, AB_COLUMNS)
     header = []
     for c in columns:
         if c == "rounds":
