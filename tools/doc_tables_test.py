@@ -92,6 +92,12 @@ class DocTablesTest(unittest.TestCase):
         code, out = self.run_tool("check")
         self.assertIn("bad render arguments", out)
 
+    def test_unbalanced_quotes_in_a_source_fail_clearly(self):
+        self.doc(self.block(TABLE, SOURCE + " 'open"))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("docs/a.md:3: table run: its source does not split into words: No closing quotation", out)
+
     def test_unbalanced_markers_fail(self):
         self.doc("<!-- table run: reference -->\n| a |\n|---|\n")
         code, out = self.run_tool("check")
