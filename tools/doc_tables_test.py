@@ -162,6 +162,20 @@ class DocTablesTest(unittest.TestCase):
         code, out = self.run_tool("check", "--run=nosuch")
         self.assertIn("--run nosuch: no such table", out)
 
+    def test_log_rows_take_each_match_of_a_printed_line(self):
+        with open(os.path.join(self.root, "docs", "benchmarks", "t.log"), "w") as f:
+            f.write("[ RUN ] A\npeak 10 B (plain 12)\n[ OK ] A\nnoise\npeak 7 B (plain 9)\n[ OK ] B\n")
+        source = ("tools/doc_tables.py render log-rows docs/benchmarks/t.log "
+                  "'--regex=^peak (?P<peak>\\d+) B \\(plain (?P<plain>\\d+)\\)\\n\\[ OK \\] (?P<test>\\S+)' "
+                  "--first=case --label=one --label=two --column=test=test '--column=peak (B)=peak' --column=plain=plain")
+        table = "| case | test | peak (B) | plain |\n|---|---|---|---|\n| one | A | 10 | 12 |\n| two | B | 7 | 9 |\n"
+        self.doc(self.block(table, source))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+        self.doc(self.block(table, source.replace("--label=two ", "")))
+        code, out = self.run_tool("check")
+        self.assertIn("2 match(es) of --regex for 1 --label(s)", out)
+
     def test_too_many_legacy_tables_fail(self):
         import importlib.util
         spec = importlib.util.spec_from_file_location("doc_tables", TOOL)
