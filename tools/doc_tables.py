@@ -296,25 +296,83 @@ def _bytes_text(count):
 def render_log_rows(args):
     """Rows from a program's printed lines kept as they were (a test's --test_output=all log):
     each match of --regex (its named groups, in the order --column names them) is one row, in
-    the log's order; --label gives the rows' first cells."""
+    the log's order; --label gives the rows' first cells (with --key GROUP, each label is
+    TEXT=VALUE and takes the row whose GROUP is VALUE, in the labels' order).
+
+    Lines printed by several processes (one per rank) merge: --section's groups (e.g. the test
+    name of gtest's `[ RUN ]` line) are added to every match after it, matches with the same
+    --group values become one row, and each --max group takes its largest value over them (the
+    worst rank); the other columns must agree. --format GROUP=%.1e prints a number its way."""
     with open(_path(args.file)) as f:
         text = f.read()
     try:
         pattern = re.compile(args.regex, re.M)
+        section = re.compile(args.section, re.M) if args.section else None
     except re.error as e:
-        raise DocError("log-rows: --regex: %s" % e)
+        raise DocError("log-rows: --regex or --section: %s" % e)
     columns = _label_pairs(args.column, "--column")  # (header, group) pairs: HEADER=GROUP
-    matches = list(pattern.finditer(text))
-    if len(matches) != len(args.label):
-        raise DocError("log-rows: %s has %d match(es) of --regex for %d --label(s)" % (
-            args.file, len(matches), len(args.label)))
+    formats = _pairs(args.format, "--format")
+    sections = [(m.start(), m.groupdict()) for m in section.finditer(text)] if section else []
+    found = []  # each match's groups, its section's included
+    for match in pattern.finditer(text):
+        groups = {}
+        for start, values in sections:
+            if start <= match.start():
+                groups = dict(values)
+        groups.update({k: v for k, v in match.groupdict().items() if v is not None})
+        found.append(groups)
+    merged = []  # [key, groups]
+    for groups in found:
+        key = tuple(groups.get(g) for g in args.group) if args.group else None
+        row = next((r for r in merged if key is not None and r[0] == key), None)
+        if row is None:
+            merged.append([key, dict(groups)])
+            continue
+        for name, value in groups.items():
+            if name in args.max:
+                row[1][name] = max(row[1][name], value, key=_number)
+            elif row[1].get(name) != value and any(name == g for _, g in columns):
+                raise DocError("log-rows: %s: --group %s has %r and %r for %s (give it as --max?)" % (
+                    args.file, "/".join(map(str, key)), row[1].get(name), value, name))
+    if args.key:
+        # Each label names its row by the value of the --key group: a row the log lacks or
+        # has twice is an error, and the table takes the labels' order.
+        by_value = {}
+        for _, groups in merged:
+            value = groups.get(args.key)
+            if value in by_value:
+                raise DocError("log-rows: %s: two rows have %s %r (--group them?)" % (args.file, args.key, value))
+            by_value[value] = groups
+        labelled = []
+        for label, value in _label_pairs(args.label, "--label"):
+            if value not in by_value:
+                raise DocError("log-rows: %s has no row with %s %r (--label %s)" % (args.file, args.key, value, label))
+            labelled.append((label, by_value.pop(value)))
+        if by_value:
+            raise DocError("log-rows: %s: rows with %s %s have no --label" % (
+                args.file, args.key, ", ".join(sorted(map(repr, by_value)))))
+    elif len(merged) != len(args.label):
+        raise DocError("log-rows: %s has %d row(s) of --regex matches for %d --label(s)" % (
+            args.file, len(merged), len(args.label)))
+    else:
+        labelled = [(label, groups) for label, (_, groups) in zip(args.label, merged)]
     rows = []
-    for label, match in zip(args.label, matches):
-        try:
-            rows.append([label] + [match.group(group) for _, group in columns])
-        except IndexError as e:
-            raise DocError("log-rows: --column names no group of --regex: %s" % e)
+    for label, groups in labelled:
+        cells = [label]
+        for _, group in columns:
+            if group not in groups:
+                raise DocError("log-rows: --column names no group of --regex or --section: %s" % group)
+            value = groups[group]
+            cells.append(formats[group] % _number(value) if group in formats else value)
+        rows.append(cells)
     return result_tables.markdown([args.first] + [header for header, _ in columns], rows)
+
+
+def _number(text):
+    try:
+        return float(text)
+    except ValueError:
+        raise DocError("log-rows: %r is not a number (--max and --format take numbers)" % text)
 
 
 # examples:train's summary JSON (--summary_json): key -> (header, cell).
@@ -462,6 +520,11 @@ def _render_parser():
     p.add_argument("--column", action="append", required=True, help="HEADER=GROUP")
     p.add_argument("--label", action="append", required=True, help="the first cell of each row, in order")
     p.add_argument("--first", default="", help="the first column's header")
+    p.add_argument("--section", help="a regular expression whose named groups apply to the matches after it")
+    p.add_argument("--group", action="append", default=[], help="matches with the same values of these groups merge")
+    p.add_argument("--max", action="append", default=[], help="a group that takes its largest value when merging")
+    p.add_argument("--format", action="append", help="GROUP=%%-FORMAT for a number")
+    p.add_argument("--key", help="each --label is TEXT=VALUE and names the row whose group KEY is VALUE")
     p.set_defaults(render=render_log_rows)
     p = sub.add_parser("summaries", help="examples:train summary JSONs, one row each")
     p.add_argument("--row", action="append", required=True, help="LABEL=FILE")

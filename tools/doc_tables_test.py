@@ -174,7 +174,33 @@ class DocTablesTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         self.doc(self.block(table, source.replace("--label=two ", "")))
         code, out = self.run_tool("check")
-        self.assertIn("2 match(es) of --regex for 1 --label(s)", out)
+        self.assertIn("2 row(s) of --regex matches for 1 --label(s)", out)
+
+    def test_log_rows_merge_the_ranks_lines_of_a_section(self):
+        with open(os.path.join(self.root, "docs", "benchmarks", "t.log"), "w") as f:
+            f.write("[ RUN ] T.One\nrank 1: within 2e-07 (3 tensors)\nrank 0: within 1.5e-07 (3 tensors)\n"
+                    "[ RUN ] T.Two\nrank 0: within 0 (4 tensors)\n")
+        source = ("tools/doc_tables.py render log-rows docs/benchmarks/t.log "
+                  "'--regex=^rank \\d+: within (?P<worst>\\S+) \\((?P<n>\\d+) tensors\\)' "
+                  "'--section=^\\[ RUN \\] T\\.(?P<test>\\S+)' --group=test --max=worst --format=worst=%.1e "
+                  "--label=one --label=two --column=test=test --column=worst=worst --column=tensors=n")
+        table = "|  | test | worst | tensors |\n|---|---|---|---|\n| one | One | 2.0e-07 | 3 |\n| two | Two | 0.0e+00 | 4 |\n"
+        self.doc(self.block(table, source))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+        # Columns that are not --max must agree across the merged lines.
+        self.doc(self.block(table, source.replace("--max=worst ", "")))
+        code, out = self.run_tool("check")
+        self.assertIn("give it as --max?", out)
+        # --key: labels name their rows, in the labels' order; a row without a label fails.
+        keyed = source.replace("--label=one --label=two", "--key=test --label=two=Two --label=one=One")
+        swapped = "|  | test | worst | tensors |\n|---|---|---|---|\n| two | Two | 0.0e+00 | 4 |\n| one | One | 2.0e-07 | 3 |\n"
+        self.doc(self.block(swapped, keyed))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+        self.doc(self.block(swapped, keyed.replace(" --label=one=One", "")))
+        code, out = self.run_tool("check")
+        self.assertIn("rows with test 'One' have no --label", out)
 
     def test_too_many_legacy_tables_fail(self):
         import importlib.util
