@@ -22,9 +22,15 @@ and SOURCE says where it comes from:
       their command is a file of the repository.
   reference
       hand-written facts (flags, op lists, version matrices): no run produced them.
+  history: COMMIT (DATE): WHY
+      a past run of the code of COMMIT (a commit of this repository: `check` looks it up where
+      git can), kept as the record of what that code measured (a dated blog post's numbers, the
+      sessions before a change); the command is named in the text around it, and the current
+      measurement, where one can be made here or on the lent GPU, is a rendered table beside it.
   legacy: WHY
       measured before raw outputs were kept beside the docs; the run's command is named in the
-      text around it. No new ones: `check` fails when there are more than LEGACY_LIMIT.
+      text around it. No new ones: `check` fails when legacy and history tables together are
+      more than LEGACY_LIMIT (neither can be rendered again from what is checked in).
 `check` also fails on a table outside any block, so a table cannot be added without a source.
 
   tools/doc_tables.py check [FILES]     exit 1 on a stale rendered table or an unsourced table
@@ -48,8 +54,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import result_tables  # noqa: E402  (after the path above)
 
-# Tables measured before their raw output was kept (see the module docstring). Lower it as they
-# are re-measured; never raise it.
+# Tables measured before their raw output was kept, legacy and history together (see the module
+# docstring). Lower it as they are re-measured; never raise it.
 LEGACY_LIMIT = 16
 
 DEFAULT_DOCS = ["README.md", "docs/*.md", "docs/blog/*.md"]
@@ -57,6 +63,7 @@ START = re.compile(r"^(\s*)<!-- table ([A-Za-z0-9_.-]+): (.*) -->\s*$")
 END = re.compile(r"^\s*<!-- end table ([A-Za-z0-9_.-]+) -->\s*$")
 SEPARATOR = re.compile(r"^\s*\|\s*:?-{3,}")
 RENDER_PREFIX = "tools/doc_tables.py render "
+HISTORY = re.compile(r"^history: ([0-9a-f]{7,40}) \((\d{4}-\d\d-\d\d)[^)]*\): \S")
 
 
 class DocError(Exception):
@@ -329,9 +336,11 @@ def render_log_rows(args):
             merged.append([key, dict(groups)])
             continue
         for name, value in groups.items():
-            if name in args.max:
+            if name not in row[1]:  # printed by another line of the group (alternatives of --regex)
+                row[1][name] = value
+            elif name in args.max:
                 row[1][name] = max(row[1][name], value, key=_number)
-            elif row[1].get(name) != value and any(name == g for _, g in columns):
+            elif row[1][name] != value and any(name == g for _, g in columns):
                 raise DocError("log-rows: %s: --group %s has %r and %r for %s (give it as --max?)" % (
                     args.file, "/".join(map(str, key)), row[1].get(name), value, name))
     if args.key:
@@ -556,6 +565,8 @@ class Block:
             return "reference"
         if self.source.startswith("legacy:"):
             return "legacy"
+        if self.source.startswith("history:"):
+            return "history"
         return "command"
 
 
@@ -669,6 +680,10 @@ def check(paths, write=False, run=(), replace=None):
                 if not os.path.isfile(script):
                     problems.append("%s:%d: table %s: its command %r is no file of the repository"
                                     % (path, block.start + 1, block.name, block.source.split()[0]))
+            if block.kind == "history":
+                problem = _history_problem(block.source)
+                if problem:
+                    problems.append("%s:%d: table %s: %s" % (path, block.start + 1, block.name, problem))
             if block.kind != "render" and block.name not in run:
                 continue
             try:
@@ -693,11 +708,29 @@ def check(paths, write=False, run=(), replace=None):
         if write and last:
             _write_atomically(path, "\n".join(new_lines + lines[last:]))
             print("wrote %s" % path)
-    if counts.get("legacy", 0) > LEGACY_LIMIT:
-        problems.append("%d legacy tables, more than LEGACY_LIMIT=%d: a new table needs its raw output "
-                        "checked in and a render source" % (counts["legacy"], LEGACY_LIMIT))
+    unrendered = counts.get("legacy", 0) + counts.get("history", 0)
+    if unrendered > LEGACY_LIMIT:
+        problems.append("%d legacy and history tables, more than LEGACY_LIMIT=%d: a new table needs its raw "
+                        "output checked in and a render source" % (unrendered, LEGACY_LIMIT))
     summary = ", ".join("%d %s" % (n, kind) for kind, n in sorted(counts.items()))
     return problems, summary
+
+
+def _history_problem(source):
+    """Why a `history:` source is malformed or names a commit this repository lacks, or None.
+    Without a git checkout (Bazel's runfiles) only the form is checked."""
+    match = HISTORY.match(source)
+    if not match:
+        return "a history source is `history: COMMIT (YYYY-MM-DD ...): WHY`, not %r" % source
+    try:
+        inside = subprocess.run(["git", "-C", ROOT, "rev-parse", "--is-inside-work-tree"], capture_output=True,
+                                text=True).stdout.strip() == "true"
+    except OSError:
+        return None
+    if inside and subprocess.run(["git", "-C", ROOT, "cat-file", "-e", match.group(1) + "^{commit}"],
+                                 capture_output=True).returncode != 0:
+        return "history names commit %s, which this repository does not have" % match.group(1)
+    return None
 
 
 def _blocks_or_none(path):

@@ -202,6 +202,26 @@ class DocTablesTest(unittest.TestCase):
         code, out = self.run_tool("check")
         self.assertIn("rows with test 'One' have no --label", out)
 
+    def test_history_names_a_commit_of_the_repository(self):
+        table = "| a |\n|---|\n| 1 |\n"
+        self.doc(self.block(table, "history: run of some day"))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 1)
+        self.assertIn("a history source is `history: COMMIT (YYYY-MM-DD ...): WHY`", out)
+        git = ["git", "-C", self.root, "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(git + ["init", "-q"], check=True)
+        subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "m"], check=True)
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        self.doc(self.block(table, "history: %s (2026-12-01, session 5): results not kept" % head))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+        self.assertIn("1 history", out)
+        other = "0000000" if head != "0000000" else "1111111"
+        self.doc(self.block(table, "history: %s (2026-12-01): results not kept" % other))
+        code, out = self.run_tool("check")
+        self.assertIn("history names commit %s, which this repository does not have" % other, out)
+
     def test_too_many_legacy_tables_fail(self):
         import importlib.util
         spec = importlib.util.spec_from_file_location("doc_tables", TOOL)
@@ -212,7 +232,7 @@ class DocTablesTest(unittest.TestCase):
         self.doc(text)
         code, out = self.run_tool("check")
         self.assertEqual(code, 1)
-        self.assertIn("more than LEGACY_LIMIT", out)
+        self.assertIn("legacy and history tables, more than LEGACY_LIMIT", out)
 
 
 if __name__ == "__main__":

@@ -508,6 +508,7 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
     return Fail("gradient accumulation should reduce-scatter once per group per step, only in the step graph");
   }
   const Graph* compiled = &(*trainer)->graph();
+  std::string planned_peaks;  // with post_forward: the three plans' peaks, for the parity line
   if (post_forward > 0) {
     std::string failure = CheckPostForwardStep(**trainer, post_forward);
     if (!failure.empty()) return Fail(failure);
@@ -524,10 +525,8 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
     }
     shard_all(shard_options);
     const int64_t peak = (*trainer)->prediction().peak_bytes;
-    if (env.rank == 0) {
-      std::cout << "planned step peak: reshard_after_forward=true " << peaks[0] << " B, =" << post_forward << " "
-                << peak << " B, =false " << peaks[1] << " B\n";
-    }
+    planned_peaks = absl::StrCat("; planned step peak: reshard_after_forward=true ", peaks[0], " B < =", post_forward,
+                                 " ", peak, " B < =false ", peaks[1], " B");
     if (!(peaks[0] < peak && peak < peaks[1])) {
       return Fail("the planned peak " + std::to_string(peak) + " should lie strictly between " +
                   std::to_string(peaks[0]) + " (true) and " + std::to_string(peaks[1]) + " (false)");
@@ -585,7 +584,7 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
     std::cout << "parity (world " << world << ", mesh " << mesh.num_axes() << "-D, reshard_after_forward="
               << shard_options.reshard_after_forward.ToString() << "): init bitwise, loss within "
               << worst_loss << " rel, grad norm within " << worst_norm << " rel, parameters within " << worst
-              << "; lr " << lrs[0] << " " << lrs[1] << " " << lrs[2] << " " << lrs[3] << "\n";
+              << "; lr " << lrs[0] << " " << lrs[1] << " " << lrs[2] << " " << lrs[3] << planned_peaks << "\n";
   }
   if (worst_loss > 1e-5) return Fail("loss differs from eager by " + std::to_string(worst_loss) + " rel");
   if (worst_norm > 1e-5) return Fail("grad norm differs from eager by " + std::to_string(worst_norm) + " rel");
@@ -989,6 +988,7 @@ int RunWorker(const std::string& scenario) {
   std::map<std::string, const void*> addresses;
   for (const auto& [name, tensor] : (*trainer)->state()) addresses[name] = tensor.data_ptr();
   const int steps = 3;
+  double worst_loss = 0;  // relative to eager's
   for (int step = 0; step < steps; ++step) {
     absl::StatusOr<double> loss = (*trainer)->Step(local_batch(step));
     if (!loss.ok()) return Fail(std::string(loss.status().message()));
@@ -1003,6 +1003,7 @@ int RunWorker(const std::string& scenario) {
     eager_loss.backward();
     optimizer.step();
     double expected = eager_loss.item<double>();
+    worst_loss = std::max(worst_loss, std::abs(fsdp_loss - expected) / std::max(1.0, std::abs(expected)));
     if (std::abs(fsdp_loss - expected) > 1e-5 * std::max(1.0, std::abs(expected))) {
       std::ostringstream message;
       message << "step " << step << ": FSDP loss " << fsdp_loss << " vs eager " << expected;
@@ -1028,7 +1029,10 @@ int RunWorker(const std::string& scenario) {
     worst = std::max(worst, diff);
     if (diff > tolerance) return Fail(name + " differs from eager by " + std::to_string(diff));
   }
-  if (env->rank == 0) std::cout << "parameters match eager within " << worst << "\n";
+  if (env->rank == 0) {
+    std::cout << "losses within " << worst_loss << " rel of eager each step; parameters match eager within " << worst
+              << "\n";
+  }
   return 0;
 }
 
@@ -1116,10 +1120,13 @@ TEST(FsdpTrainingTest, HungRankTimesOutNamingTheCollective) {
   std::ifstream file(TempDir() + "/rank0.txt");
   std::stringstream message;
   message << file.rdbuf();
-  EXPECT_NE(message.str().find("rank 0: magi::all_gather_start on group 'dp' failed (timeout 5000 ms; a peer rank "
-                               "may be dead or hung)"),
-            std::string::npos)
-      << message.str();
+  const std::string expected =
+      "rank 0: magi::all_gather_start on group 'dp' failed (timeout 5000 ms; a peer rank may be dead or hung)";
+  const size_t at = message.str().find(expected);
+  ASSERT_NE(at, std::string::npos) << message.str();
+  // The line rank 0 wrote, as written (the expected text and what follows it).
+  const std::string line = message.str().substr(at, message.str().find('\n', at) - at);
+  std::cout << "rank 0 failed after " << seconds << " s: " << line << "\n";
 }
 
 TEST(FsdpTrainingTest, DeadRankStopsEveryProcess) {
@@ -1169,6 +1176,9 @@ TEST(FsdpGraphTest, FourLayerStepIsOneGraphWithEveryCollective) {
     ++hexagons;
   }
   EXPECT_EQ(hexagons, 15u);
+  std::cout << "4-layer step on meta: " << captured->module->graphs().size() << " graph, " << gathers
+            << " all-gathers (5 groups x forward/backward), " << reduce_scatters << " reduce-scatters, " << hexagons
+            << " hexagons in its DOT\n";
   if (const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR")) {
     std::ofstream(std::string(out) + "/llama4_fsdp_step.dot") << dot;
     std::ofstream(std::string(out) + "/llama4_fsdp_step.mir") << PrintModule(*captured->module);
