@@ -56,7 +56,7 @@ import result_tables  # noqa: E402  (after the path above)
 
 # Tables measured before their raw output was kept, legacy and history together (see the module
 # docstring). Lower it as they are re-measured; never raise it.
-LEGACY_LIMIT = 16
+LEGACY_LIMIT = 12
 
 DEFAULT_DOCS = ["README.md", "docs/*.md", "docs/blog/*.md"]
 START = re.compile(r"^(\s*)<!-- table ([A-Za-z0-9_.-]+): (.*) -->\s*$")
