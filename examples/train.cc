@@ -560,7 +560,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   double worst_relative = 0;
   if (check_eager) {
     torch::manual_seed(absl::GetFlag(FLAGS_seed));
-    reference = magi::models::Llama(config, torch::TensorOptions().device(device));
+    // The reference draws its initial weights as the model did: in the model's dtype (a bf16
+    // draw is not the rounding of an fp32 one: LibTorch's CPU normal_ samples in another
+    // order), on the device the weights were drawn on (the host with --init=meta, whose
+    // shards are materialized from the seed's CPU generator: materialize.h). It then trains
+    // in fp32 where the step computes.
+    reference = magi::models::Llama(config, torch::TensorOptions()
+                                                .device(meta_init ? torch::Device(torch::kCPU) : device)
+                                                .dtype(bf16 ? torch::kBFloat16 : torch::kFloat));
+    reference->to(device, torch::kFloat);
     reference_optimizer =
         std::make_unique<torch::optim::AdamW>(reference->parameters(), torch::optim::AdamWOptions(adamw.lr)
                                                                            .betas({adamw.beta1, adamw.beta2})

@@ -109,5 +109,74 @@ TEST(MaskedAttentionTest, ACausalMaskGivesCausalAttention) {
 #endif
 }
 
+// On meta, attention for a CUDA step is the fused flash kernel (O(queries) saved for
+// backward), with the CUDA kernel's output layout, forward and backward; without a device
+// named, PyTorch's own choice on meta (the math form).
+TEST(CausalAttentionTest, OnMetaForCudaIsFlashAttention) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "LibTorch 1.13 has no fused attention";
+#else
+  const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16);
+  // [batch, seq, heads, head_dim] memory seen as [batch, heads, seq, head_dim], as the model's q is.
+  at::Tensor q = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  at::Tensor k = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  at::Tensor v = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  at::Tensor math_out;
+  std::set<std::string> math_ops = OpsOf([&] { math_out = CausalAttention(q, k, v); });
+  EXPECT_EQ(math_ops.count("aten::_scaled_dot_product_flash_attention"), 0u);
+  at::Tensor out;
+  std::set<std::string> ops = OpsOf([&] {
+    ScopedMetaAttentionDevice cuda(at::kCUDA);
+    out = CausalAttention(q, k, v);
+  });
+  EXPECT_EQ(MetaAttentionDevice(), at::kMeta);  // the scope ended
+  // fp32 runs no flash attention on the GPU: PyTorch's choice stays.
+  std::set<std::string> fp32_ops = OpsOf([&] {
+    ScopedMetaAttentionDevice cuda(at::kCUDA);
+    at::Tensor q32 = at::empty({2, 4, 16, 8}, meta.dtype(at::kFloat));
+    CausalAttention(q32, q32, q32);
+  });
+  EXPECT_EQ(fp32_ops.count("aten::_scaled_dot_product_flash_attention"), 0u);
+  EXPECT_EQ(ops.count("aten::_scaled_dot_product_flash_attention"), 1u);
+  EXPECT_EQ(out.sizes(), q.sizes());
+  EXPECT_EQ(out.strides(), q.strides());
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  std::set<std::string> backward_ops = OpsOf([&] { out.sum().backward(); });
+  EXPECT_EQ(backward_ops.count("aten::_scaled_dot_product_flash_attention_backward"), 1u);
+  for (const at::Tensor& t : {q, k, v}) {
+    ASSERT_TRUE(t.grad().defined());
+    EXPECT_EQ(t.grad().sizes(), t.sizes());
+    EXPECT_EQ(t.grad().strides(), t.strides());
+  }
+#endif
+}
+
+// The cuDNN kernel's meta form (what the H200 runs with 2.11): the output in the query's
+// dimension order, an fp32 [batch, heads, queries, 1] logsumexp, and gradients like the inputs.
+TEST(FusedAttentionMetaTest, CudnnAttentionForwardAndBackward) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "LibTorch 1.13 has no fused attention";
+#else
+  EnsureFusedAttentionMetaKernels();
+  const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16);
+  at::Tensor q = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  at::Tensor k = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  at::Tensor v = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  auto outputs = at::_scaled_dot_product_cudnn_attention(q, k, v, {}, /*compute_log_sumexp=*/true, 0.0, true);
+  const at::Tensor& out = std::get<0>(outputs);
+  EXPECT_EQ(out.sizes(), q.sizes());
+  EXPECT_EQ(out.strides(), q.strides());
+  EXPECT_EQ(std::get<1>(outputs).sizes(), (std::vector<int64_t>{2, 4, 16, 1}));
+  EXPECT_EQ(std::get<1>(outputs).scalar_type(), at::kFloat);
+  EXPECT_EQ(std::get<6>(outputs).scalar_type(), at::kLong);
+  std::set<std::string> backward_ops = OpsOf([&] { out.sum().backward(); });
+  EXPECT_EQ(backward_ops.count("aten::_scaled_dot_product_cudnn_attention_backward"), 1u);
+  for (const at::Tensor& t : {q, k, v}) {
+    ASSERT_TRUE(t.grad().defined());
+    EXPECT_EQ(t.grad().strides(), t.strides());
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace magi::compat

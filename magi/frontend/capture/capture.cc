@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/attention.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/frontend/capture/capture_session.h"
 
@@ -178,6 +179,10 @@ absl::StatusOr<CapturedGraph> Capture(torch::nn::Module& model, const std::vecto
     std::lock_guard<std::mutex> lock(generator.mutex());
     rng_state = generator.get_state();
   }
+  // Attention on meta computes for the step's device (compat/attention.h): a CUDA step's
+  // fused kernel, not the math form PyTorch picks on meta.
+  compat::ScopedMetaAttentionDevice attention_device(
+      options.device && options.device->type == DeviceType::kCuda ? at::kCUDA : at::kMeta);
   absl::Status ran = RunCaptured(session, [&] { return body(session, *graph); });
   session.RestoreWrittenInputs();  // parameters, buffers and data the step wrote
   MAGI_RETURN_IF_ERROR(ran);

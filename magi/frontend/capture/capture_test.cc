@@ -479,6 +479,50 @@ TEST(CaptureTest, MetaCaptureAllocatesNothingAndRunsOnRealWeights) {
                     /*bitwise=*/compat::kTorchVersion < 200);
 }
 
+// A step captured on meta for CUDA keeps attention fused (compat/attention.h): a fused
+// kernel forward and backward, no [batch, heads, seq, seq] probabilities, so its
+// planned peak is below the math form's that PyTorch picks on meta for other devices.
+TEST(CaptureTest, MetaCaptureForCudaKeepsAttentionFused) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "LibTorch 1.13 has no fused attention";
+#else
+  models::LlamaConfig config = models::LlamaConfig::Tiny();
+  config.n_layers = 2;
+  models::Llama model(config, torch::TensorOptions().device(torch::kMeta).dtype(torch::kBFloat16));
+  auto meta_long = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
+  at::Tensor tokens = torch::empty({2, 64}, meta_long);
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  auto capture_for = [&](DeviceType device) -> std::pair<std::map<std::string, int>, int64_t> {
+    CaptureOptions options;
+    options.device = Device{device, device == DeviceType::kCuda ? 0 : -1};
+    absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {tokens, tokens}, options);
+    EXPECT_TRUE(captured.ok()) << captured.status();
+    if (!captured.ok()) return {};
+    ExpectWellFormed(*captured);
+    std::map<std::string, int> ops;
+    for (const Node* node : captured->graph()->nodes()) ++ops[node->op()];
+    absl::StatusOr<MemoryPlan> plan = PlanMemory(*captured->graph());
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return {ops, plan.ok() ? plan->peak_bytes : 0};
+  };
+  auto [cuda_ops, cuda_peak] = capture_for(DeviceType::kCuda);
+  // Flash attention without a GPU; with one, the kernel PyTorch picks there (flash or cuDNN).
+  EXPECT_EQ(cuda_ops["aten::_scaled_dot_product_flash_attention"] + cuda_ops["aten::_scaled_dot_product_cudnn_attention"],
+            config.n_layers);
+  EXPECT_EQ(cuda_ops["aten::_scaled_dot_product_flash_attention_backward"] +
+                cuda_ops["aten::_scaled_dot_product_cudnn_attention_backward"],
+            config.n_layers);
+  EXPECT_EQ(cuda_ops["aten::_safe_softmax"] + cuda_ops["aten::_softmax"], 0);
+  auto [cpu_ops, cpu_peak] = capture_for(DeviceType::kCpu);
+  EXPECT_EQ(cpu_ops["aten::_scaled_dot_product_flash_attention"], 0);
+  std::cout << "meta capture, planned peak: " << cuda_peak << " B for cuda (flash attention), " << cpu_peak
+            << " B for cpu (PyTorch's math form on meta)\n";
+  EXPECT_LT(cuda_peak, cpu_peak);
+#endif
+}
+
 struct ItemModel : torch::nn::Module {
   ItemModel() { weight = register_parameter("weight", torch::randn({3})); }
   at::Tensor forward(const at::Tensor& x) {

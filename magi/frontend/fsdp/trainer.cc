@@ -228,6 +228,12 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     trainer->state_[name] = std::move(tensor);
   };
   try {
+    // Buffers materialized from meta are made on the host, like the shards; the step reads
+    // them where its inputs say (a CUDA step: on the GPU).
+    for (auto& [name, buffer] : trainer->buffers_) {
+      auto it = state_devices.find(name);
+      if (it != state_devices.end() && buffer.device() != it->second) buffer = buffer.to(it->second);
+    }
     for (auto& [name, shard] : shards) {
       place(name + ".exp_avg", at::zeros_like(shard));
       place(name + ".exp_avg_sq", at::zeros_like(shard));
