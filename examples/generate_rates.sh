@@ -10,10 +10,13 @@
 # machine: the rates are host-bound.
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 OUT_DIR" >&2; exit 2; }
+out=$(mkdir -p "$1" && cd "$1" && pwd)  # before the cd below: OUT_DIR is the caller's
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-out=$(mkdir -p "$1" && cd "$1" && pwd)
-tools/bazel build //examples:train //examples:generate >/dev/null 2>&1 \
-  || { echo "generate_rates: cannot build examples:train and :generate" >&2; exit 1; }
+if ! build=$(tools/bazel build //examples:train //examples:generate 2>&1); then
+  echo "generate_rates: cannot build examples:train and :generate:" >&2
+  tail -n 20 <<<"$build" >&2
+  exit 1
+fi
 G=bazel-bin/examples/generate
 C=$out/train/checkpoint
 if [[ ! -d $C ]]; then

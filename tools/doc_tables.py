@@ -319,7 +319,8 @@ def render_log_rows(args):
         raise DocError("log-rows: --regex or --section: %s" % e)
     columns = _label_pairs(args.column, "--column")  # (header, group) pairs: HEADER=GROUP
     formats = _pairs(args.format, "--format")
-    sections = [(m.start(), m.groupdict()) for m in section.finditer(text)] if section else []
+    sections = ([(m.start(), {k: v for k, v in m.groupdict().items() if v is not None}) for m in section.finditer(text)]
+                if section else [])
     found = []  # each match's groups, its section's included
     for match in pattern.finditer(text):
         groups = {}
@@ -372,7 +373,12 @@ def render_log_rows(args):
             if group not in groups:
                 raise DocError("log-rows: --column names no group of --regex or --section: %s" % group)
             value = groups[group]
-            cells.append(formats[group] % _number(value) if group in formats else value)
+            if group in formats:
+                try:
+                    value = formats[group] % _number(value)
+                except (TypeError, ValueError) as e:
+                    raise DocError("log-rows: --format %s=%s: %s" % (group, formats[group], e))
+            cells.append(value)
         rows.append(cells)
     return result_tables.markdown([args.first] + [header for header, _ in columns], rows)
 
@@ -722,14 +728,21 @@ def _history_problem(source):
     match = HISTORY.match(source)
     if not match:
         return "a history source is `history: COMMIT (YYYY-MM-DD ...): WHY`, not %r" % source
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT] + list(args), capture_output=True, text=True)
+
     try:
-        inside = subprocess.run(["git", "-C", ROOT, "rev-parse", "--is-inside-work-tree"], capture_output=True,
-                                text=True).stdout.strip() == "true"
-    except OSError:
+        # Only this repository's own checkout answers (not one ROOT happens to sit in), and a
+        # shallow clone lacks old commits by design.
+        top = git("rev-parse", "--show-toplevel").stdout.strip()
+        if not top or os.path.realpath(top) != os.path.realpath(ROOT):
+            return None
+        if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+            return None
+        if git("cat-file", "-e", match.group(1) + "^{commit}").returncode != 0:
+            return "history names commit %s, which this repository does not have" % match.group(1)
+    except OSError:  # no git: the form alone was checked
         return None
-    if inside and subprocess.run(["git", "-C", ROOT, "cat-file", "-e", match.group(1) + "^{commit}"],
-                                 capture_output=True).returncode != 0:
-        return "history names commit %s, which this repository does not have" % match.group(1)
     return None
 
 

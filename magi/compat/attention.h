@@ -13,7 +13,7 @@
 // O(queries) (flash attention: the logsumexp). So whole-step capture names the target
 // (ScopedMetaAttentionDevice) and, for CUDA (fp16/bf16), CausalAttention on meta calls the
 // fused kernel the GPU would run, cuDNN's or flash attention, whose meta kernels (forward
-// and backward, which C++ LibTorch lacks: PyTorch registers them from Python) attention.cc
+// and backward, which C++ LibTorch lacks: PyTorch registers them from Python) torch_compat.cc
 // adds.
 #ifndef MAGI_COMPAT_ATTENTION_H_
 #define MAGI_COMPAT_ATTENTION_H_
@@ -30,37 +30,34 @@ namespace magi::compat {
 
 // The device that attention on meta tensors computes for, on this thread (kMeta: none
 // named, PyTorch's own choice). Set for the scope of a capture.
-at::DeviceType MetaAttentionDevice();
+at::Device MetaAttentionDevice();
 
 class ScopedMetaAttentionDevice {
  public:
-  explicit ScopedMetaAttentionDevice(at::DeviceType device);
+  explicit ScopedMetaAttentionDevice(at::Device device);
   ~ScopedMetaAttentionDevice();
   ScopedMetaAttentionDevice(const ScopedMetaAttentionDevice&) = delete;
   ScopedMetaAttentionDevice& operator=(const ScopedMetaAttentionDevice&) = delete;
 
  private:
-  at::DeviceType previous_;
+  at::Device previous_;
 };
 
 #if TORCH_VERSION_MAJOR >= 2
-// Causal attention on meta for a CUDA step: the fused kernel the GPU would run (meta kernels
-// registered where LibTorch lacks them). On a machine with a CUDA device the kernel is the
-// one PyTorch chooses there for these shapes (at::_fused_sdp_choice on empty CUDA tensors
-// of the same geometry: cuDNN's on the H200 with 2.11); without one (planning on a CPU
-// machine), flash attention (the same memory: both keep an fp32 logsumexp). Returns an
-// undefined tensor where neither applies (fp32; PyTorch choosing memory-efficient or math
-// attention on the GPU): the caller keeps PyTorch's own choice on meta.
+// Causal attention on meta for a CUDA step (MetaAttentionDevice()): the fused kernel the GPU
+// would run, whose meta kernels torch_compat.cc registers where LibTorch lacks them. On a
+// machine with that GPU the kernel is the one PyTorch chooses there for these shapes
+// (at::_fused_sdp_choice on empty tensors of the same geometry on that device: cuDNN's on
+// the H200 with 2.11); without one (planning on a CPU machine), flash attention (the same
+// memory: both keep an fp32 logsumexp). Returns an undefined tensor where neither applies
+// (fp32; PyTorch choosing memory-efficient or math attention on the GPU): the caller keeps
+// PyTorch's own choice on meta.
 at::Tensor FusedCausalAttentionOnMetaForCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
-
-// Registers meta kernels for the fused CUDA attention ops (flash and cuDNN, forward and
-// backward) unless the LibTorch in use has them; idempotent and thread-safe.
-void EnsureFusedAttentionMetaKernels();
 #endif
 
 inline at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 #if TORCH_VERSION_MAJOR >= 2
-  if (q.is_meta() && MetaAttentionDevice() == at::kCUDA) {
+  if (q.is_meta() && MetaAttentionDevice().is_cuda()) {
     at::Tensor fused = FusedCausalAttentionOnMetaForCuda(q, k, v);
     if (fused.defined()) return fused;
   }

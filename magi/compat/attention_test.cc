@@ -126,23 +126,27 @@ TEST(CausalAttentionTest, OnMetaForCudaIsFlashAttention) {
   EXPECT_EQ(math_ops.count("aten::_scaled_dot_product_flash_attention"), 0u);
   at::Tensor out;
   std::set<std::string> ops = OpsOf([&] {
-    ScopedMetaAttentionDevice cuda(at::kCUDA);
+    ScopedMetaAttentionDevice cuda(at::Device(at::kCUDA, 0));
     out = CausalAttention(q, k, v);
   });
-  EXPECT_EQ(MetaAttentionDevice(), at::kMeta);  // the scope ended
+  EXPECT_EQ(MetaAttentionDevice(), at::Device(at::kMeta));  // the scope ended
+  // Without a GPU, flash attention; with one, what PyTorch picks there (flash or cuDNN).
+  const bool cudnn = ops.count("aten::_scaled_dot_product_cudnn_attention") == 1;
   // fp32 runs no flash attention on the GPU: PyTorch's choice stays.
   std::set<std::string> fp32_ops = OpsOf([&] {
-    ScopedMetaAttentionDevice cuda(at::kCUDA);
+    ScopedMetaAttentionDevice cuda(at::Device(at::kCUDA, 0));
     at::Tensor q32 = at::empty({2, 4, 16, 8}, meta.dtype(at::kFloat));
     CausalAttention(q32, q32, q32);
   });
   EXPECT_EQ(fp32_ops.count("aten::_scaled_dot_product_flash_attention"), 0u);
-  EXPECT_EQ(ops.count("aten::_scaled_dot_product_flash_attention"), 1u);
+  EXPECT_EQ(ops.count("aten::_scaled_dot_product_flash_attention") + (cudnn ? 1u : 0u), 1u);
   EXPECT_EQ(out.sizes(), q.sizes());
   EXPECT_EQ(out.strides(), q.strides());
   EXPECT_EQ(out.scalar_type(), at::kBFloat16);
   std::set<std::string> backward_ops = OpsOf([&] { out.sum().backward(); });
-  EXPECT_EQ(backward_ops.count("aten::_scaled_dot_product_flash_attention_backward"), 1u);
+  EXPECT_EQ(backward_ops.count(cudnn ? "aten::_scaled_dot_product_cudnn_attention_backward"
+                                     : "aten::_scaled_dot_product_flash_attention_backward"),
+            1u);
   for (const at::Tensor& t : {q, k, v}) {
     ASSERT_TRUE(t.grad().defined());
     EXPECT_EQ(t.grad().sizes(), t.sizes());
@@ -151,13 +155,13 @@ TEST(CausalAttentionTest, OnMetaForCudaIsFlashAttention) {
 #endif
 }
 
-// The cuDNN kernel's meta form (what the H200 runs with 2.11): the output in the query's
-// dimension order, an fp32 [batch, heads, queries, 1] logsumexp, and gradients like the inputs.
+// The cuDNN kernel's meta form (what the H200 runs with 2.11, registered by torch_compat.cc):
+// the output in the query's dimension order, an fp32 [batch, heads, queries, 1] logsumexp
+// only when asked for, and gradients like the inputs.
 TEST(FusedAttentionMetaTest, CudnnAttentionForwardAndBackward) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "LibTorch 1.13 has no fused attention";
 #else
-  EnsureFusedAttentionMetaKernels();
   const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16);
   at::Tensor q = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
   at::Tensor k = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
@@ -175,6 +179,16 @@ TEST(FusedAttentionMetaTest, CudnnAttentionForwardAndBackward) {
     ASSERT_TRUE(t.grad().defined());
     EXPECT_EQ(t.grad().strides(), t.strides());
   }
+  // No logsumexp unless asked for (the CUDA kernel allocates none: inference).
+  at::NoGradGuard no_grad;
+  auto inference = at::_scaled_dot_product_cudnn_attention(q, k, v, {}, /*compute_log_sumexp=*/false, 0.0, true);
+  EXPECT_FALSE(std::get<1>(inference).defined());
+  // A value head size other than the query's: the output takes the query's dimension order
+  // ([batch, seq, heads, head_dim] memory here), filled from its smallest stride up.
+  at::Tensor v16 = at::empty({2, 16, 4, 16}, meta).transpose(1, 2);
+  at::Tensor wide = std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v16, {}, false, 0.0, true));
+  EXPECT_EQ(wide.sizes(), (std::vector<int64_t>{2, 4, 16, 16}));
+  EXPECT_EQ(wide.strides(), (std::vector<int64_t>{16 * 4 * 16, 16, 4 * 16, 1}));
 #endif
 }
 

@@ -4,6 +4,10 @@
 #include <ATen/core/jit_type.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace magi::compat {
@@ -290,6 +294,96 @@ at::Tensor& WhereSelfOutMeta(const at::Tensor& condition, const at::Tensor& self
   return out;
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+// The fused CUDA attention kernels, which whole-step capture records on meta for a CUDA
+// step (attention.h): C++ LibTorch has no meta kernels for them (PyTorch registers those
+// from Python).
+using FusedAttentionOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
+                                at::Tensor, at::Tensor>;
+
+// Flash attention: what the CUDA kernel returns, in shape, dtype and layout (PyTorch's Python
+// meta registration, torch/_meta_registrations.py, describes the same): the output
+// in the query's layout (the kernel computes [batch, queries, heads, head_dim] and
+// transposes back), the fp32 logsumexp [batch, heads, queries], no cumulative sequence
+// lengths (dense batch), the rng state as uint64 [2] and an unused uint64 scalar, and an
+// empty debug mask.
+FusedAttentionOutputs FlashAttentionMeta(const at::Tensor& query, const at::Tensor& key, const at::Tensor& /*value*/,
+                                         double /*dropout_p*/, bool /*is_causal*/, bool return_debug_mask,
+                                         std::optional<double> /*scale*/) {
+  TORCH_CHECK(!return_debug_mask, "magi's meta kernel of _scaled_dot_product_flash_attention has no debug mask");
+  TORCH_CHECK(query.dim() == 4 && key.dim() == 4, "_scaled_dot_product_flash_attention: 4-D query and key expected");
+  const at::TensorOptions meta = query.options().device(at::kMeta);
+  at::Tensor attention = at::empty_like(query);
+  at::Tensor logsumexp = at::empty({query.size(0), query.size(1), query.size(2)}, meta.dtype(at::kFloat));
+  at::Tensor rng_state = at::empty({2}, meta.dtype(at::kUInt64));
+  at::Tensor unused = at::empty({}, meta.dtype(at::kUInt64));
+  at::Tensor debug_mask = at::empty({0}, meta);
+  return {attention, logsumexp, at::Tensor(), at::Tensor(), c10::SymInt(query.size(2)), c10::SymInt(key.size(2)),
+          rng_state, unused, debug_mask};
+}
+
+// The gradients in the layouts of query, key and value (the CUDA kernel's, as above).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> FlashAttentionBackwardMeta(
+    const at::Tensor& /*grad_out*/, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& /*out*/, const at::Tensor& /*logsumexp*/, const at::Tensor& /*cum_seq_q*/,
+    const at::Tensor& /*cum_seq_k*/, c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double /*dropout_p*/,
+    bool /*is_causal*/, const at::Tensor& /*philox_seed*/, const at::Tensor& /*philox_offset*/,
+    std::optional<double> /*scale*/) {
+  return {at::empty_like(query), at::empty_like(key), at::empty_like(value)};
+}
+
+// cuDNN attention's output: the shape [batch, heads, queries, value head_dim] laid out in the
+// query's dimension order, as the CUDA kernel allocates it (alloc_with_matching_layout in
+// PyTorch's C++: dimensions filled from the smallest query stride up, ties in order).
+at::Tensor LikeQueryLayout(const at::Tensor& query, at::IntArrayRef shape) {
+  std::vector<int64_t> fill_order = {0, 1, 2, 3};
+  std::stable_sort(fill_order.begin(), fill_order.end(),
+                   [&](int64_t a, int64_t b) { return query.stride(a) < query.stride(b); });
+  std::vector<int64_t> strides(4);
+  int64_t stride = 1;
+  for (int64_t dim : fill_order) {
+    strides[dim] = stride;
+    stride *= shape[dim];
+  }
+  return at::empty_strided(shape, strides, query.options());
+}
+
+// What the CUDA kernel returns (PyTorch's Python meta registration): the output in the
+// query's layout, the fp32 logsumexp [batch, heads, queries, 1] when asked for (a backward
+// needs it), int64 scalar rng seed and offset, no cumulative lengths or debug mask.
+FusedAttentionOutputs CudnnAttentionMeta(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                                         const std::optional<at::Tensor>& /*attn_bias*/, bool compute_log_sumexp,
+                                         double /*dropout_p*/, bool /*is_causal*/, bool /*return_debug_mask*/,
+                                         std::optional<double> /*scale*/) {
+  TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4,
+              "_scaled_dot_product_cudnn_attention: 4-D query, key and value expected");
+  const at::TensorOptions meta = query.options().device(at::kMeta);
+  at::Tensor output = LikeQueryLayout(query, {query.size(0), query.size(1), query.size(2), value.size(-1)});
+  at::Tensor logsumexp = compute_log_sumexp
+                             ? at::empty({query.size(0), query.size(1), query.size(2), 1}, meta.dtype(at::kFloat))
+                             : at::Tensor();
+  return {output,
+          logsumexp,
+          at::Tensor(),
+          at::Tensor(),
+          c10::SymInt(query.size(2)),
+          c10::SymInt(key.size(2)),
+          at::empty({}, meta.dtype(at::kLong)),
+          at::empty({}, meta.dtype(at::kLong)),
+          at::Tensor()};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> CudnnAttentionBackwardMeta(
+    const at::Tensor& /*grad_out*/, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& /*out*/, const at::Tensor& /*logsumexp*/, const at::Tensor& /*philox_seed*/,
+    const at::Tensor& /*philox_offset*/, const at::Tensor& /*attn_bias*/, const at::Tensor& /*cum_seq_q*/,
+    const at::Tensor& /*cum_seq_k*/, c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double /*dropout_p*/,
+    bool /*is_causal*/, std::optional<double> /*scale*/) {
+  return {at::empty_like(query), at::empty_like(key), at::empty_like(value)};
+}
+
+#endif
+
 bool HasMetaKernel(const char* name, const char* overload) {
   c10::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema({name, overload});
   return op && op->hasKernelForDispatchKey(c10::DispatchKey::Meta);
@@ -305,6 +399,20 @@ const bool kMetaKernelsRegistered = [] {
     library->impl("embedding_dense_backward",
                   torch::CppFunction::makeFromBoxedFunction<&EmbeddingDenseBackwardMeta>());
   }
+#if TORCH_VERSION_MAJOR >= 2
+  if (!HasMetaKernel("aten::_scaled_dot_product_flash_attention", "")) {
+    library->impl("_scaled_dot_product_flash_attention", TORCH_FN(FlashAttentionMeta));
+  }
+  if (!HasMetaKernel("aten::_scaled_dot_product_flash_attention_backward", "")) {
+    library->impl("_scaled_dot_product_flash_attention_backward", TORCH_FN(FlashAttentionBackwardMeta));
+  }
+  if (!HasMetaKernel("aten::_scaled_dot_product_cudnn_attention", "")) {
+    library->impl("_scaled_dot_product_cudnn_attention", TORCH_FN(CudnnAttentionMeta));
+  }
+  if (!HasMetaKernel("aten::_scaled_dot_product_cudnn_attention_backward", "")) {
+    library->impl("_scaled_dot_product_cudnn_attention_backward", TORCH_FN(CudnnAttentionBackwardMeta));
+  }
+#endif
   return true;
 }();
 

@@ -181,8 +181,9 @@ absl::StatusOr<CapturedGraph> Capture(torch::nn::Module& model, const std::vecto
   }
   // Attention on meta computes for the step's device (compat/attention.h): a CUDA step's
   // fused kernel, not the math form PyTorch picks on meta.
-  compat::ScopedMetaAttentionDevice attention_device(
-      options.device && options.device->type == DeviceType::kCuda ? at::kCUDA : at::kMeta);
+  compat::ScopedMetaAttentionDevice attention_device(options.device && options.device->type == DeviceType::kCuda
+                                                         ? compat::ToTorchDevice(*options.device)
+                                                         : at::Device(at::kMeta));
   absl::Status ran = RunCaptured(session, [&] { return body(session, *graph); });
   session.RestoreWrittenInputs();  // parameters, buffers and data the step wrote
   MAGI_RETURN_IF_ERROR(ran);

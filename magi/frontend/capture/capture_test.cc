@@ -515,6 +515,8 @@ TEST(CaptureTest, MetaCaptureForCudaKeepsAttentionFused) {
                 cuda_ops["aten::_scaled_dot_product_cudnn_attention_backward"],
             config.n_layers);
   EXPECT_EQ(cuda_ops["aten::_safe_softmax"] + cuda_ops["aten::_softmax"], 0);
+  // On a machine with a GPU the kernel choice probes it with CUDA tensors: never recorded.
+  EXPECT_EQ(cuda_ops["aten::_fused_sdp_choice"] + cuda_ops["aten::empty_strided"], 0);
   auto [cpu_ops, cpu_peak] = capture_for(DeviceType::kCpu);
   EXPECT_EQ(cpu_ops["aten::_scaled_dot_product_flash_attention"], 0);
   std::cout << "meta capture, planned peak: " << cuda_peak << " B for cuda (flash attention), " << cpu_peak

@@ -228,12 +228,6 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     trainer->state_[name] = std::move(tensor);
   };
   try {
-    // Buffers materialized from meta are made on the host, like the shards; the step reads
-    // them where its inputs say (a CUDA step: on the GPU).
-    for (auto& [name, buffer] : trainer->buffers_) {
-      auto it = state_devices.find(name);
-      if (it != state_devices.end() && buffer.device() != it->second) buffer = buffer.to(it->second);
-    }
     for (auto& [name, shard] : shards) {
       place(name + ".exp_avg", at::zeros_like(shard));
       place(name + ".exp_avg_sq", at::zeros_like(shard));
@@ -242,6 +236,19 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   } catch (const c10::Error& error) {
     return absl::ResourceExhaustedError(
         absl::StrCat("allocating the shards and AdamW moments: ", error.what_without_backtrace()));
+  }
+  // Buffers materialized from meta are made on the host, like the shards; the step reads
+  // them where its inputs say (a CUDA step: on the GPU).
+  if (on_meta) {
+    try {
+      for (auto& [name, buffer] : trainer->buffers_) {
+        auto it = state_devices.find(name);
+        if (it != state_devices.end() && buffer.device() != it->second) buffer = buffer.to(it->second);
+      }
+    } catch (const c10::Error& error) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("moving the materialized buffers to the step's device: ", error.what_without_backtrace()));
+    }
   }
   trainer->split_state_ = SplitStateNames(trainer->graph(), trainer->state_);
   MAGI_RETURN_IF_ERROR(SplitStateEntries(trainer->split_state_, trainer->state_));
