@@ -109,18 +109,23 @@ TEST(MaskedAttentionTest, ACausalMaskGivesCausalAttention) {
 #endif
 }
 
-// On meta, attention for a CUDA step is the fused flash kernel (O(queries) saved for
-// backward), with the CUDA kernel's output layout, forward and backward; without a device
-// named, PyTorch's own choice on meta (the math form).
-TEST(CausalAttentionTest, OnMetaForCudaIsFlashAttention) {
+#if TORCH_VERSION_MAJOR >= 2
+// A bf16 meta tensor [batch 2, heads 4, seq 16, head_dim] over [batch, seq, heads, head_dim]
+// memory, as the model's q, k and v are.
+at::Tensor MetaHeads(int64_t head_dim = 8) {
+  const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16);
+  return at::empty({2, 16, 4, head_dim}, meta).transpose(1, 2).requires_grad_();
+}
+#endif
+
+// On meta, attention for a CUDA step is a fused kernel (O(queries) saved for backward:
+// flash without a GPU, PyTorch's choice with one), with the CUDA kernel's output layout,
+// forward and backward; without a device named, PyTorch's own choice on meta (the math form).
+TEST(CausalAttentionTest, OnMetaForCudaIsAFusedKernel) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "LibTorch 1.13 has no fused attention";
 #else
-  const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16);
-  // [batch, seq, heads, head_dim] memory seen as [batch, heads, seq, head_dim], as the model's q is.
-  at::Tensor q = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
-  at::Tensor k = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
-  at::Tensor v = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  at::Tensor q = MetaHeads(), k = MetaHeads(), v = MetaHeads();
   at::Tensor math_out;
   std::set<std::string> math_ops = OpsOf([&] { math_out = CausalAttention(q, k, v); });
   EXPECT_EQ(math_ops.count("aten::_scaled_dot_product_flash_attention"), 0u);
@@ -135,7 +140,7 @@ TEST(CausalAttentionTest, OnMetaForCudaIsFlashAttention) {
   // fp32 runs no flash attention on the GPU: PyTorch's choice stays.
   std::set<std::string> fp32_ops = OpsOf([&] {
     ScopedMetaAttentionDevice cuda(at::Device(at::kCUDA, 0));
-    at::Tensor q32 = at::empty({2, 4, 16, 8}, meta.dtype(at::kFloat));
+    at::Tensor q32 = at::empty({2, 4, 16, 8}, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
     CausalAttention(q32, q32, q32);
   });
   EXPECT_EQ(fp32_ops.count("aten::_scaled_dot_product_flash_attention"), 0u);
@@ -162,10 +167,7 @@ TEST(FusedAttentionMetaTest, CudnnAttentionForwardAndBackward) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "LibTorch 1.13 has no fused attention";
 #else
-  const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16);
-  at::Tensor q = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
-  at::Tensor k = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
-  at::Tensor v = at::empty({2, 16, 4, 8}, meta).transpose(1, 2).requires_grad_();
+  at::Tensor q = MetaHeads(), k = MetaHeads(), v = MetaHeads();
   auto outputs = at::_scaled_dot_product_cudnn_attention(q, k, v, {}, /*compute_log_sumexp=*/true, 0.0, true);
   const at::Tensor& out = std::get<0>(outputs);
   EXPECT_EQ(out.sizes(), q.sizes());
@@ -185,7 +187,7 @@ TEST(FusedAttentionMetaTest, CudnnAttentionForwardAndBackward) {
   EXPECT_FALSE(std::get<1>(inference).defined());
   // A value head size other than the query's: the output takes the query's dimension order
   // ([batch, seq, heads, head_dim] memory here), filled from its smallest stride up.
-  at::Tensor v16 = at::empty({2, 16, 4, 16}, meta).transpose(1, 2);
+  at::Tensor v16 = MetaHeads(16);
   at::Tensor wide = std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v16, {}, false, 0.0, true));
   EXPECT_EQ(wide.sizes(), (std::vector<int64_t>{2, 4, 16, 16}));
   EXPECT_EQ(wide.strides(), (std::vector<int64_t>{16 * 4 * 16, 16, 4 * 16, 1}));
