@@ -221,11 +221,15 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   for (const Value* input : trainer->graph().inputs()) {
     state_devices.emplace(input->name(), compat::ToTorchDevice(input->type().tensor().device));
   }
-  auto place = [&](const std::string& name, at::Tensor tensor) {
+  // `tensor` on the device of the graph input `name` (or of its split half, below).
+  auto on_input_device = [&](const std::string& name, at::Tensor tensor) {
     auto it = state_devices.find(name);
     if (it == state_devices.end()) it = state_devices.find(name + ".hi");  // held split (below)
     if (it != state_devices.end() && tensor.device() != it->second) tensor = tensor.to(it->second);
-    trainer->state_[name] = std::move(tensor);
+    return tensor;
+  };
+  auto place = [&](const std::string& name, at::Tensor tensor) {
+    trainer->state_[name] = on_input_device(name, std::move(tensor));
   };
   try {
     for (auto& [name, shard] : shards) {
@@ -241,10 +245,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   // them where its inputs say (a CUDA step: on the GPU).
   if (on_meta) {
     try {
-      for (auto& [name, buffer] : trainer->buffers_) {
-        auto it = state_devices.find(name);
-        if (it != state_devices.end() && buffer.device() != it->second) buffer = buffer.to(it->second);
-      }
+      for (auto& [name, buffer] : trainer->buffers_) buffer = on_input_device(name, buffer);
     } catch (const c10::Error& error) {
       return absl::ResourceExhaustedError(
           absl::StrCat("moving the materialized buffers to the step's device: ", error.what_without_backtrace()));
