@@ -5,9 +5,11 @@
 # and this script is the only writer of what lies between.
 #
 #   tools/docs_tables.sh            re-measure everything: the 4-layer table (cheap) and the
-#                                   32-layer 8B frontier (captures the step with LibTorch,
-#                                   ~1 min to build, searches ~10 budgets), the exhaustive
-#                                   comparison on the 4-layer step, docs/search_frontier_8b.svg
+#                                   32-layer 8B frontier twice (the step captured with
+#                                   LibTorch 1.13 and with PyTorch 2.x, --torch2=SERIES, 2.12
+#                                   by default: ~1 min to build each, ~12 budgets searched
+#                                   each), the exhaustive comparison on the 4-layer step,
+#                                   docs/search_frontier_8b.svg and search_frontier_8b_torch2.svg
 #   tools/docs_tables.sh --quick    only the 4-layer frontier table (no LibTorch; seconds)
 #   tools/docs_tables.sh --quick --check --magi=PATH
 #                                   exit 1 with a diff if the doc's 4-layer table is stale
@@ -29,6 +31,7 @@ set -euo pipefail
 quick=0
 check=0
 repeats=10
+torch2=2.12  # the PyTorch 2.x series the 2.x capture of the 8B step uses (docs/torch2.md)
 calibration=0
 magi=""
 docs=docs/passes.md
@@ -40,6 +43,7 @@ for arg in "$@"; do
     --repeats=*) repeats="${arg#--repeats=}" ;;
     --magi=*) magi="${arg#--magi=}" ;;
     --docs=*) docs="${arg#--docs=}" ;;
+    --torch2=*) torch2="${arg#--torch2=}" ;;
     *) echo "docs_tables.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -144,6 +148,19 @@ update_block search-exhaustive-4layers "$tmp/exhaustive.md"
 
 # 3. The 32-layer 8B step: captured with LibTorch, then searched by the LibTorch-free tool.
 # Capture is done once and is not what is measured: the default (fastbuild) binary will do.
+# First the PyTorch 2.x capture (MAGI_TORCH=$torch2, its own output base; flash attention's
+# meta kernels, so no [seq, seq] probabilities), then LibTorch 1.13's, last, so that bazel-bin
+# is the default build's again when this script ends.
+MAGI_TORCH=$torch2 tools/bazel run //magi/benchmarks:dump_step_8b -- --layers=32 --o="$tmp/step8b_torch2.mir" >&2
+"$magi" plan "$tmp/step8b_torch2.mir" --frontier=24.3,24.35,24.5,25,26,27,28,29,30,31,32,35,40,80 \
+  --svg="$tmp/frontier_torch2.svg" > "$tmp/eight_torch2.txt"
+cat "$tmp/eight_torch2.txt"
+frontier_markdown "$tmp/eight_torch2.txt" > "$tmp/eight_torch2.md"
+update_block search-frontier-8b-torch2 "$tmp/eight_torch2.md"
+cp "$tmp/frontier_torch2.svg" docs/search_frontier_8b_torch2.svg.tmp &&
+  mv docs/search_frontier_8b_torch2.svg.tmp docs/search_frontier_8b_torch2.svg
+echo "wrote docs/search_frontier_8b_torch2.svg"
+
 tools/bazel build //magi/benchmarks:dump_step_8b >&2
 bazel-bin/magi/benchmarks/dump_step_8b --layers=32 --o="$tmp/step8b.mir" >&2
 "$magi" plan "$tmp/step8b.mir" --frontier=38,38.5,39,39.6,40,41,42,43,45,50,80 --svg="$tmp/frontier.svg" > "$tmp/eight.txt"
