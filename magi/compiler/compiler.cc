@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/magi_ops.h"
 #include "magi/ir/verifier.h"
@@ -22,6 +23,16 @@
 
 namespace magi {
 namespace {
+
+// Whether `text` is printed for the first time in this process. A process that compiles
+// many steps (a test, a sweep) would otherwise repeat the same calibration-cache warning at
+// every compile; CompiledStep::notes still holds it every time.
+bool FirstTimeInProcess(const std::string& text) {
+  static absl::Mutex mutex(absl::kConstInit);
+  static auto* printed = new absl::flat_hash_set<std::string>();
+  absl::MutexLock lock(&mutex);
+  return printed->insert(text).second;
+}
 
 absl::Status RunPipeline(const std::string& text, const CostModel& model, Module& module) {
   MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(text));
@@ -292,7 +303,10 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     compiled.notes.push_back(std::move(text));
   };
   if (cost.auto_calibration != nullptr) {
-    for (const std::string& warning : cost.auto_calibration->warnings()) note(warning);
+    for (const std::string& warning : cost.auto_calibration->warnings()) {
+      if (options.partitioning.log && FirstTimeInProcess(warning)) std::fprintf(stderr, "magi: %s\n", warning.c_str());
+      compiled.notes.push_back(warning);
+    }
   }
 
   // Stage 4: partition backends first pick, in order; the primary backend runs the rest.

@@ -65,6 +65,14 @@ std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, 
   }
   // The device line: the file's second line (the first says what the file is).
   std::vector<absl::string_view> lines = absl::StrSplit(*text, absl::MaxSplits('\n', 2));
+  // Another version's cache (its keys or columns may mean other things): named as such,
+  // not as a foreign file.
+  constexpr absl::string_view kAnyVersion = "# magi calibration cache v";
+  if (!lines.empty() && absl::StartsWith(lines[0], kAnyVersion) && lines[0] != absl::StrCat("# ", kFormatLine)) {
+    *why = absl::StrCat(path, ":1: written by another version of Magi ('", lines[0], "'; this version reads '# ",
+                        kFormatLine, "')");
+    return std::nullopt;
+  }
   if (lines.size() < 2 || lines[0] != absl::StrCat("# ", kFormatLine) ||
       !absl::StartsWith(lines[1], kDeviceLinePrefix)) {
     *why = absl::StrCat(path, ":1: not a Magi calibration cache (expected '# ", kFormatLine, "' then '",
@@ -97,7 +105,12 @@ CalibrationCache CalibrationCache::Open(const std::string& dir, const std::strin
     cache.table_ = *std::move(table);
     cache.loaded_ = true;
   } else if (exists) {
-    cache.warning_ = absl::StrCat(why, "; the cached times are ignored, measured again and the file replaced");
+    // Micro-run times are measured again at once and saved; the times of real steps only
+    // when a run records its steps (StepTimeFeedback: examples:train on CPU, from step 3).
+    cache.warning_ = absl::StrCat(why, source == CalibrationSource::kSteps
+                                           ? "; the cached step times are ignored until a run that records its "
+                                             "steps replaces the file"
+                                           : "; the cached times are ignored, measured again and the file replaced");
   }
   return cache;
 }

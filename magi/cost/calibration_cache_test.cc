@@ -98,6 +98,20 @@ TEST(CalibrationCacheTest, ACorruptFileIsAWarningAndIsReplacedOnSave) {
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
             path + ":1: not a Magi calibration cache (expected '# magi calibration cache v2' then '# device: ...'); "
                    "the cached times are ignored, measured again and the file replaced");
+  // Another version's cache: named as such.
+  ASSERT_TRUE(WriteFileAtomically(path, std::string("# magi calibration cache v1\n# device: ") + kKey +
+                                            "\n1e-6,1," + kMm + "\n")
+                  .ok());
+  EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
+            path + ":1: written by another version of Magi ('# magi calibration cache v1'; this version reads "
+                   "'# magi calibration cache v2'); the cached times are ignored, measured again and the file replaced");
+  // The times of real steps are replaced only by a run that records steps: said so.
+  const std::string steps_path = dir + "/" + CalibrationCache::FileNameFor(kKey, CalibrationSource::kSteps);
+  ASSERT_TRUE(WriteFileAtomically(steps_path, std::string("# magi calibration cache v1\n# device: ") + kKey + "\n").ok());
+  EXPECT_EQ(CalibrationCache::Open(dir, kKey, CalibrationSource::kSteps).warning(),
+            steps_path + ":1: written by another version of Magi ('# magi calibration cache v1'; this version reads "
+                         "'# magi calibration cache v2'); the cached step times are ignored until a run that records "
+                         "its steps replaces the file");
   ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v2\n# device: cpu Other\n1e-6,1,x\n").ok());
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
             path + ":2: holds the times of device 'cpu Other', not of '" + kKey +
