@@ -105,12 +105,21 @@ CalibrationCache CalibrationCache::Open(const std::string& dir, const std::strin
     cache.table_ = *std::move(table);
     cache.loaded_ = true;
   } else if (exists) {
-    // Micro-run times are measured again at once and saved; the times of real steps only
-    // when a run records its steps (StepTimeFeedback: examples:train on CPU, from step 3).
-    cache.warning_ = absl::StrCat(why, source == CalibrationSource::kSteps
-                                           ? "; the cached step times are ignored until a run that records its "
-                                             "steps replaces the file"
-                                           : "; the cached times are ignored, measured again and the file replaced");
+    if (source == CalibrationSource::kSteps) {
+      // Step times are written only by a run that records its steps, which many never do (a
+      // short test, a generation run): until one did, every compile of every process would
+      // warn again. An empty table of this version takes the file's place at once (written
+      // atomically; a run that records steps merges into whatever the file holds then).
+      absl::Status replaced = CalibrationTable().Save(cache.path_, cache.Comment());
+      cache.warning_ =
+          replaced.ok()
+              ? absl::StrCat(why, "; the cached step times are ignored and the file replaced by an empty table")
+              : absl::StrCat(why, "; the cached step times are ignored (replacing the file failed: ",
+                             replaced.message(), ")");
+    } else {
+      // Measured again at once by the compile that opened it, and saved (Save).
+      cache.warning_ = absl::StrCat(why, "; the cached times are ignored, measured again and the file replaced");
+    }
   }
   return cache;
 }

@@ -14,7 +14,10 @@
 //
 // A file that cannot be read or parsed is NOT an error: the cache is a shortcut, not an
 // input, so it opens empty with a warning naming the file and the cause, the kernels are
-// measured again, and Save replaces the file. (A table the user names, --calibration=PATH,
+// measured again, and Save replaces the file; a `.steps.csv` that cannot be used is replaced
+// by an empty table at Open already (step times are saved only by runs that record steps,
+// so every other run would warn again). A file of another Magi version's cache format is
+// named as such. (A table the user names, --calibration=PATH,
 // is an input: CalibrationTable::Load fails on it, naming the line.) Save writes
 // atomically (temp file + rename) after merging what the file holds by then, so ranks and
 // jobs that save at the same time lose nothing but what they wrote in the same instant,

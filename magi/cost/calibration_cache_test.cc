@@ -105,13 +105,22 @@ TEST(CalibrationCacheTest, ACorruptFileIsAWarningAndIsReplacedOnSave) {
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
             path + ":1: written by another version of Magi ('# magi calibration cache v1'; this version reads "
                    "'# magi calibration cache v2'); the cached times are ignored, measured again and the file replaced");
-  // The times of real steps are replaced only by a run that records steps: said so.
+  // The times of real steps are written only by runs that record steps: an unusable file is
+  // replaced by an empty table at once, so the next process opens it without a warning.
   const std::string steps_path = dir + "/" + CalibrationCache::FileNameFor(kKey, CalibrationSource::kSteps);
-  ASSERT_TRUE(WriteFileAtomically(steps_path, std::string("# magi calibration cache v1\n# device: ") + kKey + "\n").ok());
-  EXPECT_EQ(CalibrationCache::Open(dir, kKey, CalibrationSource::kSteps).warning(),
+  ASSERT_TRUE(WriteFileAtomically(steps_path, std::string("# magi calibration cache v1\n# device: ") + kKey +
+                                                  "\n1e-6,1," + kMm + "\n")
+                  .ok());
+  CalibrationCache stale_steps = CalibrationCache::Open(dir, kKey, CalibrationSource::kSteps);
+  EXPECT_EQ(stale_steps.warning(),
             steps_path + ":1: written by another version of Magi ('# magi calibration cache v1'; this version reads "
-                         "'# magi calibration cache v2'); the cached step times are ignored until a run that records "
-                         "its steps replaces the file");
+                         "'# magi calibration cache v2'); the cached step times are ignored and the file replaced by "
+                         "an empty table");
+  EXPECT_EQ(stale_steps.table().size(), 0u);
+  CalibrationCache reopened = CalibrationCache::Open(dir, kKey, CalibrationSource::kSteps);
+  EXPECT_TRUE(reopened.loaded());
+  EXPECT_EQ(reopened.warning(), "");
+  EXPECT_EQ(reopened.table().size(), 0u);
   ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v2\n# device: cpu Other\n1e-6,1,x\n").ok());
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
             path + ":2: holds the times of device 'cpu Other', not of '" + kKey +
