@@ -761,6 +761,11 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::string csv = "step,loss\n";
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);
     const std::string energy_json = energy.SummaryJson();
+    // What the allocator's peak holds that no plan does: PyTorch's GEMM workspaces on CUDA
+    // (kept from their first GEMM on, so what is held now was held at the peak), as
+    // predicted before the first step and as held now. -1: not known.
+    const int64_t library_bytes_predicted = (*trainer)->predicted_library_device_bytes();
+    const int64_t library_bytes = (*trainer)->library_device_bytes();
     std::string summary = absl::StrFormat(
         "{\"initial_loss\": %.6f, \"final_loss\": %.6f, \"steps\": %d, \"world_size\": %d, \"tokens_per_s\": %.1f, "
         "\"peak_memory_bytes\": %d, \"predicted_peak_memory_bytes\": %d, \"step_seconds\": %.6f, "
@@ -770,6 +775,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
         "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, "
         "\"calibrated_kernels_from_steps\": %d, \"timed_step_seconds\": [%s], %s, "
+        "\"predicted_library_device_bytes\": %d, \"library_device_bytes\": %d, "
         "\"eager_max_relative_loss_difference\": %s, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
@@ -778,7 +784,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
-        (*trainer)->calibration_stats().from_steps, each_step_json, energy_json,
+        (*trainer)->calibration_stats().from_steps, each_step_json, energy_json, library_bytes_predicted,
+        library_bytes,
         !check_eager                    ? std::string("null")
         : std::isfinite(worst_relative) ? absl::StrFormat("%.3e", worst_relative)
                                         : absl::StrFormat("\"%f\"", worst_relative),  // JSON has no NaN: "nan", "inf"
@@ -801,9 +808,15 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (std::string note = (*trainer)->FinishStepCalibration(); !note.empty()) {
       std::fprintf(stderr, "magi: %s\n", note.c_str());
     }
-    std::fprintf(stderr, "step graph: %.1f ms measured (predicted %.1f), peak %.3f MB measured (predicted %.3f%s)\n",
+    std::fprintf(stderr, "step graph: %.1f ms measured (predicted %.1f), peak %.3f MB measured (predicted %.3f%s%s)\n",
                  timed_steps > 0 ? step_seconds_sum / timed_steps * 1e3 : 0.0, predicted.step_seconds * 1e3,
                  peak_bytes / 1e6, predicted.peak_bytes / 1e6,
+                 library_bytes_predicted > 0 || library_bytes > 0
+                     ? absl::StrFormat("; PyTorch's GEMM workspaces hold %.3f more, predicted %.3f: %.3f",
+                                       library_bytes / 1e6, library_bytes_predicted / 1e6,
+                                       (predicted.peak_bytes + library_bytes_predicted) / 1e6)
+                           .c_str()
+                     : "",
                  optimization.memory_budget_bytes > 0
                      ? absl::StrFormat(", budget %.3f", optimization.memory_budget_bytes / 1e6).c_str()
                      : "");

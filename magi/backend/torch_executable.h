@@ -53,6 +53,20 @@ class TorchExecutable : public Executable {
   virtual const RunStats& last_run_stats() const = 0;
   // Records RunStats::node_seconds on later runs (off by default: it costs a clock read per node).
   virtual void set_profile_nodes(bool on) = 0;
+  // Device memory that libraries hold outside any graph's values, on CUDA PyTorch's GEMM
+  // workspaces (one per cuBLAS handle and stream that ran a GEMM; kept from then on:
+  // magi/compat/gemm_workspace.h). The caching allocator counts it, and so does
+  // peak_live_bytes of a runtime that reports the allocator's peak; no memory plan does.
+  // LibraryDeviceBytesHeld: what is held now on the executable's device.
+  // LibraryDeviceBytesRunsAdd: what this executable's runs will add to it as configured
+  // (asked before the first Run), the caller's current stream's workspace included with
+  // `count_caller_stream` (two executables run from one stream count it once). 0: nothing
+  // (CPU, or a backend whose peak_live_bytes counts only the graph's storages); -1: unknown.
+  virtual int64_t LibraryDeviceBytesHeld() { return 0; }
+  virtual int64_t LibraryDeviceBytesRunsAdd(bool count_caller_stream) {
+    (void)count_caller_stream;
+    return 0;
+  }
   // Writes a Chrome/Perfetto timeline of the next Run to `path` (device-timed where the
   // backend runs on a device). Unimplemented where the backend cannot.
   virtual absl::Status TraceNextRun(const std::string& path) {

@@ -23,6 +23,8 @@ struct Trained {
   std::vector<Partition> partitions;
   int64_t peak_bytes = 0;
   size_t split_entries = 0;  // state entries held split (split_master_weights)
+  int64_t library_bytes_predicted = 0;  // FsdpTrainer::predicted_library_device_bytes
+  int64_t library_bytes_held = 0;       // ... library_device_bytes after the steps
 };
 
 Trained Train(const std::string& backend, bool bf16, int steps, const std::string& trace_path = "",
@@ -62,6 +64,7 @@ Trained Train(const std::string& backend, bool bf16, int steps, const std::strin
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   Trained out;
+  out.library_bytes_predicted = (*trainer)->predicted_library_device_bytes();
   for (int step = 0; step < steps; ++step) {
     if (step == steps - 1 && !trace_path.empty()) {
       absl::Status traced = (*trainer)->TraceNextStep(trace_path);
@@ -73,6 +76,7 @@ Trained Train(const std::string& backend, bool bf16, int steps, const std::strin
     out.losses.push_back(*loss);
     out.peak_bytes = std::max(out.peak_bytes, (*trainer)->last_run_stats().peak_live_bytes);
   }
+  out.library_bytes_held = (*trainer)->library_device_bytes();
   // As checkpointed: split masters joined, so runs with and without them compare.
   absl::StatusOr<RankState> state = (*trainer)->CheckpointState();
   EXPECT_TRUE(state.ok()) << state.status();
@@ -119,6 +123,18 @@ TEST(NcclStreamTrainingTest, MatchesTheInterpreterInFp32) {
   EXPECT_NE(text.str().find("aten::mm"), std::string::npos);
   ExpectClose(reference, Train("nccl_stream{donate=false,cuda_graph=true}", false, steps), 1e-5, "not donated",
               1e-4);
+}
+
+// PyTorch's GEMM workspaces (32 MiB per cuBLAS handle and stream on an H200) are device
+// memory the allocator's peak counts and no plan does: predicted when the trainer is made,
+// from what is held then (earlier tests' workspaces included) and the streams the step adds.
+TEST(NcclStreamTrainingTest, PredictsTheGemmWorkspacesItsStepsLeave) {
+  for (const std::string backend : {"nccl_stream", "nccl_stream{cuda_graph=true}"}) {
+    Trained trained = Train(backend, /*bf16=*/true, 4);
+    if (trained.library_bytes_predicted < 0) GTEST_SKIP() << "this LibTorch does not say what its workspaces hold";
+    EXPECT_GT(trained.library_bytes_predicted, 0) << backend;
+    EXPECT_EQ(trained.library_bytes_predicted, trained.library_bytes_held) << backend;
+  }
 }
 
 TEST(NcclStreamTrainingTest, MatchesTheInterpreterInBf16MixedPrecision) {

@@ -12,9 +12,11 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/backend/common/fused_adamw.h"
 #include "magi/backend/common/fused_adamw_operands.h"
 #include "magi/backend/common/step_plan.h"
@@ -25,6 +27,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/compat/cuda_graph.h"
 #include "magi/compat/deterministic.h"
+#include "magi/compat/gemm_workspace.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
@@ -196,6 +199,36 @@ class NcclStreamExecutable : public TorchExecutable {
   }
 
   bool graph_captured() const { return graph_ != nullptr; }
+
+  int64_t LibraryDeviceBytesHeld() override { return compat::GemmWorkspacesOn(device_).bytes; }
+
+  // PyTorch's GEMM workspaces the step's runs add: one for the caller's current stream (Run
+  // runs the step's kernels there) and, as a CUDA graph, one for the capture stream, each
+  // unless that stream holds one already. (Measured on an H200, session 19: the small
+  // model's step captured on the device left two, this thread's and the autograd engine's
+  // backward thread's, both on the default stream; the CUDA graph added the capture
+  // stream's: 64 and 96 MiB.)
+  int64_t LibraryDeviceBytesRunsAdd(bool count_caller_stream) override {
+    bool gemms = false, bias_gemms = false;
+    for (const NodePlan& plan : step_.nodes) {
+      if (plan.node == nullptr) continue;
+      const std::string& op = plan.node->op();
+      // A partition's compiled kernels call cuBLAS for their matmuls (Inductor's extern mm).
+      gemms = gemms || plan.kind == NodePlan::Kind::kCall || GetOpTraits(op).matmul_like();
+      bias_gemms = bias_gemms || absl::StartsWith(op, "aten::addmm") || absl::StartsWith(op, "aten::baddbmm");
+    }
+    const int64_t per_stream = compat::GemmWorkspaceBytesOfNewPair(bias_gemms);
+    if (per_stream < 0) return -1;
+    if (!gemms) return 0;
+    int64_t new_streams = 0;
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    if (count_caller_stream && !compat::HoldsGemmWorkspaceFor(device_, current.stream())) ++new_streams;
+    if (options_.cuda_graph && !graph_failed_ && graph_ == nullptr && streams_.capturable() &&
+        !compat::HoldsGemmWorkspaceFor(device_, CaptureStream().stream())) {
+      ++new_streams;
+    }
+    return new_streams * per_stream;
+  }
 
  private:
   NcclStreamExecutable() = default;
@@ -669,6 +702,17 @@ class NcclStreamExecutable : public TorchExecutable {
 
   // ---- CUDA graphs ----
 
+  // The stream the graph is captured on, taken from the pool once (LibraryDeviceBytesRunsAdd
+  // asks which it is before the capture). The default priority, below the communication
+  // streams' (NCCL's kernels go first); the optimizer stream has the same priority as
+  // compute: CUDA's lowest is the default.
+  c10::cuda::CUDAStream CaptureStream() {
+    if (!capture_stream_) {
+      capture_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
+    }
+    return *capture_stream_;
+  }
+
   absl::StatusOr<std::vector<at::Tensor>> CaptureAndReplay(const std::vector<at::Tensor>& inputs) {
     if (!streams_.capturable()) {
       graph_failed_ = true;
@@ -679,10 +723,7 @@ class NcclStreamExecutable : public TorchExecutable {
       return RunStreams(inputs, false, false);
     }
     c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
-    // The default priority, below the communication streams' (NCCL's kernels go first).
-    // The optimizer stream has the same priority as compute: CUDA's lowest is the default.
-    c10::cuda::CUDAStream capture_stream =
-        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_));
+    const c10::cuda::CUDAStream capture_stream = CaptureStream();
     // The capture stream starts after everything the caller queued (inputs being made).
     cudaEvent_t ready = Event(2 * step_.nodes.size() + 1);
     MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, caller.stream()), "cudaEventRecord"));
@@ -900,6 +941,7 @@ class NcclStreamExecutable : public TorchExecutable {
   std::vector<std::vector<int>> release_slots_;
   std::vector<int> release_at_end_slots_;  // released after the optimizer stream's join
   c10::optional<c10::cuda::CUDAStream> optimizer_stream_;
+  c10::optional<c10::cuda::CUDAStream> capture_stream_;  // CaptureStream
   bool optimizer_pending_ = false;                // batches launched since the last join
   std::vector<at::Tensor> optimizer_keep_alive_;  // contiguous copies the optimizer stream reads
   std::vector<char> deferred_cast_;  // per node: a gradient cast AdamW does (stream_plan.h)

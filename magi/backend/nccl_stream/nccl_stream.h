@@ -39,6 +39,10 @@
 // RunStats::peak_live_bytes is the CUDA caching allocator's peak of allocated bytes (what
 // torch.cuda.max_memory_allocated reports), counted since the caller last reset the
 // allocator's peak statistics; a CUDA graph's memory is allocated while it is captured.
+// That peak also holds PyTorch's GEMM workspaces (32 MiB per cuBLAS handle and stream on an
+// H200), which no plan counts: LibraryDeviceBytesHeld says what they hold, and
+// LibraryDeviceBytesRunsAdd what this executable's runs will add (the caller's stream's and
+// the capture stream's; magi/compat/gemm_workspace.h).
 // Where it cannot run: tensors not on CUDA in collectives, communicators that are not
 // NCCL: those fail with a Status naming the node.
 #ifndef MAGI_BACKEND_NCCL_STREAM_NCCL_STREAM_H_

@@ -192,6 +192,17 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   options.sharding = plan;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
   MAGI_RETURN_IF_ERROR(bind(*trainer->executable_, trainer->compiled_.module()));
+  {
+    // Before any step runs (the runs' additions are counted from what is held now); both
+    // executables run from the caller's stream: its workspace counted once.
+    const int64_t held = trainer->executable_->LibraryDeviceBytesHeld();
+    const int64_t step_adds = trainer->executable_->LibraryDeviceBytesRunsAdd(/*count_caller_stream=*/true);
+    const int64_t accumulate_adds = trainer->accumulate_executable_ != nullptr
+                                        ? trainer->accumulate_executable_->LibraryDeviceBytesRunsAdd(false)
+                                        : 0;
+    trainer->predicted_library_device_bytes_ =
+        held < 0 || step_adds < 0 || accumulate_adds < 0 ? -1 : held + step_adds + accumulate_adds;
+  }
   // Capture leaves the module's buffers as they were (the first step reads them): the
   // trainer references them and replaces its references when a step updates them.
   trainer->buffers_ = TakeBuffers(root);

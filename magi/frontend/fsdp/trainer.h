@@ -182,6 +182,14 @@ class FsdpTrainer {
   const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
   const std::string& strategy_report() const { return compiled_.optimized.strategy_report; }
   const SimulationResult& prediction() const { return compiled_.prediction; }
+  // Device memory that libraries will hold outside the step's values once it has run
+  // (PyTorch's GEMM workspaces on CUDA; TorchExecutable::LibraryDeviceBytesHeld), predicted
+  // when the trainer was created: what they held then plus what the step's executables'
+  // runs add. A runtime that reports the allocator's peak counts it; prediction() does not.
+  // 0 on CPU; -1: not known.
+  int64_t predicted_library_device_bytes() const { return predicted_library_device_bytes_; }
+  // What they hold now (after steps: what they held at the step's peak, since they keep it).
+  int64_t library_device_bytes() const { return executable_->LibraryDeviceBytesHeld(); }
   // What calibration by default did for the step ("" unless StepOptimization::calibration is "auto").
   const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
   const CalibrationStats& calibration_stats() const { return compiled_.optimized.calibration_stats; }
@@ -249,6 +257,7 @@ class FsdpTrainer {
   std::vector<std::string> split_state_;     // the "<p>.shard" entries held split
   std::map<std::string, std::vector<int64_t>> full_shapes_;
   int64_t step_ = 0;
+  int64_t predicted_library_device_bytes_ = 0;
   bool profile_nodes_ = false;  // set_profile_nodes
   std::optional<StepBindings> step_bindings_;  // bound at the first step; reset when the maps are replaced
   at::Tensor adamw_decay_, adamw_step_size_, adamw_bc2_sqrt_;  // step inputs, rewritten in place each step

@@ -1,0 +1,116 @@
+// Device memory that PyTorch's GEMM workspaces hold: memory the CUDA caching allocator
+// counts (torch.cuda.max_memory_allocated, RunStats::peak_live_bytes of nccl_stream) but no
+// step plan does, since no graph value owns it.
+//
+// LibTorch gives each (cuBLAS handle, stream) pair that runs a GEMM a workspace of
+// getChosenWorkspaceSize() bytes, allocated through the caching allocator at the pair's first
+// GEMM and kept until clearCublasWorkspaces (handles are per thread, so a stream used from
+// two threads holds two). cuBLASLt GEMMs (addmm with a bias) take a second workspace per pair
+// of getCUDABlasLtWorkspaceSize() bytes unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 shares
+// the cuBLAS one. Measured on an H200 with PyTorch 2.11 (session 19,
+// docs/benchmarks/device_runs/cublas_workspace_probe.py): 32 MiB per pair for cuBLAS, 1 MiB
+// for cuBLASLt; the small model's nccl_stream step held two pairs eagerly, three as a CUDA
+// graph (the capture stream's), 64 and 96 MiB beyond its plan.
+//
+// The maps are LibTorch internals whose shape changed over versions (this form, with its
+// mutex, is checked on 2.11 and 2.12): elsewhere GemmWorkspaceBytes returns -1 (unknown).
+#ifndef MAGI_COMPAT_GEMM_WORKSPACE_H_
+#define MAGI_COMPAT_GEMM_WORKSPACE_H_
+
+#include <ATen/cuda/CUDAContextLight.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/api/include/torch/version.h>
+
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <tuple>
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+#define MAGI_TORCH_GEMM_WORKSPACE_MAPS 1
+#include <c10/util/env.h>
+#else
+#define MAGI_TORCH_GEMM_WORKSPACE_MAPS 0
+#endif
+
+namespace magi::compat {
+
+struct GemmWorkspaces {
+  int64_t cublas = 0;    // (handle, stream) pairs holding a cuBLAS workspace on the device
+  int64_t cublaslt = 0;  // ... holding a cuBLASLt workspace
+  int64_t handles = 0;   // distinct handles (threads) among the cuBLAS pairs
+  int64_t streams = 0;   // distinct streams among the cuBLAS pairs
+  int64_t bytes = -1;    // what they hold together; -1: this LibTorch does not say
+};
+
+// The GEMM workspaces PyTorch holds now on CUDA device `device`.
+inline GemmWorkspaces GemmWorkspacesOn(int device) {
+  GemmWorkspaces held;
+#if MAGI_TORCH_GEMM_WORKSPACE_MAPS
+  auto count = [device](at::cuda::WorkspaceMapWithMutex& workspaces) {
+    std::shared_lock<std::shared_mutex> lock(workspaces.mutex);
+    int64_t n = 0;
+    for (const auto& [key, data] : workspaces.map) {
+      n += data.device().is_cuda() && data.device().index() == device;
+    }
+    return n;
+  };
+  held.cublas = count(at::cuda::cublas_handle_stream_to_workspace());
+  held.cublaslt = count(at::cuda::cublaslt_handle_stream_to_workspace());
+  {
+    at::cuda::WorkspaceMapWithMutex& workspaces = at::cuda::cublas_handle_stream_to_workspace();
+    std::shared_lock<std::shared_mutex> lock(workspaces.mutex);
+    std::set<void*> handles, streams;
+    for (const auto& [key, data] : workspaces.map) {
+      if (!data.device().is_cuda() || data.device().index() != device) continue;
+      handles.insert(std::get<0>(key));
+      streams.insert(std::get<1>(key));
+    }
+    held.handles = static_cast<int64_t>(handles.size());
+    held.streams = static_cast<int64_t>(streams.size());
+  }
+  held.bytes = held.cublas * static_cast<int64_t>(at::cuda::getChosenWorkspaceSize()) +
+               held.cublaslt * static_cast<int64_t>(at::cuda::getCUDABlasLtWorkspaceSize());
+#else
+  (void)device;
+#endif
+  return held;
+}
+
+// Whether PyTorch holds a cuBLAS workspace for `stream` on `device` (under any handle).
+inline bool HoldsGemmWorkspaceFor(int device, cudaStream_t stream) {
+#if MAGI_TORCH_GEMM_WORKSPACE_MAPS
+  at::cuda::WorkspaceMapWithMutex& workspaces = at::cuda::cublas_handle_stream_to_workspace();
+  std::shared_lock<std::shared_mutex> lock(workspaces.mutex);
+  for (const auto& [key, data] : workspaces.map) {
+    if (data.device().is_cuda() && data.device().index() == device &&
+        std::get<1>(key) == static_cast<void*>(stream)) {
+      return true;
+    }
+  }
+#else
+  (void)device;
+  (void)stream;
+#endif
+  return false;
+}
+
+// What the first GEMMs of one more (handle, stream) pair make PyTorch hold: its cuBLAS
+// workspace and, with `bias_gemms` (addmm's cuBLASLt path) unless
+// TORCH_CUBLASLT_UNIFIED_WORKSPACE shares the cuBLAS one, its cuBLASLt workspace. -1 where
+// GemmWorkspacesOn cannot say.
+inline int64_t GemmWorkspaceBytesOfNewPair(bool bias_gemms) {
+#if MAGI_TORCH_GEMM_WORKSPACE_MAPS
+  const bool unified = c10::utils::check_env("TORCH_CUBLASLT_UNIFIED_WORKSPACE") == true;
+  return static_cast<int64_t>(at::cuda::getChosenWorkspaceSize()) +
+         (bias_gemms && !unified ? static_cast<int64_t>(at::cuda::getCUDABlasLtWorkspaceSize()) : 0);
+#else
+  (void)bias_gemms;
+  return -1;
+#endif
+}
+
+}  // namespace magi::compat
+
+#endif  // MAGI_COMPAT_GEMM_WORKSPACE_H_
