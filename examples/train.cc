@@ -761,9 +761,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::string csv = "step,loss\n";
     for (const auto& [step, loss] : curve) absl::StrAppendFormat(&csv, "%d,%.6f\n", step, loss);
     const std::string energy_json = energy.SummaryJson();
-    // What the allocator's peak holds that no plan does: PyTorch's GEMM workspaces on CUDA
-    // (kept from their first GEMM on, so what is held now was held at the peak), as
-    // predicted before the first step and as held now. -1: not known.
+    // What the allocator's peak holds that no plan does: PyTorch's GEMM workspaces on CUDA,
+    // as predicted before the first step and as held now. They are kept from their first GEMM
+    // on, so what is held now was held at the peak, but for any that --check_eager's
+    // reference made after it (its backward's thread, when capture ran on meta). -1: not known.
     const int64_t library_bytes_predicted = (*trainer)->predicted_library_device_bytes();
     const int64_t library_bytes = (*trainer)->library_device_bytes();
     std::string summary = absl::StrFormat(

@@ -5,19 +5,21 @@
 // LibTorch gives each (cuBLAS handle, stream) pair that runs a GEMM a workspace of
 // getChosenWorkspaceSize() bytes, allocated through the caching allocator at the pair's first
 // GEMM and kept until clearCublasWorkspaces (handles are per thread, so a stream used from
-// two threads holds two). cuBLASLt GEMMs (addmm with a bias) take a second workspace per pair
-// of getCUDABlasLtWorkspaceSize() bytes unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 shares
-// the cuBLAS one. Measured on an H200 with PyTorch 2.11 (session 19,
+// two threads holds two; 2.12 also frees a CUDA graph's capture-stream workspace when the
+// graph is reset). cuBLASLt GEMMs (addmm with a bias) take a second workspace per pair of
+// getCUDABlasLtWorkspaceSize() bytes unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 shares the
+// cuBLAS one. Measured on an H200 with PyTorch 2.11 (session 19,
 // docs/benchmarks/device_runs/cublas_workspace_probe.py): 32 MiB per pair for cuBLAS, 1 MiB
 // for cuBLASLt; the small model's nccl_stream step held two pairs eagerly, three as a CUDA
 // graph (the capture stream's), 64 and 96 MiB beyond its plan.
 //
-// The maps are LibTorch internals whose shape changed over versions (this form, with its
-// mutex, is checked on 2.11 and 2.12): elsewhere GemmWorkspaceBytes returns -1 (unknown).
+// The maps are LibTorch internals whose shape changes between versions (upstream has since
+// made their values (DataPtr, size) pairs): read where their form is known, 2.11 (measured)
+// and 2.12 (compiled); elsewhere GemmWorkspacesOn says -1 (unknown).
 #ifndef MAGI_COMPAT_GEMM_WORKSPACE_H_
 #define MAGI_COMPAT_GEMM_WORKSPACE_H_
 
-#include <ATen/cuda/CUDAContextLight.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
 #include <torch/csrc/api/include/torch/version.h>
 
@@ -27,7 +29,7 @@
 #include <shared_mutex>
 #include <tuple>
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11 && TORCH_VERSION_MINOR <= 12
 #define MAGI_TORCH_GEMM_WORKSPACE_MAPS 1
 #include <c10/util/env.h>
 #else

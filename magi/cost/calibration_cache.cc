@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "magi/base/file.h"
@@ -16,6 +17,7 @@ namespace {
 
 // v2: collectives that overlap compute are keyed apart (CalibrationTable::KeyOf); a v1 file
 // averaged them with the same collectives run alone, so it is measured again.
+constexpr int kFormatVersion = 2;
 constexpr absl::string_view kFormatLine = "magi calibration cache v2";
 constexpr absl::string_view kDeviceLinePrefix = "# device: ";
 
@@ -53,8 +55,9 @@ std::string CalibrationCache::Comment() const {
 }
 
 std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, const std::string& device_key,
-                                                       bool* exists, std::string* why) {
+                                                       bool* exists, std::string* why, bool* replaceable) {
   *exists = false;
+  *replaceable = false;
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return std::nullopt;
   *exists = true;
@@ -66,17 +69,21 @@ std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, 
   // The device line: the file's second line (the first says what the file is).
   std::vector<absl::string_view> lines = absl::StrSplit(*text, absl::MaxSplits('\n', 2));
   // Another version's cache (its keys or columns may mean other things): named as such,
-  // not as a foreign file.
+  // not as a foreign file; an older one's times are of no use to anyone any more.
   constexpr absl::string_view kAnyVersion = "# magi calibration cache v";
-  if (!lines.empty() && absl::StartsWith(lines[0], kAnyVersion) && lines[0] != absl::StrCat("# ", kFormatLine)) {
-    *why = absl::StrCat(path, ":1: written by another version of Magi ('", lines[0], "'; this version reads '# ",
-                        kFormatLine, "')");
+  int version = 0;
+  if (!lines.empty() && absl::StartsWith(lines[0], kAnyVersion) &&
+      absl::SimpleAtoi(lines[0].substr(kAnyVersion.size()), &version) && version != kFormatVersion) {
+    *why = absl::StrCat(path, ":1: written by ", version < kFormatVersion ? "an older" : "a newer",
+                        " version of Magi ('", lines[0], "'; this version reads '# ", kFormatLine, "')");
+    *replaceable = version < kFormatVersion;
     return std::nullopt;
   }
   if (lines.size() < 2 || lines[0] != absl::StrCat("# ", kFormatLine) ||
       !absl::StartsWith(lines[1], kDeviceLinePrefix)) {
     *why = absl::StrCat(path, ":1: not a Magi calibration cache (expected '# ", kFormatLine, "' then '",
                         kDeviceLinePrefix, "...')");
+    *replaceable = true;
     return std::nullopt;
   }
   absl::string_view key = lines[1].substr(kDeviceLinePrefix.size());
@@ -87,6 +94,7 @@ std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, 
   absl::StatusOr<CalibrationTable> table = CalibrationTable::FromCsv(*text, path);
   if (!table.ok()) {
     *why = std::string(table.status().message());
+    *replaceable = true;
     return std::nullopt;
   }
   return *std::move(table);
@@ -98,28 +106,38 @@ CalibrationCache CalibrationCache::Open(const std::string& dir, const std::strin
   cache.device_key_ = device_key;
   cache.source_ = source;
   cache.path_ = absl::StrCat(dir, "/", FileNameFor(device_key, source));
-  bool exists = false;
+  bool exists = false, replaceable = false;
   std::string why;
-  std::optional<CalibrationTable> table = Read(cache.path_, device_key, &exists, &why);
-  if (table) {
-    cache.table_ = *std::move(table);
-    cache.loaded_ = true;
-  } else if (exists) {
-    if (source == CalibrationSource::kSteps) {
-      // Step times are written only by a run that records its steps, which many never do (a
-      // short test, a generation run): until one did, every compile of every process would
-      // warn again. An empty table of this version takes the file's place at once (written
-      // atomically; a run that records steps merges into whatever the file holds then).
+  std::optional<CalibrationTable> table = Read(cache.path_, device_key, &exists, &why, &replaceable);
+  if (!table && exists && replaceable && source == CalibrationSource::kSteps) {
+    // Step times are written only by a run that records its steps, which many never do (a
+    // short test, a generation run): until one did, every compile of every process would
+    // warn again. An empty table of this version takes the file's place at once, unless
+    // another process wrote a good one since it was read (a run that records steps merges
+    // into whatever the file holds when it saves).
+    std::string why_now;
+    std::optional<CalibrationTable> now = Read(cache.path_, device_key, &exists, &why_now, &replaceable);
+    if (now) {
+      table = std::move(now);
+    } else if (exists && replaceable) {
       absl::Status replaced = CalibrationTable().Save(cache.path_, cache.Comment());
       cache.warning_ =
           replaced.ok()
               ? absl::StrCat(why, "; the cached step times are ignored and the file replaced by an empty table")
               : absl::StrCat(why, "; the cached step times are ignored (replacing the file failed: ",
                              replaced.message(), ")");
+      return cache;
     } else {
-      // Measured again at once by the compile that opened it, and saved (Save).
-      cache.warning_ = absl::StrCat(why, "; the cached times are ignored, measured again and the file replaced");
+      why = why_now;
     }
+  }
+  if (table) {
+    cache.table_ = *std::move(table);
+    cache.loaded_ = true;
+  } else if (exists) {
+    cache.warning_ = absl::StrCat(
+        why, !replaceable ? "; the file is left as it is and the times measured now are not cached"
+                          : "; the cached times are ignored, measured again and the file replaced");
   }
   return cache;
 }
@@ -153,9 +171,11 @@ absl::Status CalibrationCache::Save() {
         absl::StrCat("cannot create the calibration cache folder ", dir.string(), ": ", error.message()));
   }
   // What another rank or job wrote since Open stays, unless this one measured it anew.
-  bool exists = false;
+  bool exists = false, replaceable = false;
   std::string why;
-  CalibrationTable merged = Read(path_, device_key_, &exists, &why).value_or(CalibrationTable());
+  std::optional<CalibrationTable> held = Read(path_, device_key_, &exists, &why, &replaceable);
+  if (!held && exists && !replaceable) return absl::OkStatus();  // not this version's to write over (warning())
+  CalibrationTable merged = held.value_or(CalibrationTable());
   for (const auto& [key, entry] : added_.entries()) merged.Set(key, entry.mean_seconds, entry.count, entry.working_bytes);
   absl::Status saved = merged.Save(path_, Comment());
   if (!saved.ok()) return saved;

@@ -16,8 +16,9 @@
 // input, so it opens empty with a warning naming the file and the cause, the kernels are
 // measured again, and Save replaces the file; a `.steps.csv` that cannot be used is replaced
 // by an empty table at Open already (step times are saved only by runs that record steps,
-// so every other run would warn again). A file of another Magi version's cache format is
-// named as such. (A table the user names, --calibration=PATH,
+// so every other run would warn again). A newer Magi version's file, or another device's
+// whose name collides with this key's, is left as it is (the times measured now are not
+// cached). (A table the user names, --calibration=PATH,
 // is an input: CalibrationTable::Load fails on it, naming the line.) Save writes
 // atomically (temp file + rename) after merging what the file holds by then, so ranks and
 // jobs that save at the same time lose nothing but what they wrote in the same instant,
@@ -71,14 +72,18 @@ class CalibrationCache {
   // most `max_old_count` samples: older runs fade instead of outvoting the newest forever.
   void Fold(const std::string& key, double seconds, int64_t count, int64_t max_old_count);
   // Writes the entries Set since the last Save to path() (creating the folder), merged
-  // with what the file holds by then. Nothing new: OK without touching the file.
+  // with what the file holds by then. Nothing new, or a file this version must not write
+  // over (a newer version's, another device's: warning() said so): OK without touching it.
   absl::Status Save();
 
  private:
   CalibrationCache() = default;
-  // The file's table if it is a valid table of this device key; else the reason in *why.
+  // The file's table if it is a valid table of this device key; else the reason in *why,
+  // and in *replaceable whether this version may write over it: yes for a file that does
+  // not parse or an older version's; no for a newer version's (another checkout sharing the
+  // folder) or another device's whose file name collides with this key's.
   static std::optional<CalibrationTable> Read(const std::string& path, const std::string& device_key,
-                                              bool* exists, std::string* why);
+                                              bool* exists, std::string* why, bool* replaceable);
   std::string Comment() const;
 
   std::string device_key_;

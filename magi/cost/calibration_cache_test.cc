@@ -98,12 +98,12 @@ TEST(CalibrationCacheTest, ACorruptFileIsAWarningAndIsReplacedOnSave) {
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
             path + ":1: not a Magi calibration cache (expected '# magi calibration cache v2' then '# device: ...'); "
                    "the cached times are ignored, measured again and the file replaced");
-  // Another version's cache: named as such.
+  // An older version's cache: named as such, and replaced.
   ASSERT_TRUE(WriteFileAtomically(path, std::string("# magi calibration cache v1\n# device: ") + kKey +
                                             "\n1e-6,1," + kMm + "\n")
                   .ok());
   EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
-            path + ":1: written by another version of Magi ('# magi calibration cache v1'; this version reads "
+            path + ":1: written by an older version of Magi ('# magi calibration cache v1'; this version reads "
                    "'# magi calibration cache v2'); the cached times are ignored, measured again and the file replaced");
   // The times of real steps are written only by runs that record steps: an unusable file is
   // replaced by an empty table at once, so the next process opens it without a warning.
@@ -113,7 +113,7 @@ TEST(CalibrationCacheTest, ACorruptFileIsAWarningAndIsReplacedOnSave) {
                   .ok());
   CalibrationCache stale_steps = CalibrationCache::Open(dir, kKey, CalibrationSource::kSteps);
   EXPECT_EQ(stale_steps.warning(),
-            steps_path + ":1: written by another version of Magi ('# magi calibration cache v1'; this version reads "
+            steps_path + ":1: written by an older version of Magi ('# magi calibration cache v1'; this version reads "
                          "'# magi calibration cache v2'); the cached step times are ignored and the file replaced by "
                          "an empty table");
   EXPECT_EQ(stale_steps.table().size(), 0u);
@@ -121,10 +121,33 @@ TEST(CalibrationCacheTest, ACorruptFileIsAWarningAndIsReplacedOnSave) {
   EXPECT_TRUE(reopened.loaded());
   EXPECT_EQ(reopened.warning(), "");
   EXPECT_EQ(reopened.table().size(), 0u);
-  ASSERT_TRUE(WriteFileAtomically(path, "# magi calibration cache v2\n# device: cpu Other\n1e-6,1,x\n").ok());
-  EXPECT_EQ(CalibrationCache::Open(dir, kKey).warning(),
-            path + ":2: holds the times of device 'cpu Other', not of '" + kKey +
-                "'; the cached times are ignored, measured again and the file replaced");
+}
+
+// A newer version's file (another checkout sharing the folder) and another device's whose
+// name collides with this key's are theirs: named, left as they are, not written over.
+TEST(CalibrationCacheTest, ANewerVersionsOrAnotherDevicesFileIsLeftAsItIs) {
+  const std::string dir = FreshDir("foreign");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + CalibrationCache::FileNameFor(kKey);
+  const std::string steps_path = dir + "/" + CalibrationCache::FileNameFor(kKey, CalibrationSource::kSteps);
+  const std::string newer = std::string("# magi calibration cache v3\n# device: ") + kKey + "\n1e-6,1," + kMm + "\n";
+  const std::string other = "# magi calibration cache v2\n# device: cpu Other\n1e-6,1,x\n";
+  for (const std::string& contents : {newer, other}) {
+    ASSERT_TRUE(WriteFileAtomically(path, contents).ok());
+    ASSERT_TRUE(WriteFileAtomically(steps_path, contents).ok());
+    CalibrationCache cache = CalibrationCache::Open(dir, kKey);
+    EXPECT_EQ(cache.warning(),
+              path + (contents == newer ? ":1: written by a newer version of Magi ('# magi calibration cache v3'; "
+                                          "this version reads '# magi calibration cache v2')"
+                                        : std::string(":2: holds the times of device 'cpu Other', not of '") + kKey + "'") +
+                  "; the file is left as it is and the times measured now are not cached");
+    cache.Set(kExp, 1e-6, 3);
+    EXPECT_TRUE(cache.Save().ok());
+    EXPECT_EQ(*ReadFile(path), contents);
+    CalibrationCache steps = CalibrationCache::Open(dir, kKey, CalibrationSource::kSteps);
+    EXPECT_FALSE(steps.loaded());
+    EXPECT_EQ(*ReadFile(steps_path), contents);
+  }
 }
 
 TEST(CalibrationCacheTest, AnUnwritableFolderIsAnErrorOfSave) {

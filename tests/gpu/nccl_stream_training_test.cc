@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "magi/compat/gemm_workspace.h"
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/models/llama.h"
 #include "magi/runtime/nccl/nccl_communicator.h"
@@ -23,6 +24,7 @@ struct Trained {
   std::vector<Partition> partitions;
   int64_t peak_bytes = 0;
   size_t split_entries = 0;  // state entries held split (split_master_weights)
+  int64_t library_bytes_at_create = 0;  // FsdpTrainer::library_device_bytes when it was made
   int64_t library_bytes_predicted = 0;  // FsdpTrainer::predicted_library_device_bytes
   int64_t library_bytes_held = 0;       // ... library_device_bytes after the steps
 };
@@ -64,6 +66,7 @@ Trained Train(const std::string& backend, bool bf16, int steps, const std::strin
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   Trained out;
+  out.library_bytes_at_create = (*trainer)->library_device_bytes();
   out.library_bytes_predicted = (*trainer)->predicted_library_device_bytes();
   for (int step = 0; step < steps; ++step) {
     if (step == steps - 1 && !trace_path.empty()) {
@@ -134,6 +137,11 @@ TEST(NcclStreamTrainingTest, PredictsTheGemmWorkspacesItsStepsLeave) {
     if (trained.library_bytes_predicted < 0) GTEST_SKIP() << "this LibTorch does not say what its workspaces hold";
     EXPECT_GT(trained.library_bytes_predicted, 0) << backend;
     EXPECT_EQ(trained.library_bytes_predicted, trained.library_bytes_held) << backend;
+    // Capture ran the step on the device's default stream (steps run there too): as a CUDA
+    // graph, the capture stream's workspace is the one the steps add.
+    EXPECT_EQ(trained.library_bytes_predicted - trained.library_bytes_at_create,
+              backend == "nccl_stream" ? 0 : compat::GemmWorkspaceBytesOfNewPair(/*bias_gemms=*/false))
+        << backend;
   }
 }
 

@@ -1,8 +1,9 @@
 # Session 19, call C: PyTorch's GEMM workspaces predicted (FsdpTrainer::predicted_library_device_bytes,
 # from TorchExecutable::LibraryDeviceBytesRunsAdd) against what is held after the steps. The GPU
 # test (it checks the two are equal, eager and as a CUDA graph), then the small step eager, as a
-# CUDA graph, with --init=meta (nothing held before the first step), with --cpu_offload (no
-# graph), and the 953M inductor step. Run as session18_a.sh says.
+# CUDA graph, with --init=meta (nothing held before the first step), with --cpu_offload (asked
+# for a CUDA graph; its host tensors keep the step in stream mode, so no capture stream), and the
+# 953M inductor step. Run as session18_a.sh says.
 set -uo pipefail
 source .device/start.sh || exit 1
 $BAZEL test $BAZEL_FLAGS --config=cuda --config=opt //tests/gpu:nccl_stream_training_test 2>&1 | tail -n 3

@@ -204,18 +204,24 @@ class NcclStreamExecutable : public TorchExecutable {
 
   // PyTorch's GEMM workspaces the step's runs add: one for the caller's current stream (Run
   // runs the step's kernels there) and, as a CUDA graph, one for the capture stream, each
-  // unless that stream holds one already. (Measured on an H200, session 19: the small
-  // model's step captured on the device left two, this thread's and the autograd engine's
-  // backward thread's, both on the default stream; the CUDA graph added the capture
-  // stream's: 64 and 96 MiB.)
+  // unless that stream holds one already. Asked at Create, on the stream the steps will run
+  // from. A stream counts as holding one under any handle: 2.11 cannot name this thread's
+  // handle without making its workspace; where only another thread's is held, 32 MiB more
+  // come. (Measured on an H200, session 19: the small model's step captured on the device
+  // left two workspaces under two handles on the default stream, most likely this thread's
+  // and the autograd engine's backward thread's; the CUDA graph added the capture stream's:
+  // 64 and 96 MiB.)
   int64_t LibraryDeviceBytesRunsAdd(bool count_caller_stream) override {
     bool gemms = false, bias_gemms = false;
     for (const NodePlan& plan : step_.nodes) {
       if (plan.node == nullptr) continue;
-      const std::string& op = plan.node->op();
-      // A partition's compiled kernels call cuBLAS for their matmuls (Inductor's extern mm).
-      gemms = gemms || plan.kind == NodePlan::Kind::kCall || GetOpTraits(op).matmul_like();
-      bias_gemms = bias_gemms || absl::StartsWith(op, "aten::addmm") || absl::StartsWith(op, "aten::baddbmm");
+      const Node& node = *plan.node;
+      // A partition's compiled kernels call cuBLAS for their matmuls (Inductor's extern mm);
+      // convolutions and attention take no cuBLAS workspace.
+      gemms = gemms || plan.kind == NodePlan::Kind::kCall || GetOpTraits(node.op()).matmul == MatmulKind::kMatmul;
+      // addmm with a bias vector goes through cuBLASLt (and so does linear with a bias).
+      bias_gemms = bias_gemms || absl::StartsWith(node.op(), "aten::addmm") ||
+                   (absl::StartsWith(node.op(), "aten::linear") && node.num_operands() >= 3);
     }
     const int64_t per_stream = compat::GemmWorkspaceBytesOfNewPair(bias_gemms);
     if (per_stream < 0) return -1;
