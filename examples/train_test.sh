@@ -29,6 +29,8 @@ assert s["peak_memory_bytes"] > 0 and s["tokens_per_s"] > 0, s
 times = s["timed_step_seconds"]
 assert len(times) == s["timed_steps"] == 11 and all(t > 0 for t in times), s
 assert abs(sum(times) / len(times) - s["step_seconds"]) < 1e-5, s
+# On CPU no library holds device memory beside the plan (GPU: PyTorch's GEMM workspaces).
+assert s["predicted_library_device_bytes"] == 0 and s["library_device_bytes"] == 0, s
 print("summary ok:", s)
 PY
 [[ $(wc -l < "$out/loss.csv") -eq 13 ]] || { echo "loss.csv should have a header and 12 rows"; exit 1; }
