@@ -420,22 +420,12 @@ SUMMARY_COLUMNS = {
     "peak_measured": ("peak measured", lambda s: "%.3f MB" % (s["peak_memory_bytes"] / 1e6)),
     "peak_beyond_plan": ("measured - predicted", lambda s: "%.3f MB" % (
         (s["peak_memory_bytes"] - s["predicted_peak_memory_bytes"]) / 1e6)),
-    # examples:train's "library_device_bytes" (what PyTorch's GEMM workspaces hold on the
-    # device after the steps) and "predicted_library_device_bytes" (predicted before them);
-    # -1 or absent: not known (a summary older than session 19).
+    # examples:train's "library_device_bytes": what PyTorch's GEMM workspaces hold on the
+    # device after the steps; -1 or absent: not known (a summary older than session 19).
     "library_bytes": ("GEMM workspaces held", lambda s: _megabytes_or_dash(_library_bytes(s))),
     "peak_beyond_plan_and_library": ("measured - predicted - held", lambda s: "-" if _library_bytes(s) < 0
                                      else "%.3f MB" % ((s["peak_memory_bytes"] - s["predicted_peak_memory_bytes"] -
                                                         _library_bytes(s)) / 1e6)),
-    "library_bytes_predicted": ("GEMM workspaces predicted",
-                                lambda s: _megabytes_or_dash(s.get("predicted_library_device_bytes", -1))),
-    "peak_predicted_with_library": ("peak predicted with them", lambda s: _megabytes_or_dash(
-        s["predicted_peak_memory_bytes"] + s["predicted_library_device_bytes"]
-        if s.get("predicted_library_device_bytes", -1) >= 0 else -1)),
-    "peak_error_with_library": ("with them vs measured", lambda s: "-" if s.get("predicted_library_device_bytes", -1) < 0
-                                else "%+.2f%%" % (100 * (s["predicted_peak_memory_bytes"] +
-                                                         s["predicted_library_device_bytes"] - s["peak_memory_bytes"]) /
-                                                  s["peak_memory_bytes"])),
 }
 
 

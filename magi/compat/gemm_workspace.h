@@ -15,7 +15,7 @@
 //
 // The maps are LibTorch internals whose shape changes between versions (upstream has since
 // made their values (DataPtr, size) pairs): read where their form is known, 2.11 (measured)
-// and 2.12 (compiled); elsewhere GemmWorkspacesOn says -1 (unknown).
+// and 2.12 (compiled); elsewhere GemmWorkspaceBytesOn says -1 (unknown).
 #ifndef MAGI_COMPAT_GEMM_WORKSPACE_H_
 #define MAGI_COMPAT_GEMM_WORKSPACE_H_
 
@@ -25,7 +25,6 @@
 
 #include <cstdint>
 #include <mutex>
-#include <set>
 #include <shared_mutex>
 #include <tuple>
 
@@ -38,46 +37,25 @@
 
 namespace magi::compat {
 
-struct GemmWorkspaces {
-  int64_t cublas = 0;    // (handle, stream) pairs holding a cuBLAS workspace on the device
-  int64_t cublaslt = 0;  // ... holding a cuBLASLt workspace
-  int64_t handles = 0;   // distinct handles (threads) among the cuBLAS pairs
-  int64_t streams = 0;   // distinct streams among the cuBLAS pairs
-  int64_t bytes = -1;    // what they hold together; -1: this LibTorch does not say
-};
-
-// The GEMM workspaces PyTorch holds now on CUDA device `device`.
-inline GemmWorkspaces GemmWorkspacesOn(int device) {
-  GemmWorkspaces held;
+// The bytes PyTorch's GEMM workspaces hold now on CUDA device `device`; -1 where this
+// LibTorch does not say.
+inline int64_t GemmWorkspaceBytesOn(int device) {
 #if MAGI_TORCH_GEMM_WORKSPACE_MAPS
-  auto count = [device](at::cuda::WorkspaceMapWithMutex& workspaces) {
+  // Every entry of a map holds the size its kind is made with (the sizes are fixed per process).
+  auto entries_on_device = [device](at::cuda::WorkspaceMapWithMutex& workspaces) {
     std::shared_lock<std::shared_mutex> lock(workspaces.mutex);
     int64_t n = 0;
-    for (const auto& [key, data] : workspaces.map) {
-      n += data.device().is_cuda() && data.device().index() == device;
-    }
+    for (const auto& [key, data] : workspaces.map) n += data.device().is_cuda() && data.device().index() == device;
     return n;
   };
-  held.cublas = count(at::cuda::cublas_handle_stream_to_workspace());
-  held.cublaslt = count(at::cuda::cublaslt_handle_stream_to_workspace());
-  {
-    at::cuda::WorkspaceMapWithMutex& workspaces = at::cuda::cublas_handle_stream_to_workspace();
-    std::shared_lock<std::shared_mutex> lock(workspaces.mutex);
-    std::set<void*> handles, streams;
-    for (const auto& [key, data] : workspaces.map) {
-      if (!data.device().is_cuda() || data.device().index() != device) continue;
-      handles.insert(std::get<0>(key));
-      streams.insert(std::get<1>(key));
-    }
-    held.handles = static_cast<int64_t>(handles.size());
-    held.streams = static_cast<int64_t>(streams.size());
-  }
-  held.bytes = held.cublas * static_cast<int64_t>(at::cuda::getChosenWorkspaceSize()) +
-               held.cublaslt * static_cast<int64_t>(at::cuda::getCUDABlasLtWorkspaceSize());
+  return entries_on_device(at::cuda::cublas_handle_stream_to_workspace()) *
+             static_cast<int64_t>(at::cuda::getChosenWorkspaceSize()) +
+         entries_on_device(at::cuda::cublaslt_handle_stream_to_workspace()) *
+             static_cast<int64_t>(at::cuda::getCUDABlasLtWorkspaceSize());
 #else
   (void)device;
+  return -1;
 #endif
-  return held;
 }
 
 // Whether PyTorch holds a cuBLAS workspace for `stream` on `device` (under any handle).
@@ -101,7 +79,7 @@ inline bool HoldsGemmWorkspaceFor(int device, cudaStream_t stream) {
 // What the first GEMMs of one more (handle, stream) pair make PyTorch hold: its cuBLAS
 // workspace and, with `bias_gemms` (addmm's cuBLASLt path) unless
 // TORCH_CUBLASLT_UNIFIED_WORKSPACE shares the cuBLAS one, its cuBLASLt workspace. -1 where
-// GemmWorkspacesOn cannot say.
+// GemmWorkspaceBytesOn cannot say.
 inline int64_t GemmWorkspaceBytesOfNewPair(bool bias_gemms) {
 #if MAGI_TORCH_GEMM_WORKSPACE_MAPS
   const bool unified = c10::utils::check_env("TORCH_CUBLASLT_UNIFIED_WORKSPACE") == true;

@@ -200,7 +200,7 @@ class NcclStreamExecutable : public TorchExecutable {
 
   bool graph_captured() const { return graph_ != nullptr; }
 
-  int64_t LibraryDeviceBytesHeld() override { return compat::GemmWorkspacesOn(device_).bytes; }
+  int64_t LibraryDeviceBytesHeld() override { return compat::GemmWorkspaceBytesOn(device_); }
 
   // PyTorch's GEMM workspaces the step's runs add: one for the caller's current stream (Run
   // runs the step's kernels there) and, as a CUDA graph, one for the capture stream, each
