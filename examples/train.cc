@@ -146,7 +146,8 @@ ABSL_FLAG(bool, resume, false,
 ABSL_FLAG(int, timeout_s, 120, "Collective timeout: a dead or hung rank fails the run after this");
 ABSL_FLAG(double, budget_gb, 0,
           "Memory budget per rank in GB: the strategy search picks bucketing, prefetch, resharding and recompute so "
-          "the predicted peak fits (0: no search)");
+          "the step's predicted peak fits (0: no search); on CUDA, PyTorch's GEMM workspaces (32 MiB per stream on "
+          "an H200; the summary's predicted_library_device_bytes) come on top");
 ABSL_FLAG(std::string, passes, "",
           "A pass pipeline to run on the step graph instead of the search, e.g. "
           "\"bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}\"");
