@@ -47,7 +47,8 @@ struct PlanEvaluation {
   int64_t peak_floor = -1;       // smallest peak recompute reaches, when it could not fit
   // All-gathers (GatherKey) whose waits stall compute, with the stall, largest first.
   std::vector<std::pair<std::string, double>> exposed_gathers;
-  // All-gathers in flight (started, not yet waited for) at the memory peak.
+  // All-gathers whose prefetch holds memory at the peak: in flight there (started, not yet
+  // waited for), or started after it from inputs made before it.
   std::vector<std::string> inflight_at_peak;
 
   // The smallest peak this setting reaches (with recompute where tried).
