@@ -298,15 +298,15 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
   compiled.calibration = cost.calibration;
   Module& step_module = *compiled.optimized.module;
   Graph& graph = *step_module.FindGraph(graph_name);
-  auto note = [&](std::string text) {
-    if (options.partitioning.log) std::fprintf(stderr, "magi: %s\n", text.c_str());
+  // Kept in the notes every time; printed (with logging on) once per process where `once`.
+  auto note = [&](std::string text, bool once = false) {
+    if (options.partitioning.log && (!once || FirstTimeInProcess(text))) {
+      std::fprintf(stderr, "magi: %s\n", text.c_str());
+    }
     compiled.notes.push_back(std::move(text));
   };
   if (cost.auto_calibration != nullptr) {
-    for (const std::string& warning : cost.auto_calibration->warnings()) {
-      if (options.partitioning.log && FirstTimeInProcess(warning)) std::fprintf(stderr, "magi: %s\n", warning.c_str());
-      compiled.notes.push_back(warning);
-    }
+    for (const std::string& warning : cost.auto_calibration->warnings()) note(warning, /*once=*/true);
   }
 
   // Stage 4: partition backends first pick, in order; the primary backend runs the rest.

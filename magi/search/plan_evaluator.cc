@@ -108,10 +108,6 @@ class CachedTimes : public NodeCostOracle {
 // Fills the search hints of `evaluation` from a simulation of `graph`.
 void ReadHints(const Graph& graph, const SimulationResult& result, PlanEvaluation& evaluation) {
   std::vector<Node*> nodes = graph.nodes();
-  absl::flat_hash_map<const Node*, int> wait_position;
-  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
-    if (nodes[i]->op() == kWaitOp) wait_position[nodes[i]] = i;
-  }
   evaluation.exposed_gathers.clear();
   for (const SimulatedEvent& event : result.events) {
     if (event.stream != 0 || event.name != "wait" || event.end_s <= event.start_s) continue;
@@ -135,8 +131,8 @@ void ReadHints(const Graph& graph, const SimulationResult& result, PlanEvaluatio
     bool holds = false;
     if (i <= peak) {
       const Node* wait = WaitOfStart(*nodes[i]);
-      auto it = wait == nullptr ? wait_position.end() : wait_position.find(wait);
-      holds = it != wait_position.end() && it->second > peak;
+      auto it = wait == nullptr ? position.end() : position.find(wait);
+      holds = it != position.end() && it->second > peak;
     } else {
       for (const Value* operand : nodes[i]->operands()) {
         auto it = operand->producer() == nullptr ? position.end() : position.find(operand->producer());
