@@ -17,9 +17,12 @@
 // a kernel finds its inputs in cache and the intra-op threads still spinning from its last
 // run, which a step does not (on this 2-core machine, with OpenBLAS, the tiny step's compute
 // took 1.65x its back-to-back micro-runs at one intra-op thread and 3x at two; in step
-// order 1.05-1.1x and 1.6x). (The mean, not the median: on a machine whose cores are shared, a step's
-// kernels are preempted in proportion to their time, and the mean counts that; the
-// median of short kernels would not.) On CUDA each run is timed by CUDA events on the
+// order 1.05-1.1x and 1.6x). Step order alone leaves operands colder than a step does, so
+// before each timed run the kernel's operands that the step finds in the core's cache
+// (written shortly before it: magi/analysis/cache_reuse.h) are read into it. (The mean, not
+// the median: on a machine whose cores are shared, a step's kernels are preempted in
+// proportion to their time, and the mean counts that; the median of short kernels would
+// not.) On CUDA each run is timed by CUDA events on the
 // device, behind a spin kernel that keeps the host's dispatch out of the time (the
 // kernels' time as a CUDA graph replays them), and magi::adamw is timed as the
 // multi-tensor kernel nccl_stream runs it with; a collective over one rank is left to the
@@ -65,6 +68,11 @@ struct TorchKernelCalibratorOptions {
   int min_runs = 3;
   int max_runs = 30;
   int collective_runs = 18;  // timed runs of each collective, after one warm-up
+  // CPU: the bytes of this core's cache. A kernel's operand that the step wrote at most
+  // this much data traffic before the kernel runs is read into the cache before each timed
+  // run, as the step finds it there (MeasureInOrderOnCpu in the .cc says why); the rest are
+  // read from wherever the previous round left them. -1: this core's L2 (sysconf), 0: none.
+  int64_t cpu_cache_bytes = -1;
   // A collective is measured after as much compute as the step runs before it
   // (KernelRequest::compute_before_seconds), up to this much: the effect grows little
   // beyond tens of milliseconds (below), and this bounds the calibration's time.
