@@ -32,22 +32,33 @@
 
 namespace magi {
 
+// For a collective: what surrounds one place where the step issues it.
+struct CollectiveIssue {
+  // The compute this rank runs in the step right before issuing it (since the previous
+  // collective). A collective issued after compute takes longer than one issued back to
+  // back: the ranks have drifted apart and, on shared cores, the threads that run it wake
+  // up later. It is measured after as much compute.
+  double compute_before_seconds = 0;
+  // The compute the step runs between its start and its wait (a prefetched or bucketed
+  // schedule overlaps the two). On CPU that compute and the communicator's threads share
+  // the cores, and the collective takes longer than alone (about 2x on 2 cores,
+  // docs/passes.md): it is measured with that much compute running.
+  double compute_during_seconds = 0;
+};
+
 // One kernel to time: a compute node or a collective start of a graph of the module
 // being compiled (never a wait), or a partition call with its compiled partition.
 struct KernelRequest {
   const Node* node = nullptr;
   // A time measured earlier on this machine (the cache), if any.
   std::optional<double> known;
-  // Collectives: the compute this rank runs in the step right before issuing it (since
-  // the previous collective). A collective issued after compute takes longer than one
-  // issued back to back: the ranks have drifted apart and, on shared cores, the threads
-  // that run it wake up later. It is measured after as much compute.
-  double compute_before_seconds = 0;
-  // For a collective: the compute the step runs between its start and its wait (a
-  // prefetched or bucketed schedule overlaps the two). On CPU that compute and the
-  // communicator's threads share the cores, and the collective takes longer than alone
-  // (about 2x on 2 cores, docs/passes.md): it is measured with that much compute running.
-  double compute_during_seconds = 0;
+  // For a collective: every place the step issues this key, in step order (none: one
+  // issue with no compute around it). The key has one time in the table, which the
+  // simulator charges at each issue, so it is the mean over them: a layer's all-gather
+  // issued after a layer's forward takes longer than the same one right after another
+  // collective (the tiny step's took 1.8 ms in its steps and 1.1 measured after the median
+  // issue's compute alone).
+  std::vector<CollectiveIssue> issues;
   // For a magi::call node: the compiled partition it runs (after the compile driver's
   // partition backends compiled it). The calibrator runs it by itself on inputs of the
   // call's operand types, as it runs a kernel; it also measures the memory a run allocates

@@ -58,24 +58,29 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
   int measured_now = 0;
   MAGI_RETURN_IF_ERROR(Measure(compute, compute_keys, &measured_now));
   {
-    // The compute before each collective (since the previous one), by the table just
-    // filled (agreed across ranks, so every rank asks for the same); the median over a
-    // key's occurrences.
-    // And the compute between each collective's start and its wait (what it overlaps).
-    std::map<std::string, std::vector<double>> before, during;
+    // Each issue of a collective: the compute before it (since the previous one) and
+    // between its start and its wait (what it overlaps), by the table just filled (agreed
+    // across ranks, so every rank asks for the same).
+    std::map<std::string, std::vector<CollectiveIssue>> issues;
     std::map<const Node*, double> compute_at_start;  // compute so far, when each start ran
+    std::map<const Node*, size_t> issue_of_start;    // its index in issues[its key]
     double since = 0, so_far = 0;
     for (const Node* node : graph.nodes()) {
       if (node->op() == kWaitOp) {
         const Node* start = StartOfWait(*node);
         auto it = compute_at_start.find(start);
-        if (it != compute_at_start.end()) during[CalibrationTable::KeyOf(*start)].push_back(so_far - it->second);
+        auto index = issue_of_start.find(start);
+        if (it != compute_at_start.end() && index != issue_of_start.end()) {
+          issues[CalibrationTable::KeyOf(*start)][index->second].compute_during_seconds = so_far - it->second;
+        }
         continue;
       }
       if (node->op() == kCallOp) continue;
       const std::string key = CalibrationTable::KeyOf(*node);
       if (IsCollectiveStart(node->op())) {
-        before[key].push_back(since);
+        std::vector<CollectiveIssue>& of_key = issues[key];
+        issue_of_start[node] = of_key.size();
+        of_key.push_back({/*compute_before_seconds=*/since, /*compute_during_seconds=*/0});
         compute_at_start[node] = so_far;
         since = 0;
       } else {
@@ -84,14 +89,7 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
         so_far += seconds;
       }
     }
-    auto median = [](std::vector<double>& times) {
-      std::sort(times.begin(), times.end());
-      return times.empty() ? 0.0 : times[times.size() / 2];
-    };
-    for (size_t i = 0; i < collectives.size(); ++i) {
-      collectives[i].compute_before_seconds = median(before[collective_keys[i]]);
-      collectives[i].compute_during_seconds = median(during[collective_keys[i]]);
-    }
+    for (size_t i = 0; i < collectives.size(); ++i) collectives[i].issues = issues[collective_keys[i]];
     MAGI_RETURN_IF_ERROR(Measure(collectives, collective_keys, &measured_now));
   }
   SaveCache(measured_now);

@@ -8,9 +8,8 @@
 // one file per KernelCalibrator::DeviceKey()), else the KernelCalibrator measures it
 // (short micro-runs, on every rank in lockstep) and the micro-run cache gets it. Compute
 // kernels are timed first; each collective is then measured after as much compute as the
-// step runs before it (the median over its occurrences, from the times just measured):
-// collectives issued after compute take longer than back to back
-// (KernelRequest::compute_before_seconds says why). The compile driver calls Calibrate on
+// step runs before each place it is issued (from the times just measured): collectives
+// issued after compute take longer than back to back (CollectiveIssue says why). The compile driver calls Calibrate on
 // the graph it is about to search or run passes on, again on the optimized graph,
 // whose fused collectives and new shapes were not there before, and (CalibrateCalls) on
 // the partitioned step once its partitions are compiled. The table is filled with the times the calibrator

@@ -97,8 +97,7 @@ class CountingCalibrator : public KernelCalibrator {
       }
       measured.push_back(CalibrationTable::KeyOf(*request.node));
       if (request.node->op().find("_start") != std::string::npos) {
-        compute_before[measured.back()] = request.compute_before_seconds;
-        compute_during[measured.back()] = request.compute_during_seconds;
+        issues[measured.back()] = request.issues;
       }
       times.push_back({3 * formula.Cost(*request.node).seconds + 1e-6, true, 3});
       if (request.callee != nullptr) times.back().working_bytes = kCallWorkingBytes;
@@ -107,8 +106,7 @@ class CountingCalibrator : public KernelCalibrator {
   }
   int calls = 0;
   std::vector<std::string> measured;
-  std::map<std::string, double> compute_before;  // of each collective measured
-  std::map<std::string, double> compute_during;
+  std::map<std::string, std::vector<CollectiveIssue>> issues;  // of each collective measured
 };
 
 std::string FreshDir(const std::string& name) {
@@ -151,9 +149,9 @@ TEST(AutoCalibrationTest, TheFirstCompileMeasuresAndCachesTheSecondReusesIt) {
   EXPECT_EQ(measured.size(), first->measured.size()) << "a key was measured twice";
   for (const std::string& key : keys) EXPECT_TRUE(measured.count(key)) << key;
 
-  // Each collective was measured after the compute the step runs before it: the table's
-  // times of the kernels since the previous collective, the median over the key's
-  // occurrences (here the first collective key of the step).
+  // Each collective was measured after the compute the step runs before each of its
+  // issues: the table's times of the kernels since the previous collective, in step order
+  // (here the first collective key of the step).
   const std::unique_ptr<Module> sharded = LoadTestdata("llama4_fsdp_step.mir");
   std::map<std::string, std::vector<double>> since_by_key;
   std::string first_key;
@@ -169,16 +167,20 @@ TEST(AutoCalibrationTest, TheFirstCompileMeasuresAndCachesTheSecondReusesIt) {
       since += *a->calibration->Find(key);
     }
   }
-  std::vector<double> occurrences = since_by_key.at(first_key);
-  std::sort(occurrences.begin(), occurrences.end());
-  EXPECT_EQ(first->compute_before.at(first_key), occurrences[occurrences.size() / 2]);
-  EXPECT_GT(first->compute_before.at(first_key), 0);
+  const std::vector<double>& occurrences = since_by_key.at(first_key);
+  const std::vector<CollectiveIssue>& issues = first->issues.at(first_key);
+  ASSERT_EQ(issues.size(), occurrences.size());
+  ASSERT_GT(issues.size(), 1u);
+  for (size_t i = 0; i < issues.size(); ++i) EXPECT_EQ(issues[i].compute_before_seconds, occurrences[i]) << i;
+  EXPECT_NE(occurrences.front(), occurrences.back());  // the issues differ
   // The sharded step waits for each collective right after starting it: nothing overlaps.
   // The collectives bucketing and prefetching made run beside compute, and were measured
   // with what they overlap: the compute between their start and their wait.
-  EXPECT_EQ(first->compute_during.at(first_key), 0);
+  for (const CollectiveIssue& issue : issues) EXPECT_EQ(issue.compute_during_seconds, 0);
   int overlapped = 0;
-  for (const auto& [key, seconds] : first->compute_during) overlapped += seconds > 0;
+  for (const auto& [key, of_key] : first->issues) {
+    for (const CollectiveIssue& issue : of_key) overlapped += issue.compute_during_seconds > 0;
+  }
   EXPECT_GT(overlapped, 0);
 
   // The table the prediction used: every kernel of the compiled graph, the cached values.

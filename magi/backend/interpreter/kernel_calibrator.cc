@@ -410,7 +410,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     switch (plan.kind) {
       case NodePlan::Kind::kCollectiveStart:
-        return MeasureCollective(plan, slots, request.compute_before_seconds, request.compute_during_seconds);
+        return MeasureCollective(plan, slots, request.issues);
       case NodePlan::Kind::kOp:
       case NodePlan::Kind::kAdamW: {
         // magi::adamw on CUDA is timed as the multi-tensor kernel that nccl_stream, the
@@ -769,15 +769,18 @@ class TorchKernelCalibrator : public KernelCalibrator {
   }
 #endif
 
-  // Each run: as much compute as the step runs before the collective (`compute_before`,
-  // at most options_.max_compute_before_seconds; the same work on every rank, a loop of
-  // small matmuls), then the collective, timed from its start to the end of its wait.
-  // On CPU, a collective the schedule overlaps with compute runs with as much compute
-  // (`compute_during`, the same bound) between its start and its wait, and is timed to
-  // when its results were there (CollectiveHandle::timing; the wait's end where it
-  // blocked), as a profiled step times it. Run 0 warms the transport up and is not counted.
+  // Each run: as much compute as the step runs before the collective (at most
+  // options_.max_compute_before_seconds; the same work on every rank, a loop of small
+  // matmuls), then the collective, timed from its start to the end of its wait. On CPU, a
+  // collective the schedule overlaps with compute runs with as much compute (the same
+  // bound) between its start and its wait, and is timed to when its results were there
+  // (CollectiveHandle::timing; the wait's end where it blocked), as a profiled step times
+  // it. A key issued at several places (`issues`) is timed at each in turn: the issues,
+  // ordered by their compute, fall into at most kIssueGroups groups of adjacent ones, each
+  // run takes the next group's mean compute, and the time is the groups' means weighted by
+  // their sizes. Run 0 warms the transport up and is not counted.
   absl::StatusOr<std::optional<Timing>> MeasureCollective(const NodePlan& plan, const std::vector<at::Tensor>& slots,
-                                                          double compute_before, double compute_during) {
+                                                          std::vector<CollectiveIssue> issues) {
     auto it = options_.communicators.find(plan.group);
     // Same on every rank (the same communicators for the same graph): nobody measures it.
     if (it == options_.communicators.end() || it->second == nullptr) {
@@ -791,17 +794,46 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     std::vector<at::Tensor> inputs;
     for (int s : plan.args[0].slots) inputs.push_back(slots[s]);
-    const double burst = std::min(std::max(0.0, compute_before), options_.max_compute_before_seconds);
-    // On CUDA the compute between a start and its wait runs on another stream than NCCL's
-    // kernels: not what shares cores with the collective, and not replayed here.
-    const double overlapped = options_.device.is_cuda()
-                                  ? 0.0
-                                  : std::min(std::max(0.0, compute_during), options_.max_compute_before_seconds);
-    int64_t iterations = 0, overlapped_iterations = 0;
+    if (issues.empty()) issues.emplace_back();
+    for (CollectiveIssue& issue : issues) {
+      issue.compute_before_seconds =
+          std::min(std::max(0.0, issue.compute_before_seconds), options_.max_compute_before_seconds);
+      // On CUDA the compute between a start and its wait runs on another stream than
+      // NCCL's kernels: not what shares cores with the collective, and not replayed here.
+      issue.compute_during_seconds =
+          options_.device.is_cuda()
+              ? 0.0
+              : std::min(std::max(0.0, issue.compute_during_seconds), options_.max_compute_before_seconds);
+    }
+    std::sort(issues.begin(), issues.end(), [](const CollectiveIssue& a, const CollectiveIssue& b) {
+      return std::make_pair(a.compute_before_seconds, a.compute_during_seconds) <
+             std::make_pair(b.compute_before_seconds, b.compute_during_seconds);
+    });
+    struct Group {
+      double before = 0, during = 0;  // the mean compute of its issues
+      double weight = 0;              // how many issues it stands for
+      int64_t iterations = 0, overlapped_iterations = 0;
+      std::vector<double> samples;
+    };
+    constexpr size_t kIssueGroups = 6;
+    const size_t group_count = std::min(issues.size(), kIssueGroups);
+    std::vector<Group> groups(group_count);
+    for (size_t i = 0; i < issues.size(); ++i) {
+      Group& group = groups[i * group_count / issues.size()];
+      group.before += issues[i].compute_before_seconds;
+      group.during += issues[i].compute_during_seconds;
+      group.weight += 1;
+    }
+    bool any_compute = false;
+    for (Group& group : groups) {
+      group.before /= group.weight;
+      group.during /= group.weight;
+      any_compute = any_compute || group.before > 0 || group.during > 0;
+    }
     // A step's kind of compute: matmuls that allocate a fresh 256 KB result each.
     at::Tensor a = at::rand({256, 128}, at::TensorOptions().device(options_.device));
     at::Tensor b = at::rand({128, 256}, at::TensorOptions().device(options_.device));
-    if (burst > 0 || overlapped > 0) {
+    if (any_compute) {
       // The same work on every rank (their mean time per matmul), so the drift between
       // ranks is the real one.
       constexpr int kProbe = 8;
@@ -813,21 +845,27 @@ class TorchKernelCalibrator : public KernelCalibrator {
       MAGI_ASSIGN_OR_RETURN(std::vector<double> probe, GatherOver(communicator, SecondsSince(probe_start) / kProbe));
       double per_iteration = 0;
       for (double p : probe) per_iteration += p / static_cast<double>(probe.size());
-      if (burst > 0) iterations = std::max<int64_t>(1, std::llround(burst / std::max(per_iteration, 1e-9)));
-      if (overlapped > 0) {
-        overlapped_iterations = std::max<int64_t>(1, std::llround(overlapped / std::max(per_iteration, 1e-9)));
+      auto iterations_for = [&](double seconds) -> int64_t {
+        return seconds > 0 ? std::max<int64_t>(1, std::llround(seconds / std::max(per_iteration, 1e-9))) : 0;
+      };
+      for (Group& group : groups) {
+        group.iterations = iterations_for(group.before);
+        group.overlapped_iterations = iterations_for(group.during);
       }
     }
-    std::vector<double> samples;
-    for (int run = 0; run <= options_.collective_runs; ++run) {
-      for (int64_t k = 0; k < iterations; ++k) (void)at::mm(a, b);
+    int runs = options_.collective_runs;
+    Clock::time_point timed_start = Clock::now();
+    for (int run = 0; run <= runs; ++run) {
+      if (run == 1) timed_start = Clock::now();
+      Group& group = groups[run == 0 ? 0 : (run - 1) % groups.size()];
+      for (int64_t k = 0; k < group.iterations; ++k) (void)at::mm(a, b);
       Synchronize(options_.device);
       auto start = Clock::now();
       absl::StatusOr<std::unique_ptr<CollectiveHandle>> handle = communicator.Start(plan.collective, inputs, plan.reduce_op);
       if (!handle.ok()) {
         return absl::Status(handle.status().code(), absl::StrCat(Where(*plan.node), ": ", handle.status().message()));
       }
-      for (int64_t k = 0; k < overlapped_iterations; ++k) (void)at::mm(a, b);
+      for (int64_t k = 0; k < group.overlapped_iterations; ++k) (void)at::mm(a, b);
       const Clock::time_point wait_called = Clock::now();
       absl::StatusOr<std::vector<at::Tensor>> results = (*handle)->Wait();
       if (!results.ok()) {
@@ -835,14 +873,35 @@ class TorchKernelCalibrator : public KernelCalibrator {
       }
       Synchronize(options_.device);
       double seconds = SecondsSince(start);
-      if (overlapped_iterations > 0) {
+      if (group.overlapped_iterations > 0) {
         if (std::optional<CollectiveTiming> timing = (*handle)->timing(); timing && timing->done <= wait_called) {
           seconds = std::chrono::duration<double>(timing->done - start).count();  // done before the wait
         }
       }
-      if (run > 0) samples.push_back(seconds);
+      if (run > 0) group.samples.push_back(seconds);
+      if (run == options_.collective_runs && run > 0 && options_.device.is_cpu() &&
+          options_.max_collective_runs > options_.collective_runs) {
+        // On shared CPU cores a run either takes the transport's time or stalls for a
+        // scheduler slice (0.2-0.6 ms against 3-8 ms in the tiny step's all-gathers), so
+        // a mean of 18 runs moved the step's prediction by +-20% between identical first
+        // runs. More runs, as many as seconds_per_collective allows at the slowest rank's
+        // pace: the same count on every rank (they run in lockstep).
+        MAGI_ASSIGN_OR_RETURN(std::vector<double> paces,
+                              GatherOver(communicator, SecondsSince(timed_start) / options_.collective_runs));
+        const double pace = std::max(*std::max_element(paces.begin(), paces.end()), 1e-9);
+        runs = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_per_collective / pace),
+                                                   options_.collective_runs, options_.max_collective_runs));
+      }
     }
-    return Timing{Mean(samples), static_cast<int>(samples.size())};
+    double seconds = 0, weight = 0;
+    int timed = 0;
+    for (const Group& group : groups) {
+      if (group.samples.empty()) continue;
+      seconds += group.weight * Mean(group.samples);
+      weight += group.weight;
+      timed += static_cast<int>(group.samples.size());
+    }
+    return Timing{weight > 0 ? seconds / weight : 0.0, timed};
   }
 
   struct Plans {

@@ -36,7 +36,11 @@
 // as the step runs before the collective (the same work on every rank): on this 2-core
 // machine, 9 Gloo all-gathers of a layer's parameters took 6.4 ms back to back but
 // 32-35 ms after 30-100 ms of compute (the ranks drift apart, and threads that ran long
-// wake up late on shared cores), and in the step they took what the latter predicts. The times are then exchanged (one
+// wake up late on shared cores), and in the step they took what the latter predicts. On
+// CPU a collective runs collective_runs times, then as many more as seconds_per_collective
+// allows (up to max_collective_runs): a run there either takes the transport's time or
+// stalls for a scheduler slice, and 18 runs' mean left the tiny step's first prediction
+// 17% off (RMS over 6 runs) where 80 left it 7%. The times are then exchanged (one
 // more all-gather) and every rank returns the mean over the ranks, in rank order, so the
 // tables, and hence the plans, are identical everywhere. With more than one
 // communicator (HSDP), the exchanges gather over each in turn, by group name.
@@ -67,7 +71,11 @@ struct TorchKernelCalibratorOptions {
   double seconds_per_kernel = 0.004;
   int min_runs = 3;
   int max_runs = 30;
-  int collective_runs = 18;  // timed runs of each collective, after one warm-up
+  int collective_runs = 18;  // timed runs of each collective at least, after one warm-up
+  // CPU: then more, up to max_collective_runs, while the runs take at most
+  // seconds_per_collective at the slowest rank's pace (MeasureCollective says why).
+  int max_collective_runs = 100;
+  double seconds_per_collective = 0.25;
   // CPU: the bytes of this core's cache. A kernel's operand that the step wrote at most
   // this much data traffic before the kernel runs is read into the cache before each timed
   // run, as the step finds it there (MeasureInOrderOnCpu in the .cc says why); the rest are

@@ -98,7 +98,7 @@ class ThreadCommunicator : public Communicator {
 std::vector<KernelRequest> Kernels(const Graph& graph) {
   std::vector<KernelRequest> requests;
   for (const Node* node : graph.nodes()) {
-    if (node->op() != "magi::wait") requests.push_back({node, std::nullopt, 0.0});
+    if (node->op() != "magi::wait") requests.push_back({node, std::nullopt});
   }
   return requests;
 }
@@ -200,8 +200,8 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
     if (r == 0) mine[2].known = 0.5;
     // The gather follows 10 ms of compute in the step: each run does that much first; and
     // the step overlaps it with 10 ms more: each run does that between its start and wait.
-    mine[gather].compute_before_seconds = 0.01;
-    mine[gather].compute_during_seconds = 0.01;
+    mine[gather].issues = {{/*compute_before_seconds=*/0.01, /*compute_during_seconds=*/0.01}};
+    options.max_collective_runs = options.collective_runs;  // no runs beyond the 18
     times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
   };
   std::thread r0(rank, 0), r1(rank, 1);
@@ -228,6 +228,48 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
   // unit of compute work, one warm-up and the timed runs of the gather (the compute beside
   // it adds none).
   EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + runs);
+}
+
+// On CPU a fast collective runs more than collective_runs times, as many as its budget
+// allows at the slowest rank's pace (up to max_collective_runs): the same count on both
+// ranks, or the second would wait for a gather the first never starts. A key the step
+// issues at two places is timed at each in turn, and its time is their mean.
+TEST(KernelCalibratorTest, FastCollectivesOnCpuRunMoreTimesInLockstep) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& graph = *(*module)->FindGraph("g");
+  std::vector<KernelRequest> requests;
+  for (const Node* node : graph.nodes()) {
+    if (node->op() == "magi::all_gather_start") requests.push_back({node, std::nullopt});
+  }
+  ASSERT_EQ(requests.size(), 1u);
+  // Alone, then overlapping 20 ms of compute (this communicator reports no timing: the
+  // run lasts to the wait's end).
+  requests[0].issues = {{0.0, 0.0}, {0.0, 0.02}};
+  ThreadGroup group;
+  absl::StatusOr<std::vector<KernelTime>> times[2];
+  auto rank = [&](int r) {
+    TorchKernelCalibratorOptions options;
+    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
+    options.collective_runs = 4;
+    options.max_collective_runs = 12;
+    options.seconds_per_collective = 60;  // far more than 12 runs take
+    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  };
+  std::thread r0(rank, 0), r1(rank, 1);
+  r0.join();
+  r1.join();
+  ASSERT_TRUE(times[0].ok()) << times[0].status();
+  ASSERT_TRUE(times[1].ok()) << times[1].status();
+  EXPECT_EQ((*times[0])[0].runs, 2 * 12);
+  EXPECT_EQ((*times[0])[0].seconds, (*times[1])[0].seconds);
+  ASSERT_TRUE((*times[0])[0].seconds.has_value());
+  // Half the weight is the overlapped issue's (about 20 ms of compute, as the probe
+  // guessed it; 12 ms in one run): alone, a thread handshake takes ~0.1 ms.
+  EXPECT_GT(*(*times[0])[0].seconds, 0.002);
+  // The request check, agreement, the ranks' time per unit of compute, one warm-up, 4
+  // runs, the pace, 8 runs more.
+  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + 4 + 1 + 8);
 }
 
 TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNotHang) {
