@@ -65,6 +65,9 @@ int64_t CoreCacheBytes() {
   return bytes > 0 ? bytes : 0;
 }
 
+// Where TouchCacheLines leaves what it read, so that the reads must happen.
+volatile unsigned char touched_sink;
+
 // Reads one byte of every cache line of `tensor`'s storage, which leaves it in this core's
 // caches, as a step's operand written just before its consumer is (MeasureInOrderOnCpu).
 void TouchCacheLines(const at::Tensor& tensor) {
@@ -75,8 +78,7 @@ void TouchCacheLines(const at::Tensor& tensor) {
   const size_t size = tensor.storage().nbytes();
   unsigned char sink = 0;
   for (size_t i = 0; i < size; i += kCacheLine) sink ^= bytes[i];
-  static volatile unsigned char keep;  // the reads must happen
-  keep = sink;
+  touched_sink = sink;
 }
 
 double Mean(const std::vector<double>& values) {
