@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of calibration by default between two builds of examples:train on this machine: the
-# first run of each configuration (a fresh cache: its prediction comes from micro-runs),
-# the two binaries alternating so that both see the same machine, N pairs. Keeps each
+# first run of each configuration (a fresh cache: its prediction comes from its own
+# calibration), the two binaries alternating (in either order as often) so that both see
+# the same machine, N pairs. Keeps each
 # run's summary as OUT_DIR/runI/{plain,pipeline}_{old,new}.json and prints the markdown
 # table that tools/doc_tables.py renders from them (prediction-errors: each run's
 # predicted/measured step and error, how many within 10%).
@@ -16,7 +17,9 @@ for ((i = 1; i <= pairs; i++)); do
   for config in plain pipeline; do
     flags=(--steps=66 --checkpoint=false)
     [[ $config == pipeline ]] && flags+=(--passes="$pipeline")
-    for side in old new; do
+    sides=(old new)
+    ((i % 2 == 0)) && sides=(new old)  # either order as often: neither always runs first
+    for side in "${sides[@]}"; do
       binary=$old; [[ $side == new ]] && binary=$new
       name="${config}_${side}"
       rm -rf "$out/cache"

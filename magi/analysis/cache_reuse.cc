@@ -1,7 +1,5 @@
 #include "magi/analysis/cache_reuse.h"
 
-#include <algorithm>
-
 #include "magi/analysis/op_traits.h"
 
 namespace magi {
@@ -18,8 +16,8 @@ const Value& StorageOf(const Value& value) {
     const Node& producer = *storage->producer();
     const OpTraits traits = GetOpTraits(producer.op());
     if (!traits.view) break;
-    const int alias = std::max(0, traits.alias_operand);
-    if (alias >= producer.num_operands()) break;
+    const int alias = traits.alias_operand;
+    if (alias < 0 || alias >= producer.num_operands()) break;
     storage = producer.operand(alias);
   }
   return *storage;
@@ -47,7 +45,7 @@ std::vector<bool> OperandCacheModel::OperandsInCache(const Node& node, int64_t c
     if (!operand->type().is_tensor()) continue;
     const Value& storage = StorageOf(*operand);
     bool warm = false;
-    if (consumer != position_.end() && !storage.is_graph_input()) {
+    if (cache_bytes > 0 && consumer != position_.end() && !storage.is_graph_input()) {
       auto producer = position_.find(storage.producer());
       warm = producer != position_.end() && producer->second < consumer->second &&
              touched_before_[consumer->second] - touched_before_[producer->second] <= cache_bytes;

@@ -13,7 +13,9 @@
 // to the node that wrote the storage) lies before it in program order and the bytes the
 // nodes from that producer up to the consumer read and write (the producer's included,
 // views counted as moving nothing) are at most the cache's size. Bytes read twice count
-// twice, so the estimate errs toward cold.
+// twice (toward cold); a partition call's inner traffic and values of dynamic size are not
+// counted (toward warm); and only writes make an operand warm: a graph input read just
+// before (a weight used twice) counts as cold.
 //
 //   OperandCacheModel model(graph);
 //   std::vector<bool> warm = model.OperandsInCache(node, /*cache_bytes=*/1 << 20);

@@ -26,12 +26,14 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "magi/analysis/cache_reuse.h"
 #include "magi/backend/common/step_plan.h"
+#include "magi/backend/interpreter/interpreter.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
@@ -65,8 +67,9 @@ int64_t CoreCacheBytes() {
   return bytes > 0 ? bytes : 0;
 }
 
-// Where TouchCacheLines leaves what it read, so that the reads must happen.
-volatile unsigned char touched_sink;
+// Where TouchCacheLines leaves what it read, so that the reads must happen (one per thread:
+// ranks may be threads of one process).
+thread_local volatile unsigned char touched_sink;
 
 // Reads one byte of every cache line of `tensor`'s storage, which leaves it in this core's
 // caches, as a step's operand written just before its consumer is (MeasureInOrderOnCpu).
@@ -183,6 +186,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
  private:
   absl::StatusOr<std::vector<KernelTime>> Measure(const std::vector<KernelRequest>& requests) {
     plans_.clear();
+    graphs_with_failures_.clear();
     const size_t n = requests.size();
     // 0. The ranks must ask for the same kernels, else every later exchange would pair
     // collectives of different sizes (Gloo aborts the process on that). One fixed-size
@@ -243,6 +247,13 @@ class TorchKernelCalibrator : public KernelCalibrator {
         }
         done += MeasureInOrderOnCpu(requests, kernels, start, timings, skipped_for_time);
       }
+      // On CPU the kernels and collectives are then timed where they run: in a few runs
+      // of their step (TimeKernelsInStepRuns); micro-runs below for the collectives of a
+      // graph that cannot run so.
+      if (options_.device.is_cpu() && options_.step_runs > 0) {
+        MAGI_ASSIGN_OR_RETURN(int timed, TimeKernelsInStepRuns(requests, measure, timings, in_order));
+        done += timed;
+      }
       for (int pass = 0; pass < 2; ++pass) {
         const bool collective_pass = pass == 1;
         for (size_t i = 0; i < n; ++i) {
@@ -274,6 +285,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
       }
     }
     plans_.clear();  // the graphs may not outlive this call
+    graphs_with_failures_.clear();
     // 3. Agree on the times.
     return AgreeOnTimes(measure, timings, known, known_working_bytes);
   }
@@ -495,7 +507,167 @@ class TorchKernelCalibrator : public KernelCalibrator {
 
   std::optional<Timing> Unmeasurable(const Node& node, absl::string_view why) {
     failures_.push_back(absl::StrCat(node.op(), ": ", why));
+    graphs_with_failures_.insert(node.graph());
     return std::nullopt;
+  }
+
+  // On CPU, the kernels and collectives among `requests` to measure, timed in runs of their
+  // own step graph: the graph compiled by the interpreter with the step's communicators and
+  // run on synthesized inputs (every rank the same graph, so the collectives pair up), its
+  // node times profiled as a real step's are (the interpreter's RunStats::node_seconds,
+  // which StepTimeFeedback folds into the steps' cache after real steps), after
+  // options_.step_warmup_runs runs that are not counted. A key's time is its mean over its
+  // nodes in the step (a collective: start plus wait; with a communicator that times its
+  // collectives the wait holds nothing). Why: micro-runs of a Gloo collective after a
+  // burst of matmuls came out 10-20% below what the same run's steps took (the tiny 2-rank
+  // step, this 2-core machine, 2026-12-05; not the ranks' skew, not the interpreter's own
+  // time), and step-order kernel micro-runs land between all-cold and all-warm caches
+  // (+9% and -5% of the steps' compute) depending on the run; the step's own runs have
+  // what the step pays by construction. The kernels were micro-run before (MeasureInOrderOnCpu):
+  // a graph with a kernel that could not run, a partition call, a group without a
+  // communicator or an input that cannot be synthesized (the same on every rank) keeps its
+  // micro-run times, and its collectives are micro-run. `in_order` marks the collectives
+  // timed here. Fails only if a run fails: the ranks may then be mid-collective, and the
+  // error names the run. Returns how many collectives it timed.
+  absl::StatusOr<int> TimeKernelsInStepRuns(const std::vector<KernelRequest>& requests, const std::vector<bool>& measure,
+                                            std::vector<std::optional<Timing>>& timings, std::vector<bool>& in_order) {
+    // The graphs with something to measure, in request order (the same on every rank).
+    std::vector<const Graph*> graphs;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (!measure[i] || requests[i].callee != nullptr) continue;
+      const Graph* graph = requests[i].node->graph();
+      if (std::find(graphs.begin(), graphs.end(), graph) == graphs.end()) graphs.push_back(graph);
+    }
+    int collectives = 0;
+    for (const Graph* graph : graphs) {
+      MAGI_ASSIGN_OR_RETURN(std::optional<std::vector<double>> seconds, RunStep(*graph));
+      if (!seconds) continue;
+      // Each key's nodes in the graph: a collective's start plus its wait.
+      const std::vector<Node*> nodes = graph->nodes();
+      absl::flat_hash_map<std::string, std::pair<double, int>> by_key;  // summed seconds, nodes
+      for (size_t k = 0; k < nodes.size(); ++k) {
+        const Node& node = *nodes[k];
+        if (node.op() == kWaitOp) {
+          const Node* start = StartOfWait(node);
+          if (start != nullptr) by_key[CalibrationTable::KeyOf(*start)].first += (*seconds)[k];
+          continue;
+        }
+        std::pair<double, int>& entry = by_key[CalibrationTable::KeyOf(node)];
+        entry.first += (*seconds)[k];
+        entry.second += 1;
+      }
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (!measure[i] || requests[i].callee != nullptr || requests[i].node->graph() != graph) continue;
+        const bool collective = IsCollectiveStart(requests[i].node->op());
+        if (collective && in_order[i]) continue;
+        auto entry = by_key.find(CalibrationTable::KeyOf(*requests[i].node));
+        if (entry == by_key.end() || entry->second.second == 0) continue;
+        timings[i] = Timing{entry->second.first / entry->second.second, entry->second.second * step_runs_counted_};
+        if (collective) {
+          in_order[i] = true;
+          ++collectives;
+        }
+      }
+    }
+    return collectives;
+  }
+
+  // `graph` run options_.step_warmup_runs + options_.step_runs times on synthesized inputs
+  // (TimeKernelsInStepRuns); each node's mean time over the counted runs, in
+  // graph.nodes() order. nullopt (the reason kept for the warning) when it cannot run so.
+  absl::StatusOr<std::optional<std::vector<double>>> RunStep(const Graph& graph) {
+    auto cannot = [&](absl::string_view why) -> std::optional<std::vector<double>> {
+      failures_.push_back(absl::StrCat("graph @", graph.name(), ": not run to time its kernels (", why,
+                                       "); they are micro-run"));
+      return std::nullopt;
+    };
+    if (graph.module() == nullptr) return cannot("no module");
+    // A kernel that failed on synthesized inputs would fail the run, with the other ranks
+    // perhaps mid-collective.
+    if (graphs_with_failures_.contains(&graph)) return cannot("a kernel of it cannot run on synthesized inputs");
+    for (const Node* node : graph.nodes()) {
+      if (node->op() == kCallOp) return cannot("it calls compiled partitions");
+    }
+    MAGI_ASSIGN_OR_RETURN(const NodePlan* any, PlanOf(*graph.nodes().front()));
+    (void)any;
+    const StepPlan& step = *plans_.at(&graph).step;
+    for (const std::string& group : step.groups) {
+      auto it = options_.communicators.find(group);
+      if (it == options_.communicators.end() || it->second == nullptr) {
+        return cannot(absl::StrCat("no communicator for group '", group, "'"));
+      }
+    }
+    InterpreterBackend backend;
+    absl::StatusOr<std::unique_ptr<Executable>> compiled = backend.Compile(*graph.module(), graph);
+    if (!compiled.ok()) return cannot(compiled.status().message());
+    auto* executable = dynamic_cast<TorchExecutable*>(compiled->get());
+    if (executable == nullptr) return cannot("the interpreter did not make a TorchExecutable");
+    for (const std::string& group : step.groups) {
+      MAGI_RETURN_IF_ERROR(executable->BindCommunicator(group, options_.communicators.at(group)));
+    }
+    // Inputs: the generator's own state for an rng.state input; integers below every
+    // consumer's IndexBound (valid indices for all of them).
+    std::vector<at::Tensor> inputs;
+    for (const Value* input : graph.inputs()) {
+      if (!input->type().is_tensor()) return cannot(absl::StrCat("%", input->name(), " is not a tensor"));
+      if (input->role() == InputRole::kRng) {
+        at::Generator generator = at::detail::getDefaultCPUGenerator();
+        at::Tensor state;
+        {
+          std::lock_guard<std::mutex> lock(generator.mutex());
+          state = generator.get_state();
+        }
+        absl::StatusOr<c10::ScalarType> dtype = compat::ToScalarType(input->type().tensor().dtype);
+        if (!dtype.ok() || state.scalar_type() != *dtype || state.sizes().vec() != input->type().tensor().sizes) {
+          return cannot(absl::StrCat("%", input->name(), " is not this generator's state"));
+        }
+        inputs.push_back(state);
+        continue;
+      }
+      int64_t bound = std::numeric_limits<int64_t>::max();
+      for (const Use& use : input->uses()) bound = std::min(bound, IndexBound(*use.user));
+      if (bound == std::numeric_limits<int64_t>::max()) bound = 2;
+      absl::StatusOr<at::Tensor> tensor = Synthesize(input->type().tensor(), bound);
+      if (!tensor.ok()) return cannot(tensor.status().message());
+      inputs.push_back(*std::move(tensor));
+    }
+    executable->set_profile_nodes(true);
+    int runs = options_.step_warmup_runs + options_.step_runs;
+    std::vector<double> seconds(graph.num_nodes(), 0.0);
+    int counted = 0;
+    Clock::time_point counted_start = Clock::now();
+    for (int run = 0; run < runs; ++run) {
+      if (run == options_.step_warmup_runs) counted_start = Clock::now();
+      absl::StatusOr<std::vector<at::Tensor>> outputs = executable->Run(inputs);
+      if (!outputs.ok()) {
+        return absl::Status(outputs.status().code(),
+                            absl::StrCat("calibration: run ", run + 1, " of graph @", graph.name(),
+                                         " on synthesized inputs (to time its kernels) failed: ",
+                                         outputs.status().message()));
+      }
+      if (run < options_.step_warmup_runs) continue;
+      const std::vector<double>& node_seconds = executable->last_run_stats().node_seconds;
+      if (node_seconds.size() != seconds.size()) return cannot("the interpreter reported no node times");
+      for (size_t k = 0; k < seconds.size(); ++k) seconds[k] += node_seconds[k];
+      ++counted;
+      if (run + 1 == options_.step_warmup_runs + options_.step_runs && options_.max_step_runs > options_.step_runs) {
+        // A step's time moves by tens of percent from run to run on shared cores: more
+        // runs, as many as seconds_for_step_runs allows at the slowest rank's pace, the
+        // same count on every rank (their collectives pair up).
+        MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> paces,
+                              Exchange({SecondsSince(counted_start) / options_.step_runs}));
+        double pace = 1e-9;
+        for (const std::vector<double>& rank : paces) pace = std::max(pace, rank.at(0));
+        const int more = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_for_step_runs / pace),
+                                                             options_.step_runs, options_.max_step_runs)) -
+                         options_.step_runs;
+        runs += more;
+      }
+    }
+    if (counted == 0) return cannot("no run counted");
+    for (double& node : seconds) node /= counted;
+    step_runs_counted_ = counted;
+    return seconds;
   }
 
   // The CPU's compute kernels, timed as a step runs them: one run of each per round, in
@@ -578,11 +750,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
       if (round >= options_.min_runs && SecondsSince(start) >= budget) break;
       for (size_t k = 0; k < prepared.size();) {
         Prepared& p = prepared[k];
+        for (const at::Tensor& operand : p.in_cache) {
+          TouchCacheLines(operand);
+          if (options_.on_cache_read_for_testing) options_.on_cache_read_for_testing(*requests[p.index].node, operand);
+        }
         const auto run_start = Clock::now();
         absl::Status ran = run(p);
         const double seconds = SecondsSince(run_start);
         if (!ran.ok()) {
-        for (const at::Tensor& operand : p.in_cache) TouchCacheLines(operand);
           Unmeasurable(*requests[p.index].node, ran.message());
           prepared.erase(prepared.begin() + k);
           continue;
@@ -855,7 +1030,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
         group.overlapped_iterations = iterations_for(group.during);
       }
     }
-    int runs = options_.collective_runs;
+    // Every group gets a run (each must be in the mean).
+    int runs = options_.collective_runs > 0 ? std::max<int>(options_.collective_runs, group_count) : 0;
     Clock::time_point timed_start = Clock::now();
     for (int run = 0; run <= runs; ++run) {
       if (run == 1) timed_start = Clock::now();
@@ -890,7 +1066,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
         // pace: the same count on every rank (they run in lockstep).
         MAGI_ASSIGN_OR_RETURN(std::vector<double> paces,
                               GatherOver(communicator, SecondsSince(timed_start) / options_.collective_runs));
-        const double pace = std::max(*std::max_element(paces.begin(), paces.end()), 1e-9);
+        double pace = 1e-9;
+        for (double rank_pace : paces) pace = std::max(pace, rank_pace);
         runs = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_per_collective / pace),
                                                    options_.collective_runs, options_.max_collective_runs));
       }
@@ -918,6 +1095,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
   absl::flat_hash_map<const Graph*, Plans> plans_;
   torch::jit::Stack stack_;
   std::vector<std::string> failures_;
+  absl::flat_hash_set<const Graph*> graphs_with_failures_;  // of this Calibrate call (Unmeasurable)
+  int step_runs_counted_ = 0;                               // by the last RunStep
 };
 
 }  // namespace

@@ -53,6 +53,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,6 +72,14 @@ struct TorchKernelCalibratorOptions {
   double seconds_per_kernel = 0.004;
   int min_runs = 3;
   int max_runs = 30;
+  // CPU: after the micro-runs, the kernels and collectives are timed in step_runs runs of
+  // their step graph on synthesized inputs after step_warmup_runs, then in as many more as
+  // seconds_for_step_runs allows (up to max_step_runs; the .cc says why); step_runs 0:
+  // micro-runs only, as on CUDA.
+  int step_runs = 8;
+  int step_warmup_runs = 2;
+  int max_step_runs = 32;
+  double seconds_for_step_runs = 1.0;
   int collective_runs = 18;  // timed runs of each collective at least, after one warm-up
   // CPU: then more, up to max_collective_runs, while the runs take at most
   // seconds_per_collective at the slowest rank's pace (MeasureCollective says why).
@@ -81,8 +90,10 @@ struct TorchKernelCalibratorOptions {
   // run, as the step finds it there (MeasureInOrderOnCpu in the .cc says why); the rest are
   // read from wherever the previous round left them. -1: this core's L2 (sysconf), 0: none.
   int64_t cpu_cache_bytes = -1;
+  // Tests: called with each kernel's operand the calibrator reads into the cache.
+  std::function<void(const Node&, const at::Tensor&)> on_cache_read_for_testing;
   // A collective is measured after as much compute as the step runs before it
-  // (KernelRequest::compute_before_seconds), up to this much: the effect grows little
+  // (CollectiveIssue::compute_before_seconds), up to this much: the effect grows little
   // beyond tens of milliseconds (below), and this bounds the calibration's time.
   double max_compute_before_seconds = 0.03;
   // Compute kernels still unmeasured after this long are left to the formula (a warning
