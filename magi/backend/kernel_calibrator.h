@@ -93,7 +93,9 @@ class KernelCalibrator {
   // other rank) are measured, each with a few micro-runs (the start + wait of a
   // collective); the others keep a known time (agreed across ranks). A kernel that cannot
   // be run by itself (dynamic shapes, an op that fails on synthesized inputs) is returned
-  // without seconds. Fails only when the ranks cannot agree (a dead peer).
+  // without seconds. Fails only when the ranks cannot agree (a dead peer), or when an
+  // implementation that runs the whole step to time its kernels (on CPU, the interpreter's)
+  // sees that run fail.
   virtual absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) = 0;
 };
 

@@ -186,7 +186,6 @@ class TorchKernelCalibrator : public KernelCalibrator {
  private:
   absl::StatusOr<std::vector<KernelTime>> Measure(const std::vector<KernelRequest>& requests) {
     plans_.clear();
-    graphs_with_failures_.clear();
     const size_t n = requests.size();
     // 0. The ranks must ask for the same kernels, else every later exchange would pair
     // collectives of different sizes (Gloo aborts the process on that). One fixed-size
@@ -250,8 +249,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
       // On CPU the kernels and collectives are then timed where they run: in a few runs
       // of their step (TimeKernelsInStepRuns); micro-runs below for the collectives of a
       // graph that cannot run so.
-      if (options_.device.is_cpu() && options_.step_runs > 0) {
-        MAGI_ASSIGN_OR_RETURN(int timed, TimeKernelsInStepRuns(requests, measure, timings, in_order));
+      if (options_.device.is_cpu() && options_.time_in_step_runs) {
+        MAGI_ASSIGN_OR_RETURN(int timed, TimeKernelsInStepRuns(requests, measure, start, timings, in_order));
         done += timed;
       }
       for (int pass = 0; pass < 2; ++pass) {
@@ -285,7 +284,6 @@ class TorchKernelCalibrator : public KernelCalibrator {
       }
     }
     plans_.clear();  // the graphs may not outlive this call
-    graphs_with_failures_.clear();
     // 3. Agree on the times.
     return AgreeOnTimes(measure, timings, known, known_working_bytes);
   }
@@ -442,14 +440,15 @@ class TorchKernelCalibrator : public KernelCalibrator {
       case NodePlan::Kind::kLocalShard:  // this rank's slice of a gathered tensor: left to the formula
         break;
     }
-    return Unmeasurable(node, "not a kernel");
+    return Unmeasurable(node, "not a kernel", /*failed_to_run=*/false);
   }
 
   // A compiled partition (magi::call), run by itself on inputs of the call's types.
   absl::StatusOr<std::optional<Timing>> MeasureCall(const Node& node, Executable& callee) {
     auto* executable = dynamic_cast<TorchExecutable*>(&callee);
     if (executable == nullptr) {
-      return Unmeasurable(node, absl::StrCat("backend '", callee.backend_name(), "' does not run LibTorch tensors"));
+      return Unmeasurable(node, absl::StrCat("backend '", callee.backend_name(), "' does not run LibTorch tensors"),
+                          /*failed_to_run=*/false);
     }
     // Integer inputs may index any tensor inside the partition, not only its inputs and
     // outputs: below the smallest floating dimension of all of them.
@@ -505,9 +504,11 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
   }
 
-  std::optional<Timing> Unmeasurable(const Node& node, absl::string_view why) {
+  // `failed_to_run`: the kernel itself could not run (or get inputs), not merely something
+  // this calibrator does not time; a step run would fail on it (RunStep).
+  std::optional<Timing> Unmeasurable(const Node& node, absl::string_view why, bool failed_to_run = true) {
     failures_.push_back(absl::StrCat(node.op(), ": ", why));
-    graphs_with_failures_.insert(node.graph());
+    if (failed_to_run && !IsCollectiveStart(node.op())) failed_keys_.insert(CalibrationTable::KeyOf(node));
     return std::nullopt;
   }
 
@@ -530,6 +531,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // timed here. Fails only if a run fails: the ranks may then be mid-collective, and the
   // error names the run. Returns how many collectives it timed.
   absl::StatusOr<int> TimeKernelsInStepRuns(const std::vector<KernelRequest>& requests, const std::vector<bool>& measure,
+                                            Clock::time_point calibration_start,
                                             std::vector<std::optional<Timing>>& timings, std::vector<bool>& in_order) {
     // The graphs with something to measure, in request order (the same on every rank).
     std::vector<const Graph*> graphs;
@@ -540,7 +542,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     int collectives = 0;
     for (const Graph* graph : graphs) {
-      MAGI_ASSIGN_OR_RETURN(std::optional<std::vector<double>> seconds, RunStep(*graph));
+      MAGI_ASSIGN_OR_RETURN(std::optional<std::vector<double>> seconds, RunStep(*graph, calibration_start));
       if (!seconds) continue;
       // Each key's nodes in the graph: a collective's start plus its wait.
       const std::vector<Node*> nodes = graph->nodes();
@@ -572,44 +574,120 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return collectives;
   }
 
-  // `graph` run options_.step_warmup_runs + options_.step_runs times on synthesized inputs
-  // (TimeKernelsInStepRuns); each node's mean time over the counted runs, in
-  // graph.nodes() order. nullopt (the reason kept for the warning) when it cannot run so.
-  absl::StatusOr<std::optional<std::vector<double>>> RunStep(const Graph& graph) {
-    auto cannot = [&](absl::string_view why) -> std::optional<std::vector<double>> {
-      failures_.push_back(absl::StrCat("graph @", graph.name(), ": not run to time its kernels (", why,
-                                       "); they are micro-run"));
-      return std::nullopt;
-    };
-    if (graph.module() == nullptr) return cannot("no module");
-    // A kernel that failed on synthesized inputs would fail the run, with the other ranks
-    // perhaps mid-collective.
-    if (graphs_with_failures_.contains(&graph)) return cannot("a kernel of it cannot run on synthesized inputs");
+  // `graph` run on synthesized inputs (TimeKernelsInStepRuns): options_.step_warmup_runs
+  // runs, then as many as seconds_for_step_runs allows at the slowest rank's pace (between
+  // min_step_runs and max_step_runs); each node's mean time over those, in graph.nodes()
+  // order. nullopt (said on stderr) when some rank cannot run it: every rank first says
+  // whether it can (one exchange), so that they all run it or none does. Runs once per
+  // graph structure for this calibrator's lifetime.
+  absl::StatusOr<std::optional<std::vector<double>>> RunStep(const Graph& graph, Clock::time_point calibration_start) {
+    uint64_t fingerprint = 0xcbf29ce484222325ull;
     for (const Node* node : graph.nodes()) {
-      if (node->op() == kCallOp) return cannot("it calls compiled partitions");
+      for (unsigned char c : CalibrationTable::KeyOf(*node) + "\n") fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
     }
-    MAGI_ASSIGN_OR_RETURN(const NodePlan* any, PlanOf(*graph.nodes().front()));
-    (void)any;
+    if (auto known = step_runs_.find(fingerprint); known != step_runs_.end()) {
+      if (!known->second) return std::nullopt;
+      step_runs_counted_ = known->second->counted;
+      return known->second->seconds;
+    }
+    std::unique_ptr<Executable> compiled;
+    std::vector<at::Tensor> inputs;
+    const std::string why = PrepareStepRun(graph, calibration_start, compiled, inputs);
+    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> can, Exchange({why.empty() ? 1.0 : 0.0}));
+    bool everyone = true;
+    for (const std::vector<double>& rank : can) everyone = everyone && rank.at(0) == 1.0;
+    if (!everyone) {
+      Progress(absl::StrCat("magi: graph @", graph.name(), ": its kernels keep their micro-run times (",
+                            why.empty() ? "another rank cannot run it" : why, ")"),
+               /*line=*/true);
+      step_runs_[fingerprint] = std::nullopt;
+      return std::nullopt;
+    }
+    auto* executable = static_cast<TorchExecutable*>(compiled.get());
+    executable->set_profile_nodes(true);
+    // As the trainers run a step: donating its inputs (magi::adamw and in-place ops write
+    // over them). The synthesized tensors are this calibrator's own.
+    auto run_once = [&](int run) -> absl::Status {
+      absl::StatusOr<std::vector<at::Tensor>> outputs;
+      try {
+        outputs = executable->RunDonating(inputs);
+      } catch (const std::exception& error) {
+        outputs = absl::InternalError(error.what());
+      }
+      if (!outputs.ok()) {
+        return absl::Status(outputs.status().code(),
+                            absl::StrCat("calibration: run ", run + 1, " of graph @", graph.name(),
+                                         " on synthesized inputs (to time its kernels where the step runs them) "
+                                         "failed: ",
+                                         outputs.status().message()));
+      }
+      return absl::OkStatus();
+    };
+    const int warmup = std::max(1, options_.step_warmup_runs);
+    Clock::time_point last_start = Clock::now();
+    for (int run = 0; run < warmup; ++run) {
+      last_start = Clock::now();
+      MAGI_RETURN_IF_ERROR(run_once(run));
+    }
+    // A step's time moves by tens of percent from run to run on shared cores: as many runs
+    // as the budget allows at the slowest rank's pace, the same count on every rank (their
+    // collectives pair up).
+    MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> paces, Exchange({SecondsSince(last_start)}));
+    double pace = 1e-9;
+    for (const std::vector<double>& rank : paces) pace = std::max(pace, rank.at(0));
+    const int fewest = std::max(1, options_.min_step_runs);
+    const int counted = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_for_step_runs / pace), fewest,
+                                                            std::max(fewest, options_.max_step_runs)));
+    std::vector<double> seconds(graph.num_nodes(), 0.0);
+    for (int run = 0; run < counted; ++run) {
+      MAGI_RETURN_IF_ERROR(run_once(warmup + run));
+      const std::vector<double>& node_seconds = executable->last_run_stats().node_seconds;
+      if (node_seconds.size() != seconds.size()) {
+        return absl::InternalError(absl::StrCat("graph @", graph.name(), ": the interpreter timed ",
+                                                node_seconds.size(), " nodes of ", seconds.size()));
+      }
+      for (size_t k = 0; k < seconds.size(); ++k) seconds[k] += node_seconds[k] / counted;
+    }
+    step_runs_counted_ = counted;
+    step_runs_[fingerprint] = StepRunTimes{seconds, counted};
+    return seconds;
+  }
+
+  // The interpreter's executable of `graph` with the step's communicators bound, and its
+  // synthesized inputs: the generator's own state for an rng.state input, integers below
+  // every consumer's IndexBound (valid indices for all of them). "" when this rank can run
+  // it, else why not.
+  std::string PrepareStepRun(const Graph& graph, Clock::time_point calibration_start,
+                             std::unique_ptr<Executable>& compiled, std::vector<at::Tensor>& inputs) {
+    if (SecondsSince(calibration_start) > options_.max_seconds) return "past the calibration's time limit";
+    if (graph.module() == nullptr || graph.nodes().empty()) return "no module or no nodes";
+    for (const Node* node : graph.nodes()) {
+      if (node->op() == kCallOp) return "it calls compiled partitions";
+      if (failed_keys_.contains(CalibrationTable::KeyOf(*node))) {
+        return absl::StrCat(node->op(), " cannot run on synthesized inputs");
+      }
+    }
+    absl::StatusOr<const NodePlan*> planned = PlanOf(*graph.nodes().front());
+    if (!planned.ok()) return std::string(planned.status().message());
     const StepPlan& step = *plans_.at(&graph).step;
     for (const std::string& group : step.groups) {
       auto it = options_.communicators.find(group);
       if (it == options_.communicators.end() || it->second == nullptr) {
-        return cannot(absl::StrCat("no communicator for group '", group, "'"));
+        return absl::StrCat("no communicator for group '", group, "'");
       }
     }
     InterpreterBackend backend;
-    absl::StatusOr<std::unique_ptr<Executable>> compiled = backend.Compile(*graph.module(), graph);
-    if (!compiled.ok()) return cannot(compiled.status().message());
-    auto* executable = dynamic_cast<TorchExecutable*>(compiled->get());
-    if (executable == nullptr) return cannot("the interpreter did not make a TorchExecutable");
+    absl::StatusOr<std::unique_ptr<Executable>> made = backend.Compile(*graph.module(), graph);
+    if (!made.ok()) return std::string(made.status().message());
+    auto* executable = dynamic_cast<TorchExecutable*>(made->get());
+    if (executable == nullptr) return "the interpreter did not make a TorchExecutable";
     for (const std::string& group : step.groups) {
-      MAGI_RETURN_IF_ERROR(executable->BindCommunicator(group, options_.communicators.at(group)));
+      if (absl::Status bound = executable->BindCommunicator(group, options_.communicators.at(group)); !bound.ok()) {
+        return std::string(bound.message());
+      }
     }
-    // Inputs: the generator's own state for an rng.state input; integers below every
-    // consumer's IndexBound (valid indices for all of them).
-    std::vector<at::Tensor> inputs;
     for (const Value* input : graph.inputs()) {
-      if (!input->type().is_tensor()) return cannot(absl::StrCat("%", input->name(), " is not a tensor"));
+      if (!input->type().is_tensor()) return absl::StrCat("%", input->name(), " is not a tensor");
       if (input->role() == InputRole::kRng) {
         at::Generator generator = at::detail::getDefaultCPUGenerator();
         at::Tensor state;
@@ -619,7 +697,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
         }
         absl::StatusOr<c10::ScalarType> dtype = compat::ToScalarType(input->type().tensor().dtype);
         if (!dtype.ok() || state.scalar_type() != *dtype || state.sizes().vec() != input->type().tensor().sizes) {
-          return cannot(absl::StrCat("%", input->name(), " is not this generator's state"));
+          return absl::StrCat("%", input->name(), " is not this generator's state");
         }
         inputs.push_back(state);
         continue;
@@ -628,46 +706,11 @@ class TorchKernelCalibrator : public KernelCalibrator {
       for (const Use& use : input->uses()) bound = std::min(bound, IndexBound(*use.user));
       if (bound == std::numeric_limits<int64_t>::max()) bound = 2;
       absl::StatusOr<at::Tensor> tensor = Synthesize(input->type().tensor(), bound);
-      if (!tensor.ok()) return cannot(tensor.status().message());
+      if (!tensor.ok()) return std::string(tensor.status().message());
       inputs.push_back(*std::move(tensor));
     }
-    executable->set_profile_nodes(true);
-    int runs = options_.step_warmup_runs + options_.step_runs;
-    std::vector<double> seconds(graph.num_nodes(), 0.0);
-    int counted = 0;
-    Clock::time_point counted_start = Clock::now();
-    for (int run = 0; run < runs; ++run) {
-      if (run == options_.step_warmup_runs) counted_start = Clock::now();
-      absl::StatusOr<std::vector<at::Tensor>> outputs = executable->Run(inputs);
-      if (!outputs.ok()) {
-        return absl::Status(outputs.status().code(),
-                            absl::StrCat("calibration: run ", run + 1, " of graph @", graph.name(),
-                                         " on synthesized inputs (to time its kernels) failed: ",
-                                         outputs.status().message()));
-      }
-      if (run < options_.step_warmup_runs) continue;
-      const std::vector<double>& node_seconds = executable->last_run_stats().node_seconds;
-      if (node_seconds.size() != seconds.size()) return cannot("the interpreter reported no node times");
-      for (size_t k = 0; k < seconds.size(); ++k) seconds[k] += node_seconds[k];
-      ++counted;
-      if (run + 1 == options_.step_warmup_runs + options_.step_runs && options_.max_step_runs > options_.step_runs) {
-        // A step's time moves by tens of percent from run to run on shared cores: more
-        // runs, as many as seconds_for_step_runs allows at the slowest rank's pace, the
-        // same count on every rank (their collectives pair up).
-        MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> paces,
-                              Exchange({SecondsSince(counted_start) / options_.step_runs}));
-        double pace = 1e-9;
-        for (const std::vector<double>& rank : paces) pace = std::max(pace, rank.at(0));
-        const int more = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_for_step_runs / pace),
-                                                             options_.step_runs, options_.max_step_runs)) -
-                         options_.step_runs;
-        runs += more;
-      }
-    }
-    if (counted == 0) return cannot("no run counted");
-    for (double& node : seconds) node /= counted;
-    step_runs_counted_ = counted;
-    return seconds;
+    compiled = *std::move(made);
+    return "";
   }
 
   // The CPU's compute kernels, timed as a step runs them: one run of each per round, in
@@ -721,7 +764,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
       }
       const NodePlan& plan = **found;
       if (plan.kind != NodePlan::Kind::kOp && plan.kind != NodePlan::Kind::kAdamW) {
-        Unmeasurable(node, "not a kernel");
+        Unmeasurable(node, "not a kernel", /*failed_to_run=*/false);
         continue;
       }
       const StepPlan& step = *plans_.at(node.graph()).step;
@@ -1068,8 +1111,9 @@ class TorchKernelCalibrator : public KernelCalibrator {
                               GatherOver(communicator, SecondsSince(timed_start) / options_.collective_runs));
         double pace = 1e-9;
         for (double rank_pace : paces) pace = std::max(pace, rank_pace);
-        runs = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_per_collective / pace),
-                                                   options_.collective_runs, options_.max_collective_runs));
+        const int fewest = std::max<int>(options_.collective_runs, group_count);
+        runs = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_per_collective / pace), fewest,
+                                                   std::max(fewest, options_.max_collective_runs)));
       }
     }
     double seconds = 0, weight = 0;
@@ -1095,8 +1139,17 @@ class TorchKernelCalibrator : public KernelCalibrator {
   absl::flat_hash_map<const Graph*, Plans> plans_;
   torch::jit::Stack stack_;
   std::vector<std::string> failures_;
-  absl::flat_hash_set<const Graph*> graphs_with_failures_;  // of this Calibrate call (Unmeasurable)
-  int step_runs_counted_ = 0;                               // by the last RunStep
+  // Keys of kernels that could not run (Unmeasurable), for this calibrator's lifetime: the
+  // compile driver asks about a graph's kernels and its collectives in separate calls.
+  absl::flat_hash_set<std::string> failed_keys_;
+  // RunStep's results by the graph's fingerprint (its nodes' keys in order): the compute
+  // call's runs serve the collectives call too.
+  struct StepRunTimes {
+    std::vector<double> seconds;  // per node, graph.nodes() order
+    int counted = 0;
+  };
+  absl::flat_hash_map<uint64_t, std::optional<StepRunTimes>> step_runs_;
+  int step_runs_counted_ = 0;  // by the last RunStep
 };
 
 }  // namespace

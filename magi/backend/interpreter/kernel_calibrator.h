@@ -79,12 +79,13 @@ struct TorchKernelCalibratorOptions {
   double seconds_per_kernel = 0.004;
   int min_runs = 3;
   int max_runs = 30;
-  // CPU: after the micro-runs, the kernels and collectives are timed in step_runs runs of
-  // their step graph on synthesized inputs after step_warmup_runs, then in as many more as
-  // seconds_for_step_runs allows (up to max_step_runs; the .cc says why); step_runs 0:
-  // micro-runs only, as on CUDA.
-  int step_runs = 8;
+  // CPU: after the micro-runs, the kernels and collectives are timed in runs of their
+  // step graph on synthesized inputs (the .cc says why): step_warmup_runs runs (at least 1),
+  // then as many as seconds_for_step_runs allows at the slowest rank's pace, between
+  // min_step_runs and max_step_runs. false: micro-runs only, as on CUDA.
+  bool time_in_step_runs = true;
   int step_warmup_runs = 2;
+  int min_step_runs = 2;
   int max_step_runs = 32;
   double seconds_for_step_runs = 1.0;
   int collective_runs = 18;  // timed runs of each collective at least, after one warm-up

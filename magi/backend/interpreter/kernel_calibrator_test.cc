@@ -117,9 +117,9 @@ TEST(KernelCalibratorTest, OneProcessMeasuresWhatIsNotKnownAndKeepsWhatIs) {
   const Graph& graph = *(*module)->FindGraph("g");
   std::vector<KernelRequest> requests = Kernels(graph);
   requests[0].known = 0.25;  // the embedding: known, not measured again
-  // No operand read into the cache before a timed run, this core's L2 (h and the logits
-  // are; the weights, graph inputs, are not), every produced operand.
-  for (int64_t cache_bytes : {int64_t{0}, int64_t{-1}, int64_t{1} << 40}) {
+  // No operand read into the cache before a timed run, a 1 MiB cache (the operands the step
+  // wrote just before; the weights, graph inputs, are not), every produced operand.
+  for (int64_t cache_bytes : {int64_t{0}, int64_t{1} << 20, int64_t{1} << 40}) {
     SCOPED_TRACE(cache_bytes);
     TorchKernelCalibratorOptions options;
     options.seconds_per_kernel = 0.0;  // min_runs each
@@ -219,6 +219,7 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
     // the step overlaps it with 10 ms more: each run does that between its start and wait.
     mine[gather].issues = {{/*compute_before_seconds=*/0.01, /*compute_during_seconds=*/0.01}};
     options.max_collective_runs = options.collective_runs;  // no runs beyond the 18
+    options.time_in_step_runs = false;  // micro-runs (%bad keeps this step from running anyway)
     times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
   };
   std::thread r0(rank, 0), r1(rank, 1);
@@ -249,9 +250,8 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
   EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + runs);
 }
 
-// On CPU the collectives of a graph that can run on synthesized inputs are timed in runs
-// of that graph (options.step_runs after step_warmup_runs), the same on both ranks; the
-// graph's kernels run there too, and the times agree as micro-run times do.
+// On CPU the kernels and collectives of a graph that can run on synthesized inputs are
+// timed in runs of that graph, as many on both ranks; the times agree as micro-run times do.
 TEST(KernelCalibratorTest, CollectivesOnCpuAreTimedInRunsOfTheirStep) {
   // kStep without its kernel that cannot run (which would leave the step to micro-runs),
   // and with one wait for the gather's two results (ThreadCommunicator's handle returns
@@ -276,9 +276,8 @@ TEST(KernelCalibratorTest, CollectivesOnCpuAreTimedInRunsOfTheirStep) {
     options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
     options.seconds_per_kernel = 0.0;
     options.step_warmup_runs = 1;
-    options.step_runs = 3;
     options.max_step_runs = 5;
-    options.seconds_for_step_runs = 60;  // far more than 5 runs take: 2 runs more
+    options.seconds_for_step_runs = 60;  // far more than 5 runs take
     times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
   };
   std::thread r0(rank, 0), r1(rank, 1);
@@ -293,9 +292,52 @@ TEST(KernelCalibratorTest, CollectivesOnCpuAreTimedInRunsOfTheirStep) {
     EXPECT_GT(*(*times[0])[i].seconds, 0);
   }
   EXPECT_EQ((*times[0])[gather].runs, 2 * 5);  // one issue a run, 5 runs counted on each rank
-  // The request check, agreement (missing kernels, then the times), the step's one gather
-  // in each of its 1 + 3 runs, the ranks' pace, the gather in 2 runs more: no micro-run.
-  EXPECT_EQ(group.collectives(), 1 + 2 + 4 + 1 + 2);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].node->result(0)->name() == "h") EXPECT_EQ((*times[0])[i].runs, 2 * 5);  // not min_runs
+  }
+  // The request check, agreement (missing kernels, then the times), whether all can run
+  // the step, its one gather in the warm-up run, the ranks' pace, the gather in the 5
+  // counted runs: no micro-run of it.
+  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + 1 + 5);
+}
+
+// A kernel that cannot run on synthesized inputs keeps its step from running in later
+// calls too (the compile driver asks about a step's kernels, then its collectives): the
+// collectives are then micro-run, on both ranks, and nothing fails.
+TEST(KernelCalibratorTest, AKernelThatCannotRunLeavesTheCollectivesOfLaterCallsToMicroRuns) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const std::vector<KernelRequest> requests = Kernels(*(*module)->FindGraph("g"));
+  std::vector<KernelRequest> compute, collectives;
+  for (const KernelRequest& request : requests) {
+    (request.node->op() == "magi::all_gather_start" ? collectives : compute).push_back(request);
+  }
+  ASSERT_EQ(collectives.size(), 1u);
+  ThreadGroup group;
+  absl::StatusOr<std::vector<KernelTime>> first[2], second[2];
+  auto rank = [&](int r) {
+    TorchKernelCalibratorOptions options;
+    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
+    options.seconds_per_kernel = 0.0;
+    options.collective_runs = 4;
+    options.max_collective_runs = 4;
+    std::shared_ptr<KernelCalibrator> calibrator = MakeTorchKernelCalibrator(options);
+    first[r] = calibrator->Calibrate(compute);  // %bad fails its micro-run here
+    second[r] = calibrator->Calibrate(collectives);
+  };
+  std::thread r0(rank, 0), r1(rank, 1);
+  r0.join();
+  r1.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(first[r].ok()) << first[r].status();
+    ASSERT_TRUE(second[r].ok()) << second[r].status();
+  }
+  ASSERT_TRUE((*second[0])[0].seconds.has_value());
+  EXPECT_EQ((*second[0])[0].runs, 2 * 4);  // micro-runs
+  // First call: the request check, the missing kernels, whether all can run the step (no:
+  // %bad), the times. Second: the check, the missing kernels, one warm-up and 4 runs of
+  // the gather, the times.
+  EXPECT_EQ(group.collectives(), (1 + 1 + 1 + 1) + (1 + 1 + 1 + 4 + 1));
 }
 
 // On CPU a fast collective runs more than collective_runs times, as many as its budget
@@ -319,7 +361,7 @@ TEST(KernelCalibratorTest, FastCollectivesOnCpuRunMoreTimesInLockstep) {
   auto rank = [&](int r) {
     TorchKernelCalibratorOptions options;
     options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
-    options.step_runs = 0;  // micro-runs
+    options.time_in_step_runs = false;  // micro-runs (a run of kStep would fail on %bad)
     options.collective_runs = 4;
     options.max_collective_runs = 12;
     options.seconds_per_collective = 60;  // far more than 12 runs take
