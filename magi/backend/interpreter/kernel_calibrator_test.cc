@@ -1,6 +1,7 @@
 #include "magi/backend/interpreter/kernel_calibrator.h"
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -104,6 +105,27 @@ std::vector<KernelRequest> Kernels(const Graph& graph) {
   return requests;
 }
 
+// Runs `rank(r)` for ranks 0 and 1 at once (threads: a collective waits for both).
+void OnTwoRanks(const std::function<void(int)>& rank) {
+  std::thread r0(rank, 0), r1(rank, 1);
+  r0.join();
+  r1.join();
+}
+
+// Rank `rank`'s options: `group` as its "dp" communicator, min_runs runs of each kernel.
+TorchKernelCalibratorOptions RankOptions(ThreadGroup& group, int rank) {
+  TorchKernelCalibratorOptions options;
+  options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, rank);
+  options.seconds_per_kernel = 0.0;
+  return options;
+}
+
+size_t FirstGather(const std::vector<KernelRequest>& requests) {
+  size_t gather = 0;
+  while (requests.at(gather).node->op() != "magi::all_gather_start") ++gather;
+  return gather;
+}
+
 TEST(KernelCalibratorTest, TheDeviceKeyNamesTheCpuThreadsAndLibTorch) {
   std::string key = TorchDeviceKey(at::Device(at::kCPU));
   EXPECT_EQ(key.rfind("cpu ", 0), 0u) << key;
@@ -202,14 +224,11 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
   ASSERT_TRUE(module.ok()) << module.status();
   const Graph& graph = *(*module)->FindGraph("g");
   const std::vector<KernelRequest> requests = Kernels(graph);
-  size_t gather = 0;
-  while (requests[gather].node->op() != "magi::all_gather_start") ++gather;
+  const size_t gather = FirstGather(requests);
   ThreadGroup group;
   absl::StatusOr<std::vector<KernelTime>> times[2];
   auto rank = [&](int r) {
-    TorchKernelCalibratorOptions options;
-    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
-    options.seconds_per_kernel = 0.0;
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
     std::vector<KernelRequest> mine = requests;
     // The embedding is cached on both ranks (with different times: other machines); the
     // mm only on rank 0: both measure it.
@@ -222,9 +241,7 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
     options.time_in_step_runs = false;  // micro-runs (%bad keeps this step from running anyway)
     times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
   };
-  std::thread r0(rank, 0), r1(rank, 1);
-  r0.join();
-  r1.join();
+  OnTwoRanks(rank);
   ASSERT_TRUE(times[0].ok()) << times[0].status();
   ASSERT_TRUE(times[1].ok()) << times[1].status();
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -267,22 +284,17 @@ TEST(KernelCalibratorTest, CollectivesOnCpuAreTimedInRunsOfTheirStep) {
   ASSERT_TRUE(module.ok()) << module.status();
   const Graph& graph = *(*module)->FindGraph("g");
   const std::vector<KernelRequest> requests = Kernels(graph);
-  size_t gather = 0;
-  while (requests[gather].node->op() != "magi::all_gather_start") ++gather;
+  const size_t gather = FirstGather(requests);
   ThreadGroup group;
   absl::StatusOr<std::vector<KernelTime>> times[2];
   auto rank = [&](int r) {
-    TorchKernelCalibratorOptions options;
-    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
-    options.seconds_per_kernel = 0.0;
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
     options.step_warmup_runs = 1;
     options.max_step_runs = 5;
     options.seconds_for_step_runs = 60;  // far more than 5 runs take
     times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
   };
-  std::thread r0(rank, 0), r1(rank, 1);
-  r0.join();
-  r1.join();
+  OnTwoRanks(rank);
   ASSERT_TRUE(times[0].ok()) << times[0].status();
   ASSERT_TRUE(times[1].ok()) << times[1].status();
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -316,18 +328,14 @@ TEST(KernelCalibratorTest, AKernelThatCannotRunLeavesTheCollectivesOfLaterCallsT
   ThreadGroup group;
   absl::StatusOr<std::vector<KernelTime>> first[2], second[2];
   auto rank = [&](int r) {
-    TorchKernelCalibratorOptions options;
-    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
-    options.seconds_per_kernel = 0.0;
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
     options.collective_runs = 4;
     options.max_collective_runs = 4;
     std::shared_ptr<KernelCalibrator> calibrator = MakeTorchKernelCalibrator(options);
     first[r] = calibrator->Calibrate(compute);  // %bad fails its micro-run here
     second[r] = calibrator->Calibrate(collectives);
   };
-  std::thread r0(rank, 0), r1(rank, 1);
-  r0.join();
-  r1.join();
+  OnTwoRanks(rank);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(first[r].ok()) << first[r].status();
     ASSERT_TRUE(second[r].ok()) << second[r].status();
@@ -359,17 +367,14 @@ TEST(KernelCalibratorTest, FastCollectivesOnCpuRunMoreTimesInLockstep) {
   ThreadGroup group;
   absl::StatusOr<std::vector<KernelTime>> times[2];
   auto rank = [&](int r) {
-    TorchKernelCalibratorOptions options;
-    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
     options.time_in_step_runs = false;  // micro-runs (a run of kStep would fail on %bad)
     options.collective_runs = 4;
     options.max_collective_runs = 12;
     options.seconds_per_collective = 60;  // far more than 12 runs take
     times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
   };
-  std::thread r0(rank, 0), r1(rank, 1);
-  r0.join();
-  r1.join();
+  OnTwoRanks(rank);
   ASSERT_TRUE(times[0].ok()) << times[0].status();
   ASSERT_TRUE(times[1].ok()) << times[1].status();
   EXPECT_EQ((*times[0])[0].runs, 2 * 12);
@@ -390,15 +395,12 @@ TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNot
   ThreadGroup group;
   absl::StatusOr<std::vector<KernelTime>> times[2];
   auto rank = [&](int r) {
-    TorchKernelCalibratorOptions options;
-    options.communicators["dp"] = std::make_shared<ThreadCommunicator>(&group, r);
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
     // Rank 1 lacks the last kernel (as if it compiled another graph).
     std::vector<KernelRequest> mine(requests.begin(), requests.end() - (r == 1 ? 1 : 0));
     times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
   };
-  std::thread r0(rank, 0), r1(rank, 1);
-  r0.join();
-  r1.join();
+  OnTwoRanks(rank);
   ASSERT_TRUE(times[0].ok()) << times[0].status();
   ASSERT_TRUE(times[1].ok()) << times[1].status();
   EXPECT_EQ(times[0]->size(), requests.size());
