@@ -512,6 +512,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return std::nullopt;
   }
 
+  // What RunStep measured: each node's mean time over `counted` runs.
+  struct StepRunTimes {
+    std::vector<double> seconds;  // per node, graph.nodes() order
+    int counted = 0;
+  };
+
   // On CPU, the kernels and collectives among `requests` to measure, timed in runs of their
   // own step graph: the graph compiled by the interpreter with the step's communicators and
   // run on synthesized inputs (every rank the same graph, so the collectives pair up), its
@@ -542,8 +548,9 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     int collectives = 0;
     for (const Graph* graph : graphs) {
-      MAGI_ASSIGN_OR_RETURN(std::optional<std::vector<double>> seconds, RunStep(*graph, calibration_start));
-      if (!seconds) continue;
+      MAGI_ASSIGN_OR_RETURN(std::optional<StepRunTimes> runs, RunStep(*graph, calibration_start));
+      if (!runs) continue;
+      const std::vector<double>& seconds = runs->seconds;
       // Each key's nodes in the graph: a collective's start plus its wait.
       const std::vector<Node*> nodes = graph->nodes();
       absl::flat_hash_map<std::string, std::pair<double, int>> by_key;  // summed seconds, nodes
@@ -551,11 +558,11 @@ class TorchKernelCalibrator : public KernelCalibrator {
         const Node& node = *nodes[k];
         if (node.op() == kWaitOp) {
           const Node* start = StartOfWait(node);
-          if (start != nullptr) by_key[CalibrationTable::KeyOf(*start)].first += (*seconds)[k];
+          if (start != nullptr) by_key[CalibrationTable::KeyOf(*start)].first += seconds[k];
           continue;
         }
         std::pair<double, int>& entry = by_key[CalibrationTable::KeyOf(node)];
-        entry.first += (*seconds)[k];
+        entry.first += seconds[k];
         entry.second += 1;
       }
       for (size_t i = 0; i < requests.size(); ++i) {
@@ -564,7 +571,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
         if (collective && in_order[i]) continue;
         auto entry = by_key.find(CalibrationTable::KeyOf(*requests[i].node));
         if (entry == by_key.end() || entry->second.second == 0) continue;
-        timings[i] = Timing{entry->second.first / entry->second.second, entry->second.second * step_runs_counted_};
+        timings[i] = Timing{entry->second.first / entry->second.second, entry->second.second * runs->counted};
         if (collective) {
           in_order[i] = true;
           ++collectives;
@@ -580,16 +587,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // order. nullopt (said on stderr) when some rank cannot run it: every rank first says
   // whether it can (one exchange), so that they all run it or none does. Runs once per
   // graph structure for this calibrator's lifetime.
-  absl::StatusOr<std::optional<std::vector<double>>> RunStep(const Graph& graph, Clock::time_point calibration_start) {
+  absl::StatusOr<std::optional<StepRunTimes>> RunStep(const Graph& graph, Clock::time_point calibration_start) {
     uint64_t fingerprint = 0xcbf29ce484222325ull;
     for (const Node* node : graph.nodes()) {
       for (unsigned char c : CalibrationTable::KeyOf(*node) + "\n") fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
     }
-    if (auto known = step_runs_.find(fingerprint); known != step_runs_.end()) {
-      if (!known->second) return std::nullopt;
-      step_runs_counted_ = known->second->counted;
-      return known->second->seconds;
-    }
+    if (auto known = step_runs_.find(fingerprint); known != step_runs_.end()) return known->second;
     std::unique_ptr<Executable> compiled;
     std::vector<at::Tensor> inputs;
     const std::string why = PrepareStepRun(graph, calibration_start, compiled, inputs);
@@ -648,9 +651,9 @@ class TorchKernelCalibrator : public KernelCalibrator {
       }
       for (size_t k = 0; k < seconds.size(); ++k) seconds[k] += node_seconds[k] / counted;
     }
-    step_runs_counted_ = counted;
-    step_runs_[fingerprint] = StepRunTimes{seconds, counted};
-    return seconds;
+    StepRunTimes times{std::move(seconds), counted};
+    step_runs_[fingerprint] = times;
+    return times;
   }
 
   // The interpreter's executable of `graph` with the step's communicators bound, and its
@@ -1144,12 +1147,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
   absl::flat_hash_set<std::string> failed_keys_;
   // RunStep's results by the graph's fingerprint (its nodes' keys in order): the compute
   // call's runs serve the collectives call too.
-  struct StepRunTimes {
-    std::vector<double> seconds;  // per node, graph.nodes() order
-    int counted = 0;
-  };
   absl::flat_hash_map<uint64_t, std::optional<StepRunTimes>> step_runs_;
-  int step_runs_counted_ = 0;  // by the last RunStep
 };
 
 }  // namespace
