@@ -7,8 +7,10 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/version.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "magi/backend/torch_executable.h"
@@ -216,6 +218,39 @@ TEST(KernelCalibratorTest, MeasuringLeavesTheRandomGeneratorAsItWas) {
   int measured = 0;
   for (const KernelTime& time : *times) measured += time.seconds.has_value() && time.measured;
   ASSERT_GT(measured, 0);  // it did run kernels on random inputs
+  EXPECT_TRUE(at::equal(at::rand({4}), expected));
+}
+
+// A step with an rng.state input (a captured step that draws random numbers) runs for
+// its kernels' times with the generator's own state as that input, and the generator comes
+// out as it went in.
+TEST(KernelCalibratorTest, AStepWithAnRngInputRunsAndLeavesTheGeneratorAsItWas) {
+  const int64_t state_bytes = at::detail::getDefaultCPUGenerator().get_state().numel();
+  const std::string text = absl::StrCat("module @m {\n  graph @g {\n    input %rng: u8[", state_bytes,
+                                        "] {role = rng}\n", R"(    input %x: f32[64]
+    %r = aten::bernoulli.p(%x, 0.5) : f32[64]
+    %y = aten::mul.Tensor(%r, %x) : f32[64]
+    output y = %y
+  }
+}
+)");
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(text);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::vector<KernelRequest> requests = Kernels(*(*module)->FindGraph("g"));
+  ASSERT_EQ(requests.size(), 2u);
+  TorchKernelCalibratorOptions options;
+  options.seconds_per_kernel = 0.0;
+  options.max_step_runs = 4;
+  options.seconds_for_step_runs = 60;  // far more than 4 runs take
+  at::manual_seed(7);
+  at::Tensor expected = at::rand({4});
+  at::manual_seed(7);
+  absl::StatusOr<std::vector<KernelTime>> times = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  ASSERT_TRUE(times.ok()) << times.status();
+  for (const KernelTime& time : *times) {
+    ASSERT_TRUE(time.seconds.has_value());
+    EXPECT_EQ(time.runs, 4);  // the step's runs, not min_runs micro-runs
+  }
   EXPECT_TRUE(at::equal(at::rand({4}), expected));
 }
 
