@@ -512,12 +512,6 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return std::nullopt;
   }
 
-  // What RunStep measured: each node's mean time over `counted` runs.
-  struct StepRunTimes {
-    std::vector<double> seconds;  // per node, graph.nodes() order
-    int counted = 0;
-  };
-
   // On CPU, the kernels and collectives among `requests` to measure, timed in runs of their
   // own step graph: the graph compiled by the interpreter with the step's communicators and
   // run on synthesized inputs (every rank the same graph, so the collectives pair up), its
@@ -548,30 +542,15 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     int collectives = 0;
     for (const Graph* graph : graphs) {
-      MAGI_ASSIGN_OR_RETURN(std::optional<StepRunTimes> runs, RunStep(*graph, calibration_start));
+      MAGI_ASSIGN_OR_RETURN(std::optional<CalibrationTable> runs, RunStep(*graph, calibration_start));
       if (!runs) continue;
-      const std::vector<double>& seconds = runs->seconds;
-      // Each key's nodes in the graph: a collective's start plus its wait.
-      const std::vector<Node*> nodes = graph->nodes();
-      absl::flat_hash_map<std::string, std::pair<double, int>> by_key;  // summed seconds, nodes
-      for (size_t k = 0; k < nodes.size(); ++k) {
-        const Node& node = *nodes[k];
-        if (node.op() == kWaitOp) {
-          const Node* start = StartOfWait(node);
-          if (start != nullptr) by_key[CalibrationTable::KeyOf(*start)].first += seconds[k];
-          continue;
-        }
-        std::pair<double, int>& entry = by_key[CalibrationTable::KeyOf(node)];
-        entry.first += seconds[k];
-        entry.second += 1;
-      }
       for (size_t i = 0; i < requests.size(); ++i) {
         if (!measure[i] || requests[i].callee != nullptr || requests[i].node->graph() != graph) continue;
         const bool collective = IsCollectiveStart(requests[i].node->op());
         if (collective && in_order[i]) continue;
-        auto entry = by_key.find(CalibrationTable::KeyOf(*requests[i].node));
-        if (entry == by_key.end() || entry->second.second == 0) continue;
-        timings[i] = Timing{entry->second.first / entry->second.second, entry->second.second * runs->counted};
+        auto entry = runs->entries().find(CalibrationTable::KeyOf(*requests[i].node));
+        if (entry == runs->entries().end()) continue;
+        timings[i] = Timing{entry->second.mean_seconds, static_cast<int>(entry->second.count)};
         if (collective) {
           in_order[i] = true;
           ++collectives;
@@ -583,11 +562,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
 
   // `graph` run on synthesized inputs (TimeKernelsInStepRuns): options_.step_warmup_runs
   // runs, then as many as seconds_for_step_runs allows at the slowest rank's pace (between
-  // min_step_runs and max_step_runs); each node's mean time over those, in graph.nodes()
-  // order. nullopt (said on stderr) when some rank cannot run it: every rank first says
+  // min_step_runs and max_step_runs); each key's mean time over those and its number of
+  // samples, as calibration from real steps records them (RunTimeAccumulator: a collective
+  // is its start plus its wait). nullopt (said on stderr) when some rank cannot run it: every rank first says
   // whether it can (one exchange), so that they all run it or none does. Runs once per
   // graph structure for this calibrator's lifetime.
-  absl::StatusOr<std::optional<StepRunTimes>> RunStep(const Graph& graph, Clock::time_point calibration_start) {
+  absl::StatusOr<std::optional<CalibrationTable>> RunStep(const Graph& graph, Clock::time_point calibration_start) {
     uint64_t fingerprint = 0xcbf29ce484222325ull;
     for (const Node* node : graph.nodes()) {
       for (unsigned char c : CalibrationTable::KeyOf(*node) + "\n") fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
@@ -641,17 +621,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
     const int fewest = std::max(1, options_.min_step_runs);
     const int counted = static_cast<int>(std::clamp<double>(std::floor(options_.seconds_for_step_runs / pace), fewest,
                                                             std::max(fewest, options_.max_step_runs)));
-    std::vector<double> seconds(graph.num_nodes(), 0.0);
+    // Per key, as calibration from real steps records them (a collective: start + wait).
+    RunTimeAccumulator accumulator(graph);
     for (int run = 0; run < counted; ++run) {
       MAGI_RETURN_IF_ERROR(run_once(warmup + run));
-      const std::vector<double>& node_seconds = executable->last_run_stats().node_seconds;
-      if (node_seconds.size() != seconds.size()) {
-        return absl::InternalError(absl::StrCat("graph @", graph.name(), ": the interpreter timed ",
-                                                node_seconds.size(), " nodes of ", seconds.size()));
-      }
-      for (size_t k = 0; k < seconds.size(); ++k) seconds[k] += node_seconds[k] / counted;
+      MAGI_RETURN_IF_ERROR(accumulator.Add(executable->last_run_stats().node_seconds));
     }
-    StepRunTimes times{std::move(seconds), counted};
+    CalibrationTable times;
+    accumulator.AddTo(times);
     step_runs_[fingerprint] = times;
     return times;
   }
@@ -1147,7 +1124,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
   absl::flat_hash_set<std::string> failed_keys_;
   // RunStep's results by the graph's fingerprint (its nodes' keys in order): the compute
   // call's runs serve the collectives call too.
-  absl::flat_hash_map<uint64_t, std::optional<StepRunTimes>> step_runs_;
+  absl::flat_hash_map<uint64_t, std::optional<CalibrationTable>> step_runs_;
 };
 
 }  // namespace
