@@ -35,6 +35,7 @@
 #include "magi/backend/common/step_plan.h"
 #include "magi/backend/interpreter/interpreter.h"
 #include "magi/backend/torch_executable.h"
+#include "magi/base/fnv1a.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/cost/calibration.h"
@@ -192,12 +193,9 @@ class TorchKernelCalibrator : public KernelCalibrator {
     // exchange of the count and a fingerprint of the keys; on a mismatch (ranks compiled
     // different graphs: deterministic mode's plan check then names them) nothing is
     // measured, on any rank.
-    uint64_t fingerprint = 0xcbf29ce484222325ull;
-    for (const KernelRequest& request : requests) {
-      for (unsigned char c : CalibrationTable::KeyOf(*request.node) + "\n") {
-        fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
-      }
-    }
+    std::string keys;
+    for (const KernelRequest& request : requests) absl::StrAppend(&keys, CalibrationTable::KeyOf(*request.node), "\n");
+    const uint64_t fingerprint = Fnv1a64(keys);
     MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> headers,
                           Exchange({static_cast<double>(n), static_cast<double>(fingerprint >> 32),
                                     static_cast<double>(fingerprint & 0xffffffffull)}));
@@ -568,10 +566,9 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // whether it can (one exchange), so that they all run it or none does. Runs once per
   // graph structure for this calibrator's lifetime.
   absl::StatusOr<std::optional<CalibrationTable>> RunStep(const Graph& graph, Clock::time_point calibration_start) {
-    uint64_t fingerprint = 0xcbf29ce484222325ull;
-    for (const Node* node : graph.nodes()) {
-      for (unsigned char c : CalibrationTable::KeyOf(*node) + "\n") fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
-    }
+    std::string keys;
+    for (const Node* node : graph.nodes()) absl::StrAppend(&keys, CalibrationTable::KeyOf(*node), "\n");
+    const uint64_t fingerprint = Fnv1a64(keys);
     if (auto known = step_runs_.find(fingerprint); known != step_runs_.end()) return known->second;
     std::unique_ptr<Executable> compiled;
     std::vector<at::Tensor> inputs;
