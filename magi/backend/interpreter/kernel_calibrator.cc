@@ -32,10 +32,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "magi/analysis/cache_reuse.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/backend/common/step_plan.h"
 #include "magi/backend/interpreter/interpreter.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/fnv1a.h"
+#include "magi/base/host_memory.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/cost/calibration.h"
@@ -192,9 +194,17 @@ class TorchKernelCalibrator : public KernelCalibrator {
     // collectives of different sizes (Gloo aborts the process on that). One fixed-size
     // exchange of the count and a fingerprint of the keys; on a mismatch (ranks compiled
     // different graphs: deterministic mode's plan check then names them) nothing is
-    // measured, on any rank.
+    // measured, on any rank. A collective's issues are part of it: how many there are and
+    // which have compute around them decide its exchanges (MeasureCollective's probe and
+    // run counts).
     std::string keys;
-    for (const KernelRequest& request : requests) absl::StrAppend(&keys, CalibrationTable::KeyOf(*request.node), "\n");
+    for (const KernelRequest& request : requests) {
+      absl::StrAppend(&keys, CalibrationTable::KeyOf(*request.node), " issues=", request.issues.size(), ":");
+      for (const CollectiveIssue& issue : request.issues) {
+        absl::StrAppend(&keys, issue.compute_before_seconds > 0 ? "b" : "-", issue.compute_during_seconds > 0 ? "d" : "-");
+      }
+      absl::StrAppend(&keys, "\n");
+    }
     const uint64_t fingerprint = Fnv1a64(keys);
     MAGI_ASSIGN_OR_RETURN(std::vector<std::vector<double>> headers,
                           Exchange({static_cast<double>(n), static_cast<double>(fingerprint >> 32),
@@ -524,8 +534,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // (+9% and -5% of the steps' compute) depending on the run; the step's own runs have
   // what the step pays by construction. The kernels were micro-run before (MeasureInOrderOnCpu):
   // a graph with a kernel that could not run, a partition call, a group without a
-  // communicator or an input that cannot be synthesized (the same on every rank) keeps its
-  // micro-run times, and its collectives are micro-run. `in_order` marks the collectives
+  // communicator, an input that cannot be synthesized or a peak above max_step_run_bytes
+  // (on any rank: they agree) keeps its micro-run times, and its collectives are micro-run. `in_order` marks the collectives
   // timed here. Fails only if a run fails: the ranks may then be mid-collective, and the
   // error names the run. Returns how many collectives it timed.
   absl::StatusOr<int> TimeKernelsInStepRuns(const std::vector<KernelRequest>& requests, const std::vector<bool>& measure,
@@ -644,6 +654,7 @@ class TorchKernelCalibrator : public KernelCalibrator {
         return absl::StrCat(node->op(), " cannot run on synthesized inputs");
       }
     }
+    if (std::string why = ExceedsStepRunMemory(graph); !why.empty()) return why;
     absl::StatusOr<const NodePlan*> planned = PlanOf(*graph.nodes().front());
     if (!planned.ok()) return std::string(planned.status().message());
     const StepPlan& step = *plans_.at(&graph).step;
@@ -688,6 +699,28 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     compiled = *std::move(made);
     return "";
+  }
+
+  // Why a run of `graph` would hold more memory than options_.max_step_run_bytes allows
+  // ("" if it would not, or if neither the limit nor the host's free memory is known).
+  std::string ExceedsStepRunMemory(const Graph& graph) {
+    absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, /*assign_buffers=*/false);
+    if (!memory.ok()) return std::string(memory.status().message());
+    int64_t limit = options_.max_step_run_bytes;
+    std::string what = "max_step_run_bytes";
+    if (limit < 0) {
+      std::optional<int64_t> available = AvailableHostMemoryBytes();
+      if (!available) return "";
+      int ranks = 1;
+      for (const auto& [group, communicator] : options_.communicators) {
+        if (communicator != nullptr) ranks = std::max(ranks, communicator->size());
+      }
+      limit = *available / 2 / ranks;
+      what = absl::StrFormat("half of the host's available %.1f MB over %d ranks", *available / 1e6, ranks);
+    }
+    if (memory->peak_bytes <= limit) return "";
+    return absl::StrFormat("a run would hold %.1f MB at its peak, above %.1f MB (%s)", memory->peak_bytes / 1e6,
+                           limit / 1e6, what);
   }
 
   // The CPU's compute kernels, timed as a step runs them: one run of each per round, in

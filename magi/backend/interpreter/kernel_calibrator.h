@@ -50,7 +50,8 @@
 // kernel's and collective's time is its mean node time there: what the step pays by
 // construction, where micro-runs of Gloo collectives came out 10-20% low and step-order
 // kernel micro-runs depend on what the cache holds. A graph that cannot run so keeps its
-// micro-run times.
+// micro-run times, and so does one whose run would hold more memory than
+// max_step_run_bytes.
 //
 // What it does NOT measure: kernels with dynamic shapes, data-dependent ops, ops that
 // fail on the synthesized inputs (returned without a time: the formula stays), and
@@ -88,6 +89,13 @@ struct TorchKernelCalibratorOptions {
   int min_step_runs = 2;
   int max_step_runs = 32;
   double seconds_for_step_runs = 1.0;
+  // CPU: a step run holds its graph's whole peak (magi/analysis/memory_plan.h; the
+  // synthesized inputs, all parameters and optimizer state of an unoptimized step,
+  // included) on top of what the caller holds: a graph whose peak is above this keeps its
+  // micro-run times, where running it could end in the OOM killer. -1: half of the host's
+  // available memory (MemAvailable) over the ranks of the largest communicator, which on
+  // CPU share one host when launched locally. A memory budget is the plan's, not this.
+  int64_t max_step_run_bytes = -1;
   int collective_runs = 18;  // timed runs of each collective at least, after one warm-up
   // CPU: then more, up to max_collective_runs, while the runs take at most
   // seconds_per_collective at the slowest rank's pace (MeasureCollective says why).

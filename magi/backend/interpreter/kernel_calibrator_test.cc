@@ -340,12 +340,52 @@ TEST(KernelCalibratorTest, CollectivesOnCpuAreTimedInRunsOfTheirStep) {
   }
   EXPECT_EQ((*times[0])[gather].runs, 2 * 5);  // one issue a run, 5 runs counted on each rank
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].node->result(0)->name() == "h") EXPECT_EQ((*times[0])[i].runs, 2 * 5);  // not min_runs
+    if (requests[i].node->result(0)->name() == "h") {
+      EXPECT_EQ((*times[0])[i].runs, 2 * 5);  // not min_runs
+    }
   }
   // The request check, agreement (missing kernels, then the times), whether all can run
   // the step, its one gather in the warm-up run, the ranks' pace, the gather in the 5
   // counted runs: no micro-run of it.
   EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + 1 + 5);
+}
+
+// A graph whose run would hold more than max_step_run_bytes at its peak is not run: its
+// kernels and collectives keep their micro-run times, on both ranks.
+TEST(KernelCalibratorTest, AStepAboveTheStepRunMemoryLimitKeepsItsMicroRunTimes) {
+  // kStep as CollectivesOnCpuAreTimedInRunsOfTheirStep runs it (below the limit it would).
+  std::string text = absl::StrReplaceAll(
+      kStep, {{"    %bad = aten::mm(%h, %h) : f32[32,32]\n", ""},
+              {"    output bad = %bad\n", ""},
+              {"    %g0 = magi::wait(%f0) : f32[64,64]\n    %g1 = magi::wait(%f1) : f32[64,64]\n",
+               "    %g0, %g1 = magi::wait(%f0, %f1) : f32[64,64], f32[64,64]\n"}});
+  ASSERT_EQ(text.find("%bad"), std::string::npos);
+  ASSERT_NE(text.find("magi::wait(%f0, %f1)"), std::string::npos);
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(text);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const std::vector<KernelRequest> requests = Kernels(*(*module)->FindGraph("g"));
+  const size_t gather = FirstGather(requests);
+  ThreadGroup group;
+  absl::StatusOr<std::vector<KernelTime>> times[2];
+  auto rank = [&](int r) {
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
+    options.max_step_run_bytes = 1024;  // the inputs alone hold about 82 KB
+    options.collective_runs = 4;
+    options.max_collective_runs = 4;
+    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  };
+  OnTwoRanks(rank);
+  ASSERT_TRUE(times[0].ok()) << times[0].status();
+  ASSERT_TRUE(times[1].ok()) << times[1].status();
+  ASSERT_TRUE((*times[0])[gather].seconds.has_value());
+  EXPECT_EQ((*times[0])[gather].runs, 2 * 4);  // micro-runs: one issue, 4 runs on each rank
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(requests[i].node->DebugName());
+    EXPECT_EQ((*times[0])[i].seconds, (*times[1])[i].seconds);
+    if (requests[i].node->result(0)->name() == "h") {
+      EXPECT_EQ((*times[0])[i].runs, 2 * 3);  // min_runs micro-runs, not step runs
+    }
+  }
 }
 
 // A kernel that cannot run on synthesized inputs keeps its step from running in later
@@ -423,6 +463,37 @@ TEST(KernelCalibratorTest, FastCollectivesOnCpuRunMoreTimesInLockstep) {
   EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + 4 + 1 + 8);
 }
 
+// With no time for more, a collective on CPU runs collective_runs times and no fewer: the
+// extension's lower clamp, on both ranks alike.
+TEST(KernelCalibratorTest, CollectivesWithoutTimeForMoreRunCollectiveRunsTimes) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::vector<KernelRequest> requests;
+  for (const Node* node : (*module)->FindGraph("g")->nodes()) {
+    if (node->op() == "magi::all_gather_start") requests.push_back({node, std::nullopt});
+  }
+  ASSERT_EQ(requests.size(), 1u);
+  requests[0].issues = {{0.0, 0.0}, {0.0, 0.001}};
+  ThreadGroup group;
+  absl::StatusOr<std::vector<KernelTime>> times[2];
+  auto rank = [&](int r) {
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
+    options.time_in_step_runs = false;
+    options.collective_runs = 4;
+    options.max_collective_runs = 12;
+    options.seconds_per_collective = 0;
+    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  };
+  OnTwoRanks(rank);
+  ASSERT_TRUE(times[0].ok()) << times[0].status();
+  ASSERT_TRUE(times[1].ok()) << times[1].status();
+  EXPECT_EQ((*times[0])[0].runs, 2 * 4);
+  EXPECT_EQ((*times[0])[0].seconds, (*times[1])[0].seconds);
+  // The request check, agreement, the ranks' time per unit of compute, one warm-up, 4
+  // runs, the pace (which allows none more), the times.
+  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + 4 + 1);
+}
+
 TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNotHang) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
   ASSERT_TRUE(module.ok()) << module.status();
@@ -440,6 +511,30 @@ TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNot
   ASSERT_TRUE(times[1].ok()) << times[1].status();
   EXPECT_EQ(times[0]->size(), requests.size());
   EXPECT_EQ(times[1]->size(), requests.size() - 1);
+  for (const auto& ranks : times) {
+    for (const KernelTime& time : *ranks) EXPECT_FALSE(time.seconds.has_value());
+  }
+  EXPECT_EQ(group.collectives(), 1);  // the check alone
+}
+
+// The same kernels issued differently (rank 1 sees compute before the gather, rank 0 none)
+// would take different exchanges (the compute probe), so they count as different requests.
+TEST(KernelCalibratorTest, RanksWhoseCollectivesAreIssuedDifferentlyMeasureNothingAndDoNotHang) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const std::vector<KernelRequest> requests = Kernels(*(*module)->FindGraph("g"));
+  const size_t gather = FirstGather(requests);
+  ThreadGroup group;
+  absl::StatusOr<std::vector<KernelTime>> times[2];
+  auto rank = [&](int r) {
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
+    std::vector<KernelRequest> mine = requests;
+    mine[gather].issues = {{r == 1 ? 0.01 : 0.0, 0.0}};
+    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(mine);
+  };
+  OnTwoRanks(rank);
+  ASSERT_TRUE(times[0].ok()) << times[0].status();
+  ASSERT_TRUE(times[1].ok()) << times[1].status();
   for (const auto& ranks : times) {
     for (const KernelTime& time : *ranks) EXPECT_FALSE(time.seconds.has_value());
   }
