@@ -423,6 +423,14 @@ SUMMARY_COLUMNS = {
     # examples:train's "library_device_bytes": what PyTorch's GEMM workspaces hold on the
     # device after the steps; -1 or absent: not known (a summary older than session 19).
     "library_bytes": ("GEMM workspaces held", lambda s: _megabytes_or_dash(_library_bytes(s))),
+    # examples:train's "predicted_library_device_bytes" (FsdpTrainer::predicted_library_device_bytes:
+    # the workspaces predicted before the first step; absent before session 19's change).
+    "library_predicted": ("GEMM workspaces predicted",
+                          lambda s: _megabytes_or_dash(s.get("predicted_library_device_bytes", -1))),
+    "peak_with_library_error": ("plan + predicted workspaces vs measured peak", lambda s: "-"
+                                if s.get("predicted_library_device_bytes", -1) < 0 else "%+.2f%%" % (
+                                    100 * (s["predicted_peak_memory_bytes"] + s["predicted_library_device_bytes"] -
+                                           s["peak_memory_bytes"]) / s["peak_memory_bytes"])),
     "peak_beyond_plan_and_library": ("measured - predicted - held", lambda s: "-" if _library_bytes(s) < 0
                                      else "%.3f MB" % ((s["peak_memory_bytes"] - s["predicted_peak_memory_bytes"] -
                                                         _library_bytes(s)) / 1e6)),

@@ -137,6 +137,18 @@ class DocTablesTest(unittest.TestCase):
         code, out = self.run_tool("check")
         self.assertEqual(code, 0, out)
 
+    def test_gemm_workspace_columns_compare_plan_plus_predicted_workspaces_with_the_peak(self):
+        self.summary("docs/benchmarks/a.json", predicted_peak_memory_bytes=60_000_000, peak_memory_bytes=128_000_000,
+                     predicted_library_device_bytes=67_108_864, library_device_bytes=67_108_864)
+        self.summary("docs/benchmarks/old.json")  # before session 19: neither number
+        table = ("| run | GEMM workspaces predicted | GEMM workspaces held | plan + predicted workspaces vs measured peak |\n"
+                 "|---|---|---|---|\n| a | 67.109 MB | 67.109 MB | -0.70% |\n| old | - | - | - |\n")
+        source = ("tools/doc_tables.py render summaries --columns=library_predicted,library_bytes,peak_with_library_error "
+                  "--row=a=docs/benchmarks/a.json --row=old=docs/benchmarks/old.json")
+        self.doc(self.block(table, source))
+        code, out = self.run_tool("check")
+        self.assertEqual(code, 0, out)
+
     def test_prediction_errors_count_the_runs_within_ten_percent(self):
         self.summary("docs/benchmarks/rep/run1/x.json")  # -12.5%
         self.summary("docs/benchmarks/rep/run2/x.json", step_seconds=0.036)  # -2.8%
