@@ -274,8 +274,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
           if (isatty(2)) Progress(absl::StrFormat("\rmagi: calibrating... %d/%d", done, to_measure), false);
         }
       }
-      std::string note = absl::StrFormat("%smagi: calibrated %d kernels in %.1f s", isatty(2) ? "\r" : "", done,
+      // Those with a time: a kernel tried and found unmeasurable is listed below instead.
+      int timed = 0;
+      for (const std::optional<Timing>& timing : timings) timed += timing.has_value();
+      std::string note = absl::StrFormat("%smagi: calibrated %d kernels in %.1f s", isatty(2) ? "\r" : "", timed,
                                          SecondsSince(start));
+      if (timed < done) absl::StrAppendFormat(&note, "; %d could not be timed", done - timed);
       if (skipped_for_time > 0) {
         absl::StrAppendFormat(&note, "; %d left to the formula after the %.0f s limit", skipped_for_time,
                               options_.max_seconds);
