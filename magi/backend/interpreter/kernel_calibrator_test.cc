@@ -122,6 +122,21 @@ TorchKernelCalibratorOptions RankOptions(ThreadGroup& group, int rank) {
   return options;
 }
 
+// kStep as a step run can run it: without its kernel that cannot run (which would leave
+// the step to micro-runs), and with one wait for the gather's two results
+// (ThreadCommunicator's handle returns both at once).
+std::string RunnableStep() {
+  std::string text = absl::StrReplaceAll(
+      kStep, {{"    %bad = aten::mm(%h, %h) : f32[32,32]\n", ""},
+              {"    output bad = %bad\n", ""},
+              {"    %g0 = magi::wait(%f0) : f32[64,64]\n    %g1 = magi::wait(%f1) : f32[64,64]\n",
+               "    %g0, %g1 = magi::wait(%f0, %f1) : f32[64,64], f32[64,64]\n"}});
+  if (text.find("%bad") != std::string::npos || text.find("magi::wait(%f0, %f1)") == std::string::npos) {
+    ADD_FAILURE() << "kStep changed: RunnableStep's edits no longer apply";
+  }
+  return text;
+}
+
 size_t FirstGather(const std::vector<KernelRequest>& requests) {
   size_t gather = 0;
   while (requests.at(gather).node->op() != "magi::all_gather_start") ++gather;
@@ -305,17 +320,7 @@ TEST(KernelCalibratorTest, RanksMeasureInLockstepAndReturnTheSameTimes) {
 // On CPU the kernels and collectives of a graph that can run on synthesized inputs are
 // timed in runs of that graph, as many on both ranks; the times agree as micro-run times do.
 TEST(KernelCalibratorTest, CollectivesOnCpuAreTimedInRunsOfTheirStep) {
-  // kStep without its kernel that cannot run (which would leave the step to micro-runs),
-  // and with one wait for the gather's two results (ThreadCommunicator's handle returns
-  // both at once).
-  std::string text = absl::StrReplaceAll(
-      kStep, {{"    %bad = aten::mm(%h, %h) : f32[32,32]\n", ""},
-              {"    output bad = %bad\n", ""},
-              {"    %g0 = magi::wait(%f0) : f32[64,64]\n    %g1 = magi::wait(%f1) : f32[64,64]\n",
-               "    %g0, %g1 = magi::wait(%f0, %f1) : f32[64,64], f32[64,64]\n"}});
-  ASSERT_EQ(text.find("%bad"), std::string::npos);
-  ASSERT_NE(text.find("magi::wait(%f0, %f1)"), std::string::npos);
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(text);
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(RunnableStep());
   ASSERT_TRUE(module.ok()) << module.status();
   const Graph& graph = *(*module)->FindGraph("g");
   const std::vector<KernelRequest> requests = Kernels(graph);
@@ -353,15 +358,8 @@ TEST(KernelCalibratorTest, CollectivesOnCpuAreTimedInRunsOfTheirStep) {
 // A graph whose run would hold more than max_step_run_bytes at its peak is not run: its
 // kernels and collectives keep their micro-run times, on both ranks.
 TEST(KernelCalibratorTest, AStepAboveTheStepRunMemoryLimitKeepsItsMicroRunTimes) {
-  // kStep as CollectivesOnCpuAreTimedInRunsOfTheirStep runs it (below the limit it would).
-  std::string text = absl::StrReplaceAll(
-      kStep, {{"    %bad = aten::mm(%h, %h) : f32[32,32]\n", ""},
-              {"    output bad = %bad\n", ""},
-              {"    %g0 = magi::wait(%f0) : f32[64,64]\n    %g1 = magi::wait(%f1) : f32[64,64]\n",
-               "    %g0, %g1 = magi::wait(%f0, %f1) : f32[64,64], f32[64,64]\n"}});
-  ASSERT_EQ(text.find("%bad"), std::string::npos);
-  ASSERT_NE(text.find("magi::wait(%f0, %f1)"), std::string::npos);
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(text);
+  // The step CollectivesOnCpuAreTimedInRunsOfTheirStep runs (below the limit this one would).
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(RunnableStep());
   ASSERT_TRUE(module.ok()) << module.status();
   const std::vector<KernelRequest> requests = Kernels(*(*module)->FindGraph("g"));
   const size_t gather = FirstGather(requests);
