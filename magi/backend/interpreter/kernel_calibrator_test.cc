@@ -421,75 +421,70 @@ TEST(KernelCalibratorTest, AKernelThatCannotRunLeavesTheCollectivesOfLaterCallsT
   EXPECT_EQ(group.collectives(), (1 + 1 + 1 + 1) + (1 + 1 + 1 + 4 + 1));
 }
 
+// kStep's all-gather micro-run on two ranks with `issues` (4 runs, then up to 12 as
+// seconds_per_collective allows): each rank's times and how many collectives the ranks ran.
+struct GatherRuns {
+  absl::StatusOr<std::vector<KernelTime>> times[2];
+  int collectives = 0;
+};
+GatherRuns MicroRunTheGather(const std::vector<CollectiveIssue>& issues, double seconds_per_collective) {
+  GatherRuns result;
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  if (!module.ok()) {
+    result.times[0] = result.times[1] = module.status();
+    return result;
+  }
+  std::vector<KernelRequest> requests;
+  for (const Node* node : (*module)->FindGraph("g")->nodes()) {
+    if (node->op() == "magi::all_gather_start") requests.push_back({node, std::nullopt, issues});
+  }
+  ThreadGroup group;
+  OnTwoRanks([&](int r) {
+    TorchKernelCalibratorOptions options = RankOptions(group, r);
+    options.time_in_step_runs = false;  // micro-runs (a run of kStep would fail on %bad)
+    options.collective_runs = 4;
+    options.max_collective_runs = 12;
+    options.seconds_per_collective = seconds_per_collective;
+    result.times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  });
+  result.collectives = group.collectives();
+  return result;
+}
+
 // On CPU a fast collective runs more than collective_runs times, as many as its budget
 // allows at the slowest rank's pace (up to max_collective_runs): the same count on both
 // ranks, or the second would wait for a gather the first never starts. A key the step
 // issues at two places is timed at each in turn, and its time is their mean.
 TEST(KernelCalibratorTest, FastCollectivesOnCpuRunMoreTimesInLockstep) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
-  ASSERT_TRUE(module.ok()) << module.status();
-  const Graph& graph = *(*module)->FindGraph("g");
-  std::vector<KernelRequest> requests;
-  for (const Node* node : graph.nodes()) {
-    if (node->op() == "magi::all_gather_start") requests.push_back({node, std::nullopt});
-  }
-  ASSERT_EQ(requests.size(), 1u);
   // Alone, then overlapping 20 ms of compute (this communicator reports no timing: the
-  // run lasts to the wait's end).
-  requests[0].issues = {{0.0, 0.0}, {0.0, 0.02}};
-  ThreadGroup group;
-  absl::StatusOr<std::vector<KernelTime>> times[2];
-  auto rank = [&](int r) {
-    TorchKernelCalibratorOptions options = RankOptions(group, r);
-    options.time_in_step_runs = false;  // micro-runs (a run of kStep would fail on %bad)
-    options.collective_runs = 4;
-    options.max_collective_runs = 12;
-    options.seconds_per_collective = 60;  // far more than 12 runs take
-    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
-  };
-  OnTwoRanks(rank);
-  ASSERT_TRUE(times[0].ok()) << times[0].status();
-  ASSERT_TRUE(times[1].ok()) << times[1].status();
-  EXPECT_EQ((*times[0])[0].runs, 2 * 12);
-  EXPECT_EQ((*times[0])[0].seconds, (*times[1])[0].seconds);
-  ASSERT_TRUE((*times[0])[0].seconds.has_value());
+  // run lasts to the wait's end); far more time than 12 runs take.
+  GatherRuns runs = MicroRunTheGather({{0.0, 0.0}, {0.0, 0.02}}, /*seconds_per_collective=*/60);
+  ASSERT_TRUE(runs.times[0].ok()) << runs.times[0].status();
+  ASSERT_TRUE(runs.times[1].ok()) << runs.times[1].status();
+  ASSERT_EQ(runs.times[0]->size(), 1u);
+  EXPECT_EQ((*runs.times[0])[0].runs, 2 * 12);
+  EXPECT_EQ((*runs.times[0])[0].seconds, (*runs.times[1])[0].seconds);
+  ASSERT_TRUE((*runs.times[0])[0].seconds.has_value());
   // Half the weight is the overlapped issue's (about 20 ms of compute, as the probe
   // guessed it; 12 ms in one run): alone, a thread handshake takes ~0.1 ms.
-  EXPECT_GT(*(*times[0])[0].seconds, 0.002);
+  EXPECT_GT(*(*runs.times[0])[0].seconds, 0.002);
   // The request check, agreement, the ranks' time per unit of compute, one warm-up, 4
   // runs, the pace, 8 runs more.
-  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + 4 + 1 + 8);
+  EXPECT_EQ(runs.collectives, 1 + 2 + 1 + 1 + 4 + 1 + 8);
 }
 
 // With no time for more, a collective on CPU runs collective_runs times and no fewer: the
 // extension's lower clamp, on both ranks alike.
 TEST(KernelCalibratorTest, CollectivesWithoutTimeForMoreRunCollectiveRunsTimes) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
-  ASSERT_TRUE(module.ok()) << module.status();
-  std::vector<KernelRequest> requests;
-  for (const Node* node : (*module)->FindGraph("g")->nodes()) {
-    if (node->op() == "magi::all_gather_start") requests.push_back({node, std::nullopt});
-  }
-  ASSERT_EQ(requests.size(), 1u);
-  requests[0].issues = {{0.0, 0.0}, {0.0, 0.001}};
-  ThreadGroup group;
-  absl::StatusOr<std::vector<KernelTime>> times[2];
-  auto rank = [&](int r) {
-    TorchKernelCalibratorOptions options = RankOptions(group, r);
-    options.time_in_step_runs = false;
-    options.collective_runs = 4;
-    options.max_collective_runs = 12;
-    options.seconds_per_collective = 0;
-    times[r] = MakeTorchKernelCalibrator(options)->Calibrate(requests);
-  };
-  OnTwoRanks(rank);
-  ASSERT_TRUE(times[0].ok()) << times[0].status();
-  ASSERT_TRUE(times[1].ok()) << times[1].status();
-  EXPECT_EQ((*times[0])[0].runs, 2 * 4);
-  EXPECT_EQ((*times[0])[0].seconds, (*times[1])[0].seconds);
+  GatherRuns runs = MicroRunTheGather({{0.0, 0.0}, {0.0, 0.001}}, /*seconds_per_collective=*/0);
+  ASSERT_TRUE(runs.times[0].ok()) << runs.times[0].status();
+  ASSERT_TRUE(runs.times[1].ok()) << runs.times[1].status();
+  ASSERT_EQ(runs.times[0]->size(), 1u);
+  EXPECT_EQ((*runs.times[0])[0].runs, 2 * 4);
+  EXPECT_EQ((*runs.times[0])[0].seconds, (*runs.times[1])[0].seconds);
   // The request check, agreement, the ranks' time per unit of compute, one warm-up, 4
   // runs, the pace (which allows none more), the times.
-  EXPECT_EQ(group.collectives(), 1 + 2 + 1 + 1 + 4 + 1);
+  EXPECT_EQ(runs.collectives, 1 + 2 + 1 + 1 + 4 + 1);
 }
 
 TEST(KernelCalibratorTest, RanksThatAskForDifferentKernelsMeasureNothingAndDoNotHang) {
