@@ -539,8 +539,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // what the step pays by construction. The kernels were micro-run before (MeasureInOrderOnCpu):
   // a graph with a kernel that could not run, a partition call, a group without a
   // communicator, an input that cannot be synthesized or a peak above max_step_run_bytes
-  // (on any rank: they agree) keeps its micro-run times, and its collectives are micro-run. `in_order` marks the collectives
-  // timed here. Fails only if a run fails: the ranks may then be mid-collective, and the
+  // (on any rank: they agree) keeps its micro-run times, and its collectives are
+  // micro-run. `in_order` marks the collectives timed here. Fails only if a run fails: the ranks may then be mid-collective, and the
   // error names the run. Returns how many collectives it timed.
   absl::StatusOr<int> TimeKernelsInStepRuns(const std::vector<KernelRequest>& requests, const std::vector<bool>& measure,
                                             Clock::time_point calibration_start,
