@@ -5,6 +5,9 @@
 # the kernels again and every run plans from the same times. Run as session18_a.sh says.
 set -uo pipefail
 source .device/start.sh || exit 1
+# The calibrator's CUDA tests (a one-rank collective left to the formula unannounced; a partition's peak).
+$BAZEL test $BAZEL_FLAGS --config=cuda --config=opt //magi/backend/interpreter:kernel_calibrator_test \
+  --test_output=errors 2>&1 | tail -n 3
 $BAZEL build $BAZEL_FLAGS --config=cuda --config=opt //examples:train 2>&1 | tail -n 1
 unset CC CXX
 R=$OUT/b; mkdir -p $R
@@ -19,4 +22,5 @@ for f in 0.9 0.7 0.6 0.5 0.4 0.3; do
      --out_dir=/tmp/o_$f --summary_json=$R/1b_budget$f.json > $R/1b_budget$f.log 2>&1
   echo "budget $f ($budget GB) rc=$? $((SECONDS - t0)) s: $(grep -E '^step graph|nothing fits|error' $R/1b_budget$f.log | head -2)"
 done
+cp bazel-testlogs/magi/backend/interpreter/kernel_calibrator_test/test.log $R/kernel_calibrator_test.log 2>/dev/null
 cd $OUT && tar czf b.tar.gz b && rm -rf b

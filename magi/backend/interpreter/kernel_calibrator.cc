@@ -226,6 +226,12 @@ class TorchKernelCalibrator : public KernelCalibrator {
     }
     // 1. Which kernels any rank lacks: every rank measures those, in the same order.
     MAGI_ASSIGN_OR_RETURN(std::vector<bool> measure, AgreeOnMissing(known));
+    // nccl_stream skips a collective over one rank (its results are its inputs): the cost
+    // model's formula (launch overhead only) is what such a CUDA step pays. Left to it
+    // before anything is announced, so that a compile from a cached table measures nothing.
+    for (size_t i = 0; i < n; ++i) {
+      if (measure[i] && IsOneRankCollectiveOnCuda(*requests[i].node)) measure[i] = false;
+    }
     int to_measure = 0, collectives = 0;
     for (size_t i = 0; i < n; ++i) {
       to_measure += measure[i];
@@ -705,6 +711,16 @@ class TorchKernelCalibrator : public KernelCalibrator {
     return "";
   }
 
+  // A collective start over a group of one rank, calibrated for CUDA (Measure says why
+  // nobody times it).
+  bool IsOneRankCollectiveOnCuda(const Node& node) const {
+    if (!options_.device.is_cuda() || !IsCollectiveStart(node.op())) return false;
+    const Attribute* group = node.FindArg("group");
+    if (group == nullptr || group->kind() != AttrKind::kString) return false;
+    auto it = options_.communicators.find(group->as_string());
+    return it != options_.communicators.end() && it->second != nullptr && it->second->size() == 1;
+  }
+
   // Why a run of `graph` would hold more memory than options_.max_step_run_bytes allows
   // ("" if it would not, or if neither the limit nor the host's free memory is known).
   std::string ExceedsStepRunMemory(const Graph& graph) {
@@ -1021,11 +1037,6 @@ class TorchKernelCalibrator : public KernelCalibrator {
       return Unmeasurable(*plan.node, absl::StrCat("no communicator for group '", plan.group, "'"));
     }
     Communicator& communicator = *it->second;
-    // nccl_stream skips a collective over one rank (its results are its inputs); the cost
-    // model's formula (launch overhead only) is what such a CUDA step pays.
-    if (options_.device.is_cuda() && communicator.size() == 1) {
-      return Unmeasurable(*plan.node, "a collective over one rank on CUDA: nccl_stream skips it");
-    }
     std::vector<at::Tensor> inputs;
     for (int s : plan.args[0].slots) inputs.push_back(slots[s]);
     if (issues.empty()) issues.emplace_back();

@@ -617,5 +617,53 @@ TEST(KernelCalibratorTest, PartitionCallsOnCudaMeasureTheAllocatorsPeak) {
   EXPECT_EQ((*times)[0].working_bytes, 2 * 2048);
 }
 
+// A group of one rank: an all-gather returns its inputs.
+class OneRankCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  absl::StatusOr<std::unique_ptr<CollectiveHandle>> Start(CollectiveKind kind, std::vector<at::Tensor> inputs,
+                                                          const std::string&) override {
+    if (kind != CollectiveKind::kAllGather) return absl::UnimplementedError("all-gather only");
+    ++starts_;
+    struct Done : CollectiveHandle {
+      std::vector<at::Tensor> results;
+      absl::StatusOr<std::vector<at::Tensor>> Wait() override { return results; }
+    };
+    auto done = std::make_unique<Done>();
+    done->results = std::move(inputs);
+    return std::unique_ptr<CollectiveHandle>(std::move(done));
+  }
+  int starts() const { return starts_; }
+
+ private:
+  int starts_ = 0;
+};
+
+// On CUDA nccl_stream skips a collective over one rank, so the calibrator leaves it to the
+// formula without announcing a measurement: a compile from a cached table says nothing.
+TEST(KernelCalibratorTest, OneRankCollectivesOnCudaAreLeftToTheFormulaUnannounced) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kStep);
+  ASSERT_TRUE(module.ok()) << module.status();
+  std::vector<KernelRequest> requests;
+  for (const Node* node : (*module)->FindGraph("g")->nodes()) {
+    if (node->op() == "magi::all_gather_start") requests.push_back({node, std::nullopt});
+  }
+  ASSERT_EQ(requests.size(), 1u);
+  auto communicator = std::make_shared<OneRankCommunicator>();
+  TorchKernelCalibratorOptions options;
+  options.device = at::Device(at::kCUDA, 0);
+  options.communicators["dp"] = communicator;
+  options.progress = true;
+  testing::internal::CaptureStderr();
+  absl::StatusOr<std::vector<KernelTime>> times = MakeTorchKernelCalibrator(options)->Calibrate(requests);
+  const std::string said = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(times.ok()) << times.status();
+  EXPECT_FALSE((*times)[0].seconds.has_value());
+  EXPECT_EQ(said.find("calibrat"), std::string::npos) << said;
+  EXPECT_EQ(communicator->starts(), 0);  // nothing run over it (one rank exchanges nothing either)
+}
+
 }  // namespace
 }  // namespace magi
