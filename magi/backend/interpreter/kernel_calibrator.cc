@@ -201,7 +201,8 @@ class TorchKernelCalibrator : public KernelCalibrator {
     for (const KernelRequest& request : requests) {
       absl::StrAppend(&keys, CalibrationTable::KeyOf(*request.node), " issues=", request.issues.size(), ":");
       for (const CollectiveIssue& issue : request.issues) {
-        absl::StrAppend(&keys, issue.compute_before_seconds > 0 ? "b" : "-", issue.compute_during_seconds > 0 ? "d" : "-");
+        absl::StrAppend(&keys, issue.compute_before_seconds > 0 ? "b" : "-",
+                        issue.compute_during_seconds > 0 ? "d" : "-");
       }
       absl::StrAppend(&keys, "\n");
     }
@@ -228,14 +229,14 @@ class TorchKernelCalibrator : public KernelCalibrator {
     MAGI_ASSIGN_OR_RETURN(std::vector<bool> measure, AgreeOnMissing(known));
     // nccl_stream skips a collective over one rank (its results are its inputs): the cost
     // model's formula (launch overhead only) is what such a CUDA step pays. Left to it
-    // before anything is announced, so that a compile from a cached table measures nothing.
-    for (size_t i = 0; i < n; ++i) {
-      if (measure[i] && IsOneRankCollectiveOnCuda(*requests[i].node)) measure[i] = false;
-    }
+    // (asked for, no time) before anything is announced, so that a compile from a cached
+    // table announces no measurement.
+    std::vector<bool> formula_only(n, false);
     int to_measure = 0, collectives = 0;
     for (size_t i = 0; i < n; ++i) {
-      to_measure += measure[i];
-      collectives += measure[i] && IsCollectiveStart(requests[i].node->op());
+      formula_only[i] = measure[i] && IsOneRankCollectiveOnCuda(*requests[i].node);
+      to_measure += measure[i] && !formula_only[i];
+      collectives += measure[i] && !formula_only[i] && IsCollectiveStart(requests[i].node->op());
     }
 
     // 2. Measure: compute kernels on each rank by itself, then the collectives in lockstep.
@@ -270,7 +271,10 @@ class TorchKernelCalibrator : public KernelCalibrator {
       for (int pass = 0; pass < 2; ++pass) {
         const bool collective_pass = pass == 1;
         for (size_t i = 0; i < n; ++i) {
-          if (!measure[i] || in_order[i] || IsCollectiveStart(requests[i].node->op()) != collective_pass) continue;
+          if (!measure[i] || formula_only[i] || in_order[i] ||
+              IsCollectiveStart(requests[i].node->op()) != collective_pass) {
+            continue;
+          }
           if (!collective_pass && SecondsSince(start) > options_.max_seconds) {
             ++skipped_for_time;
             continue;
@@ -546,8 +550,9 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // a graph with a kernel that could not run, a partition call, a group without a
   // communicator, an input that cannot be synthesized or a peak above max_step_run_bytes
   // (on any rank: they agree) keeps its micro-run times, and its collectives are
-  // micro-run. `in_order` marks the collectives timed here. Fails only if a run fails: the ranks may then be mid-collective, and the
-  // error names the run. Returns how many collectives it timed.
+  // micro-run. `in_order` marks the collectives timed here. Fails only if a run fails: the
+  // ranks may then be mid-collective, and the error names the run. Returns how many
+  // collectives it timed.
   absl::StatusOr<int> TimeKernelsInStepRuns(const std::vector<KernelRequest>& requests, const std::vector<bool>& measure,
                                             Clock::time_point calibration_start,
                                             std::vector<std::optional<Timing>>& timings, std::vector<bool>& in_order) {
@@ -725,18 +730,18 @@ class TorchKernelCalibrator : public KernelCalibrator {
   // ("" if it would not, or if neither the limit nor the host's free memory is known).
   std::string ExceedsStepRunMemory(const Graph& graph) {
     absl::StatusOr<MemoryPlan> memory = PlanMemory(graph, /*assign_buffers=*/false);
-    if (!memory.ok()) return std::string(memory.status().message());
+    if (!memory.ok()) return absl::StrCat("its memory plan failed: ", memory.status().message());
     int64_t limit = options_.max_step_run_bytes;
     std::string what = "max_step_run_bytes";
     if (limit < 0) {
       std::optional<int64_t> available = AvailableHostMemoryBytes();
-      if (!available) return "";
+      if (!available) return "";  // nothing to compare with (neither /proc/meminfo nor a cgroup limit)
       int ranks = 1;
       for (const auto& [group, communicator] : options_.communicators) {
         if (communicator != nullptr) ranks = std::max(ranks, communicator->size());
       }
       limit = *available / 2 / ranks;
-      what = absl::StrFormat("half of the host's available %.1f MB over %d ranks", *available / 1e6, ranks);
+      what = absl::StrFormat("half of the %.1f MB available to this process over %d ranks", *available / 1e6, ranks);
     }
     if (memory->peak_bytes <= limit) return "";
     return absl::StrFormat("a run would hold %.1f MB at its peak, above %.1f MB (%s)", memory->peak_bytes / 1e6,

@@ -92,9 +92,10 @@ struct TorchKernelCalibratorOptions {
   // CPU: a step run holds its graph's whole peak (magi/analysis/memory_plan.h; the
   // synthesized inputs, all parameters and optimizer state of an unoptimized step,
   // included) on top of what the caller holds: a graph whose peak is above this keeps its
-  // micro-run times, where running it could end in the OOM killer. -1: half of the host's
-  // available memory (MemAvailable) over the ranks of the largest communicator, which on
-  // CPU share one host when launched locally. A memory budget is the plan's, not this.
+  // micro-run times, where running it could end in the OOM killer. -1: half of the memory
+  // available to this process (MemAvailable, or its memory cgroup's limit if smaller:
+  // magi/base/host_memory.h) over the ranks of the largest communicator, which on CPU
+  // share one host when launched locally. A memory budget is the plan's, not this.
   int64_t max_step_run_bytes = -1;
   int collective_runs = 18;  // timed runs of each collective at least, after one warm-up
   // CPU: then more, up to max_collective_runs, while the runs take at most
