@@ -411,6 +411,8 @@ SUMMARY_COLUMNS = {
     "predicted_ms": ("predicted ms", lambda s: "%.1f" % (s["predicted_step_seconds"] * 1e3)),
     "allocator_mib": ("allocator peak (device, MiB)", lambda s: "%.1f" % (s["allocator_peak_bytes"] / 2**20)),
     "pipeline": ("pipeline", lambda s: s["pipeline"] or "(none)"),
+    "budget": ("memory budget", lambda s: "%.2f GB" % (s["budget_bytes"] / 1e9) if s.get("budget_bytes", 0) > 0
+               else "none"),
     "calibration": ("calibration", lambda s: _calibration_sources(s)),
     "step_predicted": ("step predicted", lambda s: "%.1f ms" % (s["predicted_step_seconds"] * 1e3)),
     "step_measured": ("step measured", lambda s: "%.1f ms" % (s["step_seconds"] * 1e3)),

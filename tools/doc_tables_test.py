@@ -139,11 +139,12 @@ class DocTablesTest(unittest.TestCase):
 
     def test_gemm_workspace_columns_compare_plan_plus_predicted_workspaces_with_the_peak(self):
         self.summary("docs/benchmarks/a.json", predicted_peak_memory_bytes=60_000_000, peak_memory_bytes=128_000_000,
-                     predicted_library_device_bytes=67_108_864, library_device_bytes=67_108_864)
+                     predicted_library_device_bytes=67_108_864, library_device_bytes=67_108_864, budget_bytes=60_000_000)
         self.summary("docs/benchmarks/old.json")  # before session 19: neither number
-        table = ("| run | GEMM workspaces predicted | GEMM workspaces held | plan + predicted workspaces vs measured peak |\n"
-                 "|---|---|---|---|\n| a | 67.109 MB | 67.109 MB | -0.70% |\n| old | - | - | - |\n")
-        source = ("tools/doc_tables.py render summaries --columns=library_predicted,library_bytes,peak_with_library_error "
+        table = ("| run | memory budget | GEMM workspaces predicted | GEMM workspaces held "
+                 "| plan + predicted workspaces vs measured peak |\n"
+                 "|---|---|---|---|---|\n| a | 0.06 GB | 67.109 MB | 67.109 MB | -0.70% |\n| old | none | - | - | - |\n")
+        source = ("tools/doc_tables.py render summaries --columns=budget,library_predicted,library_bytes,peak_with_library_error "
                   "--row=a=docs/benchmarks/a.json --row=old=docs/benchmarks/old.json")
         self.doc(self.block(table, source))
         code, out = self.run_tool("check")
