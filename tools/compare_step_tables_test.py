@@ -46,6 +46,16 @@ class CompareStepTablesTest(unittest.TestCase):
         self.assertIn("base collectives per step 6.000 ms", out)
         self.assertIn("other collectives per step 4.000 ms", out)
 
+    def test_keys_in_one_table_only_are_counted_and_no_shared_compute_is_not_a_ratio(self):
+        other = "0.001,10,aten::relu(f32[4]) -> f32[4]\n0.002,10,aten::only_in_other(f32[4]) -> f32[4]\n"
+        code, out, err = self.run_tool(self.write("a.csv", "0.003,10,aten::sum(f32[4]) -> f32[]\n"),
+                                       self.write("b.csv", other), "--steps=10")
+        self.assertEqual(code, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "compute keys in both: 0 (only in base: 1, only in other: 2)")
+        self.assertEqual(lines[1], "compute per step at other's counts: base's times 0.000 ms, other's 0.000 ms "
+                                   "(other/base nan)")
+
     def test_a_malformed_line_names_the_file_and_line(self):
         code, _, err = self.run_tool(self.write("a.csv", BASE), self.write("bad.csv", "0.1,x,aten::mm()\n"),
                                      "--steps=1")

@@ -430,7 +430,8 @@ SUMMARY_COLUMNS = {
     "library_predicted": ("GEMM workspaces predicted",
                           lambda s: _megabytes_or_dash(s.get("predicted_library_device_bytes", -1))),
     "peak_with_library_error": ("plan + predicted workspaces vs measured peak", lambda s: "-"
-                                if s.get("predicted_library_device_bytes", -1) < 0 else "%+.2f%%" % (
+                                if s.get("predicted_library_device_bytes", -1) < 0 or s["peak_memory_bytes"] <= 0
+                                else "%+.2f%%" % (
                                     100 * (s["predicted_peak_memory_bytes"] + s["predicted_library_device_bytes"] -
                                            s["peak_memory_bytes"]) / s["peak_memory_bytes"])),
     "peak_beyond_plan_and_library": ("measured - predicted - held", lambda s: "-" if _library_bytes(s) < 0
