@@ -3,24 +3,22 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "magi/base/file.h"
 
 namespace magi {
 namespace {
 
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return std::nullopt;
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
+// The file's text, or nullopt where it cannot be read (no such cgroup file, no /proc).
+std::optional<std::string> ReadIfPresent(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return std::nullopt;
+  return *std::move(text);
 }
 
 // A cgroup memory file's number; nullopt for "max", malformed text, or v1's "unlimited"
@@ -38,10 +36,10 @@ std::optional<int64_t> AvailableIn(const std::string& dir) {
   for (const auto& [limit_file, usage_file] :
        {std::pair<const char*, const char*>{"memory.max", "memory.current"},
         std::pair<const char*, const char*>{"memory.limit_in_bytes", "memory.usage_in_bytes"}}) {
-    std::optional<std::string> limit_text = ReadFile(dir + "/" + limit_file);
+    std::optional<std::string> limit_text = ReadIfPresent(dir + "/" + limit_file);
     if (!limit_text) continue;
     std::optional<int64_t> limit = CgroupNumber(limit_text);
-    std::optional<int64_t> usage = CgroupNumber(ReadFile(dir + "/" + usage_file));
+    std::optional<int64_t> usage = CgroupNumber(ReadIfPresent(dir + "/" + usage_file));
     if (!limit || !usage) return std::nullopt;  // no limit (or no usage to subtract)
     return std::max<int64_t>(0, *limit - *usage);
   }
@@ -68,7 +66,7 @@ std::optional<int64_t> ParseMemAvailable(absl::string_view meminfo) {
 std::optional<int64_t> CgroupMemoryAvailable(const std::string& cgroup_root) {
   // v2 is one hierarchy at the root; v1's memory controller has its own mount.
   std::vector<std::string> dirs = {cgroup_root, cgroup_root + "/memory"};
-  if (std::optional<std::string> self = ReadFile("/proc/self/cgroup")) {
+  if (std::optional<std::string> self = ReadIfPresent("/proc/self/cgroup")) {
     for (absl::string_view line : absl::StrSplit(*self, '\n', absl::SkipEmpty())) {
       std::vector<absl::string_view> fields = absl::StrSplit(line, absl::MaxSplits(':', 2));
       if (fields.size() != 3 || fields[2] == "/") continue;
@@ -87,7 +85,7 @@ std::optional<int64_t> CgroupMemoryAvailable(const std::string& cgroup_root) {
 
 std::optional<int64_t> AvailableHostMemoryBytes() {
   std::optional<int64_t> host;
-  if (std::optional<std::string> meminfo = ReadFile("/proc/meminfo")) host = ParseMemAvailable(*meminfo);
+  if (std::optional<std::string> meminfo = ReadIfPresent("/proc/meminfo")) host = ParseMemAvailable(*meminfo);
 #ifdef _SC_AVPHYS_PAGES  // a glibc extension
   if (!host) {
     const long pages = ::sysconf(_SC_AVPHYS_PAGES);

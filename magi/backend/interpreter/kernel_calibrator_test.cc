@@ -77,6 +77,13 @@ class ThreadGroup {
   int arrived_ = 0, generation_ = 0, collectives_ = 0;
 };
 
+// A collective that finished when it started: Wait returns its results.
+struct DoneHandle : CollectiveHandle {
+  explicit DoneHandle(absl::StatusOr<std::vector<at::Tensor>> results) : results(std::move(results)) {}
+  absl::StatusOr<std::vector<at::Tensor>> Wait() override { return results; }
+  absl::StatusOr<std::vector<at::Tensor>> results;
+};
+
 class ThreadCommunicator : public Communicator {
  public:
   ThreadCommunicator(ThreadGroup* group, int rank) : group_(group), rank_(rank) {}
@@ -85,13 +92,7 @@ class ThreadCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<CollectiveHandle>> Start(CollectiveKind kind, std::vector<at::Tensor> inputs,
                                                           const std::string&) override {
     if (kind != CollectiveKind::kAllGather) return absl::UnimplementedError("all-gather only");
-    struct Done : CollectiveHandle {
-      absl::StatusOr<std::vector<at::Tensor>> results;
-      absl::StatusOr<std::vector<at::Tensor>> Wait() override { return results; }
-    };
-    auto done = std::make_unique<Done>();
-    done->results = group_->AllGather(rank_, inputs);
-    return std::unique_ptr<CollectiveHandle>(std::move(done));
+    return std::unique_ptr<CollectiveHandle>(std::make_unique<DoneHandle>(group_->AllGather(rank_, inputs)));
   }
 
  private:
@@ -630,13 +631,7 @@ class OneRankCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<CollectiveHandle>> Start(CollectiveKind kind, std::vector<at::Tensor> inputs,
                                                           const std::string&) override {
     if (kind != CollectiveKind::kAllGather) return absl::UnimplementedError("all-gather only");
-    struct Done : CollectiveHandle {
-      std::vector<at::Tensor> results;
-      absl::StatusOr<std::vector<at::Tensor>> Wait() override { return results; }
-    };
-    auto done = std::make_unique<Done>();
-    done->results = std::move(inputs);
-    return std::unique_ptr<CollectiveHandle>(std::move(done));
+    return std::unique_ptr<CollectiveHandle>(std::make_unique<DoneHandle>(std::move(inputs)));
   }
 };
 
