@@ -129,7 +129,9 @@ absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& s
   if (rank == 0) {
     std::vector<WrittenFile> files;
     for (const auto& r : reports) files.push_back({r[1], static_cast<uint32_t>(r[2])});
-    commit = WriteManifest(dir, MakeManifest(state, options.config, files));
+    proto::CheckpointManifest manifest = MakeManifest(state, options.config, files);
+    manifest.set_global_batch(options.global_batch);
+    commit = WriteManifest(dir, std::move(manifest));
   }
   MAGI_ASSIGN_OR_RETURN(auto commits, Exchange(communicator, device, {commit.ok() ? 1 : 0}));
   MAGI_RETURN_IF_ERROR(FirstFailure(commits, 0, rank, commit,

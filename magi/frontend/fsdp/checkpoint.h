@@ -42,6 +42,9 @@ struct CheckpointOptions {
   int keep_last = 0;
   // The run's description, stored in the manifest; a resume must give the same.
   std::string config;
+  // Samples per optimizer step over all ranks, stored in the manifest (global_batch) so
+  // that a resume can say how its own global batch differs; 0 records nothing.
+  int64_t global_batch = 0;
 };
 
 // Collective: every rank calls it with its own `state` (same step and layout on all).
