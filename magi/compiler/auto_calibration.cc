@@ -16,7 +16,7 @@
 namespace magi {
 
 AutoCalibration::AutoCalibration(std::shared_ptr<KernelCalibrator> calibrator, const std::string& cache_dir,
-                                 CalibrationTable* table)
+                                 CalibrationTable* table, bool deterministic)
     : calibrator_(std::move(calibrator)),
       table_(table),
       cache_(CalibrationCache::Open(cache_dir.empty() ? CalibrationCache::DefaultDir() : cache_dir,
@@ -24,9 +24,19 @@ AutoCalibration::AutoCalibration(std::shared_ptr<KernelCalibrator> calibrator, c
       steps_cache_(CalibrationCache::Open(cache_dir.empty() ? CalibrationCache::DefaultDir() : cache_dir,
                                           calibrator_->DeviceKey(), CalibrationSource::kSteps)) {
   MAGI_CHECK(table_ != nullptr);
-  for (const CalibrationCache* cache : {&cache_, &steps_cache_}) {
-    if (!cache->warning().empty()) warnings_.push_back(absl::StrCat("warning: calibration cache ", cache->warning()));
+  if (deterministic) {
+    pinned_ = CalibrationCache::Open(cache_dir.empty() ? CalibrationCache::DefaultDir() : cache_dir,
+                                     calibrator_->DeviceKey(), CalibrationSource::kPinned);
   }
+  for (const CalibrationCache* cache : {&cache_, &steps_cache_, pinned_ ? &*pinned_ : nullptr}) {
+    if (cache != nullptr && !cache->warning().empty()) {
+      warnings_.push_back(absl::StrCat("warning: calibration cache ", cache->warning()));
+    }
+  }
+  const CalibrationCache& primary = pinned_ ? *pinned_ : cache_;
+  stats_.table_path = primary.path();
+  stats_.table_hash = primary.hash();
+  stats_.planned_hash = CalibrationCache::HashOf(*table_);
 }
 
 absl::Status AutoCalibration::Calibrate(const Graph& graph) {
@@ -41,9 +51,11 @@ absl::Status AutoCalibration::Calibrate(const Graph& graph) {
     if (table_->Find(key) || unmeasurable_.count(key) || !seen.insert(key).second) continue;
     KernelRequest request;
     request.node = node;
-    // What real steps took beats a micro-run of the kernel alone.
-    request.known = steps_cache_.table().Find(key);
+    // A pinned time is final; what real steps took beats a micro-run of the kernel alone.
+    if (pinned_) request.known = pinned_->table().Find(key);
     if (request.known) {
+      known_from_pinned_.insert(key);
+    } else if ((request.known = steps_cache_.table().Find(key))) {
       known_from_steps_.insert(key);
     } else {
       request.known = cache_.table().Find(key);
@@ -123,8 +135,11 @@ absl::Status AutoCalibration::CalibrateCalls(const Graph& graph,
     request.callee = callee->second;
     // Only the micro-run cache, under the code key: the steps' file records calls by
     // structure alone, whichever backend or settings compiled them.
-    request.known = cache_.table().Find(cache_key);
-    request.known_working_bytes = cache_.table().FindWorkingBytes(cache_key);
+    const CalibrationCache& source =
+        pinned_ && pinned_->table().Find(cache_key) ? *pinned_ : cache_;
+    if (&source != &cache_) known_from_pinned_.insert(cache_key);
+    request.known = source.table().Find(cache_key);
+    request.known_working_bytes = source.table().FindWorkingBytes(cache_key);
     requests.push_back(std::move(request));
     keys.push_back(std::move(key));
     cache_keys.push_back(std::move(cache_key));
@@ -137,6 +152,12 @@ absl::Status AutoCalibration::CalibrateCalls(const Graph& graph,
 }
 
 void AutoCalibration::SaveCache(int measured_now) {
+  stats_.planned_hash = CalibrationCache::HashOf(*table_);
+  if (pinned_) {
+    if (absl::Status saved = pinned_->Save(); !saved.ok()) {
+      warnings_.push_back(absl::StrCat("warning: ", saved.message(), "; the times pinned now serve this compile only"));
+    }
+  }
   if (measured_now == 0) return;
   absl::Status saved = cache_.Save();
   if (!saved.ok()) {
@@ -169,11 +190,16 @@ absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests
     // The agreed time, not this machine's cached one (they may differ across hosts).
     const int64_t working_bytes = time.working_bytes.value_or(-1);
     table_->Set(keys[i], *time.seconds, std::max<int64_t>(1, time.runs), working_bytes);
+    const std::string& cache_key = cache_keys.empty() ? keys[i] : cache_keys[i];
+    if (pinned_ && !pinned_->table().Find(cache_key)) {
+      pinned_->Set(cache_key, *time.seconds, std::max<int64_t>(1, time.runs), working_bytes);
+    }
     if (time.measured) {
       ++stats_.measured;
       ++*measured_now;
-      cache_.Set(cache_keys.empty() ? keys[i] : cache_keys[i], *time.seconds, std::max<int64_t>(1, time.runs),
-                 working_bytes);
+      cache_.Set(cache_key, *time.seconds, std::max<int64_t>(1, time.runs), working_bytes);
+    } else if (known_from_pinned_.count(cache_key)) {
+      ++stats_.from_pinned;
     } else if (known_from_steps_.count(keys[i])) {
       ++stats_.from_steps;
     } else {
@@ -185,6 +211,7 @@ absl::Status AutoCalibration::Measure(const std::vector<KernelRequest>& requests
 
 std::string AutoCalibration::Summary() const {
   std::string text = absl::StrFormat("calibration (%s): %d kernels, ", cache_.device_key(), stats_.kernels);
+  if (pinned_) absl::StrAppendFormat(&text, "%d pinned in %s, ", stats_.from_pinned, pinned_->path());
   if (stats_.from_steps > 0) {
     absl::StrAppendFormat(&text, "%d from earlier steps in %s, ", stats_.from_steps, steps_cache_.path());
   }
@@ -193,6 +220,17 @@ std::string AutoCalibration::Summary() const {
   if (stats_.unmeasured > 0) {
     absl::StrAppend(&text, ", ", stats_.unmeasured, " not measurable (timed by the formula)");
   }
+  // Which versions of the files the times came from, and the times planned with: two runs
+  // whose hashes agree planned with the same table.
+  absl::StrAppend(&text, "; read");
+  const char* separator = " ";
+  for (const CalibrationCache* cache : {pinned_ ? &*pinned_ : nullptr, &cache_, &steps_cache_}) {
+    if (cache == nullptr || !cache->loaded()) continue;
+    absl::StrAppend(&text, separator, cache->path(), " (table ", cache->hash(), ")");
+    separator = ", ";
+  }
+  if (*separator == ' ') absl::StrAppend(&text, " no cached table");
+  absl::StrAppend(&text, "; planned with table ", stats_.planned_hash);
   return text;
 }
 

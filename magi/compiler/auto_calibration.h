@@ -16,6 +16,19 @@
 // returns (the same on every rank), never straight from this machine's file, so all
 // ranks plan with one table even when their caches differ.
 //
+// Each cache file is read once, when this object is made, and the compile plans with that
+// snapshot and the times measured since: another process that saves into the same files
+// meanwhile changes nothing of this compile (CalibrationCache says how its writers take
+// turns). Summary() and stats() name each file read and the hash of what was read, and the
+// hash of the table the compile ended with (equal hashes: the same times, bit for bit).
+//
+// Deterministic mode plans from the device's pinned table (CalibrationSource::kPinned)
+// first: a kernel's time, once pinned, is the time of every later deterministic compile,
+// whatever the two other files say by then. A kernel the pinned table lacks is timed as
+// above (earlier steps, the micro-run cache, or measured), and that time is pinned; the
+// first compile to pin a kernel wins (a compile that raced it plans with its own time once,
+// and its summary's hashes differ).
+//
 // What is NOT done here: measuring (the backend's KernelCalibrator), a model for kernels
 // that could not be measured (the analytical formula stays for those), or deciding that
 // a cached time is stale (delete the file to measure again: its header says so).
@@ -28,6 +41,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -46,15 +60,25 @@ struct CalibrationStats {
   int from_cache = 0;    // of those, timed from the micro-run cache file
   int measured = 0;      // measured by the calibrator
   int unmeasured = 0;    // neither: the cost model's formula times them
+  int from_pinned = 0;   // timed from the pinned table (deterministic mode)
   double measure_seconds = 0;  // wall time of the calibrator's calls
+  // The cached table this compile read times from, as a run summary names it: the pinned
+  // table in deterministic mode, else the micro-run cache; and CalibrationCache::hash() of
+  // what was read (the table of an empty file when there was none).
+  std::string table_path;
+  std::string table_hash;
+  // CalibrationCache::HashOf the cost model's table after the last call: the times the
+  // compile planned and predicted with.
+  std::string planned_hash;
 };
 
 class AutoCalibration {
  public:
   // `calibrator` must not be null. `cache_dir` "" is CalibrationCache::DefaultDir().
-  // `table` (the cost model's, not owned) must outlive this object.
+  // `table` (the cost model's, not owned) must outlive this object. `deterministic`: plan
+  // from the pinned table first and pin what it lacks (see above).
   AutoCalibration(std::shared_ptr<KernelCalibrator> calibrator, const std::string& cache_dir,
-                  CalibrationTable* table);
+                  CalibrationTable* table, bool deterministic = false);
 
   // Gives `table` a time for every distinct kernel of `graph` it lacks (see above). A
   // cache file that cannot be written is a warning (warnings()), not an error: the times
@@ -80,7 +104,8 @@ class AutoCalibration {
   const CalibrationCache& cache() const { return cache_; }
   const CalibrationCache& steps_cache() const { return steps_cache_; }
   // One line: "calibration (cpu ...): 93 kernels, 70 from earlier steps in PATH, 10
-  // cached in PATH, 13 measured in 0.8 s".
+  // cached in PATH, 13 measured in 0.8 s; read PATH (table 0123456789abcdef), ...;
+  // planned with table fedcba9876543210" (in deterministic mode "N pinned in PATH" first).
   std::string Summary() const;
   // What went wrong with the cache file (read or write), each once, in order.
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -90,14 +115,17 @@ class AutoCalibration {
   // `cache_keys` (empty: `keys`) are where the micro-run cache files the times.
   absl::Status Measure(const std::vector<KernelRequest>& requests, const std::vector<std::string>& keys,
                        int* measured_now, const std::vector<std::string>& cache_keys = {});
-  // Saves the micro-run cache after `measured_now` new times (a failure is a warning).
+  // Saves the micro-run cache after `measured_now` new times and the pinned table's new
+  // entries (a failure is a warning).
   void SaveCache(int measured_now);
 
   std::shared_ptr<KernelCalibrator> calibrator_;
   CalibrationTable* table_;
   CalibrationCache cache_;
   CalibrationCache steps_cache_;  // read only here (StepTimeFeedback writes it)
+  std::optional<CalibrationCache> pinned_;  // deterministic mode only
   std::set<std::string> known_from_steps_;  // keys whose cached time came from steps_cache_
+  std::set<std::string> known_from_pinned_;  // keys (cache keys of calls) whose time came from pinned_
   CalibrationStats stats_;
   std::vector<std::string> warnings_;
   std::set<std::string> unmeasurable_;  // keys the calibrator returned no time for

@@ -220,6 +220,137 @@ TEST(AutoCalibrationTest, TheFirstCompileMeasuresAndCachesTheSecondReusesIt) {
                 absl::StrCat(measured.size(), " kernels, ", measured.size(), " cached in")),
             std::string::npos)
       << b->optimized.calibration_summary;
+  // Each run names the cached table it read (path and hash) and the table it planned with.
+  EXPECT_NE(a->optimized.calibration_summary.find(
+                absl::StrCat("; read no cached table; planned with table ", CalibrationCache::HashOf(*a->calibration))),
+            std::string::npos)
+      << a->optimized.calibration_summary;
+  EXPECT_NE(b->optimized.calibration_summary.find(absl::StrCat("; read ", cache.path(), " (table ", cache.hash(),
+                                                               "); planned with table ",
+                                                               CalibrationCache::HashOf(*b->calibration))),
+            std::string::npos)
+      << b->optimized.calibration_summary;
+  EXPECT_EQ(b->optimized.calibration_stats.table_path, cache.path());
+  EXPECT_EQ(b->optimized.calibration_stats.table_hash, cache.hash());
+  EXPECT_EQ(b->optimized.calibration_stats.planned_hash, a->optimized.calibration_stats.planned_hash);
+}
+
+// Another process that saves into the cache while a compile runs (here: as the compile
+// first asks its calibrator) changes nothing of that compile: it plans and predicts with
+// the file as it read it plus what it measured, exactly as without the other writer.
+class InterferingCalibrator : public CountingCalibrator {
+ public:
+  InterferingCalibrator(std::string dir, CalibrationTable theirs) : dir_(std::move(dir)), theirs_(std::move(theirs)) {}
+  absl::StatusOr<std::vector<KernelTime>> Calibrate(const std::vector<KernelRequest>& requests) override {
+    if (!interfered_) {
+      interfered_ = true;
+      CalibrationCache cache = CalibrationCache::Open(dir_, DeviceKey());
+      for (const auto& [key, entry] : theirs_.entries()) cache.Set(key, entry.mean_seconds, entry.count);
+      if (absl::Status saved = cache.Save(); !saved.ok()) return saved;
+    }
+    return CountingCalibrator::Calibrate(requests);
+  }
+
+ private:
+  std::string dir_;
+  CalibrationTable theirs_;
+  bool interfered_ = false;
+};
+
+TEST(AutoCalibrationTest, AWriterDuringTheCompileChangesNothingOfIt) {
+  const std::string alone_dir = FreshDir("alone");
+  absl::StatusOr<CompiledStep> alone = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step",
+                                               CalibratedOptions(alone_dir, std::make_shared<CountingCalibrator>()));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  // The other process's times: 7x every kernel's, the kernels bucketing makes included.
+  CalibrationTable theirs;
+  const CalibrationCache measured_alone = CalibrationCache::Open(alone_dir, "test device, libtorch 0.0");
+  for (const auto& [key, entry] : measured_alone.table().entries()) {
+    theirs.Set(key, entry.mean_seconds * 7, entry.count);
+  }
+  const std::string dir = FreshDir("interfered");
+  auto calibrator = std::make_shared<InterferingCalibrator>(dir, theirs);
+  absl::StatusOr<CompiledStep> step =
+      Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", CalibratedOptions(dir, calibrator));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->optimized.calibration_stats.from_cache, 0);
+  EXPECT_EQ(step->optimized.calibration_stats.planned_hash, alone->optimized.calibration_stats.planned_hash);
+  EXPECT_EQ(step->optimized.prediction.step_seconds, alone->optimized.prediction.step_seconds);
+  EXPECT_EQ(step->plan_hash, alone->plan_hash);
+  // What it measured went into the file beside the other process's entries (its own win).
+  CalibrationCache after = CalibrationCache::Open(dir, "test device, libtorch 0.0");
+  for (const std::string& key : KernelKeys(step->graph())) {
+    EXPECT_EQ(after.table().Find(key), step->calibration->Find(key)) << key;
+  }
+}
+
+// Deterministic mode plans from the pinned table: after a first deterministic compile
+// pinned its times, other processes rewriting the micro-run cache and the steps' times
+// change the plan of a default compile but not of a deterministic one.
+TEST(AutoCalibrationTest, DeterministicCompilesPlanFromThePinnedTable) {
+  constexpr char kDevice[] = "test device, libtorch 0.0";
+  const std::string dir = FreshDir("pinned");
+  auto options_for = [&dir](bool deterministic) {
+    CompileOptions options = CalibratedOptions(dir, std::make_shared<CountingCalibrator>());
+    options.deterministic = deterministic;
+    options.optimization.passes = "";
+    options.optimization.memory_budget_bytes = 1750000;
+    options.optimization.search.bucket_mb = {0, 1};
+    options.optimization.search.prefetch = {-1, 0, 2};
+    return options;
+  };
+  absl::StatusOr<CompiledStep> first = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", options_for(true));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string pinned_path = dir + "/" + CalibrationCache::FileNameFor(kDevice, CalibrationSource::kPinned);
+  CalibrationCache pinned = CalibrationCache::Open(dir, kDevice, CalibrationSource::kPinned);
+  ASSERT_TRUE(pinned.loaded()) << pinned.warning();
+  for (const std::string& key : KernelKeys(first->graph())) {
+    EXPECT_EQ(pinned.table().Find(key), first->calibration->Find(key)) << key;
+  }
+  EXPECT_EQ(first->optimized.calibration_stats.table_path, pinned_path);
+  EXPECT_NE(first->optimized.calibration_summary.find(absl::StrCat("0 pinned in ", pinned_path, ", ")),
+            std::string::npos)
+      << first->optimized.calibration_summary;
+
+  // Other processes: a micro-run cache and steps' times of their own for every kernel.
+  CalibrationCache micro = CalibrationCache::Open(dir, kDevice);
+  CalibrationCache steps = CalibrationCache::Open(dir, kDevice, CalibrationSource::kSteps);
+  int i = 0;
+  const CalibrationTable measured = micro.table();
+  for (const auto& [key, entry] : measured.entries()) {
+    micro.Set(key, entry.mean_seconds * (++i % 3 == 0 ? 40 : 0.5), entry.count);
+    steps.Set(key, entry.mean_seconds * (i % 2 == 0 ? 30 : 0.2), entry.count);
+  }
+  ASSERT_TRUE(micro.Save().ok());
+  ASSERT_TRUE(steps.Save().ok());
+  // (A default compile plans with their times: the search left out, it is slow.)
+  CompileOptions by_default_options = options_for(false);
+  by_default_options.optimization.memory_budget_bytes = 0;
+  absl::StatusOr<CompiledStep> by_default =
+      Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", by_default_options);
+  ASSERT_TRUE(by_default.ok()) << by_default.status();
+  EXPECT_EQ(by_default->optimized.calibration_stats.measured, 0);
+  EXPECT_NE(by_default->optimized.calibration_stats.planned_hash, first->optimized.calibration_stats.planned_hash);
+
+  absl::StatusOr<CompiledStep> again = Compile(LoadTestdata("llama4_fsdp_step.mir"), "train_step", options_for(true));
+  ASSERT_TRUE(again.ok()) << again.status();
+  const CalibrationStats& stats = again->optimized.calibration_stats;
+  EXPECT_EQ(stats.measured, 0);
+  EXPECT_EQ(stats.from_pinned, stats.kernels);
+  EXPECT_EQ(again->plan_hash, first->plan_hash);
+  EXPECT_EQ(again->optimized.applied_pipeline, first->optimized.applied_pipeline);
+  EXPECT_EQ(again->optimized.prediction.step_seconds, first->optimized.prediction.step_seconds);
+  EXPECT_EQ(again->optimized.prediction.peak_bytes, first->optimized.prediction.peak_bytes);
+  EXPECT_EQ(stats.planned_hash, first->optimized.calibration_stats.planned_hash);
+  EXPECT_EQ(stats.table_path, pinned_path);
+  EXPECT_EQ(stats.table_hash, CalibrationCache::Open(dir, kDevice, CalibrationSource::kPinned).hash());
+  EXPECT_NE(again->optimized.calibration_summary.find(
+                absl::StrCat(stats.kernels, " pinned in ", pinned_path, ", 0 cached in")),
+            std::string::npos)
+      << again->optimized.calibration_summary;
+  EXPECT_NE(again->optimized.calibration_summary.find(absl::StrCat("; read ", pinned_path, " (table ", stats.table_hash, ")")),
+            std::string::npos)
+      << again->optimized.calibration_summary;
 }
 
 TEST(AutoCalibrationTest, AMissingKeyIsMeasuredAndAdded) {

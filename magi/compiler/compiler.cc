@@ -86,7 +86,7 @@ std::string DescribeCapability(const std::string& name, const std::string& prima
 
 }  // namespace
 
-absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options) {
+absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options, bool deterministic) {
   CostModelBundle bundle;
   MAGI_ASSIGN_OR_RETURN(DeviceProfile profile, LoadDeviceProfile(options.device_profile));
   if (!options.calibration_csv.empty() && options.calibrator != nullptr) {
@@ -99,7 +99,7 @@ absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options) {
   } else if (options.calibrator != nullptr) {
     bundle.calibration = std::make_shared<CalibrationTable>();
     bundle.auto_calibration = std::make_unique<AutoCalibration>(options.calibrator, options.calibration_cache_dir,
-                                                                bundle.calibration.get());
+                                                                bundle.calibration.get(), deterministic);
   }
   bundle.model = std::make_unique<CostModel>(std::move(profile), bundle.calibration.get());
   return bundle;
@@ -292,7 +292,7 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
 
 absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::string& graph_name,
                                      const CompileOptions& options) {
-  MAGI_ASSIGN_OR_RETURN(CostModelBundle cost, MakeCostModel(options.cost_model));
+  MAGI_ASSIGN_OR_RETURN(CostModelBundle cost, MakeCostModel(options.cost_model, options.deterministic));
   CompiledStep compiled;
   MAGI_ASSIGN_OR_RETURN(compiled.optimized, OptimizeStep(std::move(module), graph_name, options, cost));
   compiled.calibration = cost.calibration;

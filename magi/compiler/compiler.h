@@ -65,8 +65,9 @@ struct CostModelBundle {
   std::unique_ptr<CostModel> model;
 };
 // InvalidArgument when both a table and a calibrator are given; a table that does not
-// parse fails naming its line.
-absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options);
+// parse fails naming its line. `deterministic` (CompileOptions::deterministic): the
+// calibrator's times are planned from the pinned table (auto_calibration.h).
+absl::StatusOr<CostModelBundle> MakeCostModel(const CostModelOptions& options, bool deterministic = false);
 
 // The result of stages 1-3 (no backend involved).
 struct OptimizedStep {

@@ -1,16 +1,24 @@
 #include "magi/cost/calibration_cache.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "magi/base/file.h"
+#include "magi/base/fnv1a.h"
 
 namespace magi {
 namespace {
@@ -21,7 +29,49 @@ constexpr int kFormatVersion = 2;
 constexpr absl::string_view kFormatLine = "magi calibration cache v2";
 constexpr absl::string_view kDeviceLinePrefix = "# device: ";
 
+// An exclusive flock(2) of `path`.lock, held while this object lives: the writers of one
+// cache file, in any process or thread (each holds its own open file description), take
+// turns at the read-merge-rename of Save. A separate file, because the cache file itself is
+// replaced by rename and a lock on the old inode would not exclude a writer of the new one.
+// The lock file stays (empty); the kernel drops the lock when its holder dies.
+class FileLock {
+ public:
+  static absl::StatusOr<FileLock> Acquire(const std::string& path) {
+    const std::string lock_path = absl::StrCat(path, ".lock");
+    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot open the calibration cache lock ", lock_path, ": ", std::strerror(errno)));
+    }
+    while (::flock(fd, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      ::close(fd);
+      return absl::InternalError(
+          absl::StrCat("cannot lock the calibration cache lock ", lock_path, ": ", std::strerror(error)));
+    }
+    return FileLock(fd);
+  }
+  FileLock(FileLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  FileLock& operator=(FileLock&&) = delete;
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+
+ private:
+  explicit FileLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 }  // namespace
+
+std::string CalibrationCache::HashOf(const CalibrationTable& table) {
+  // Of what the cost model reads (keys, times, memory), not of the sample counts: a table
+  // read back from the cache plans like the one measured, whose counts were the runs'.
+  CalibrationTable times;
+  for (const auto& [key, entry] : table.entries()) times.Set(key, entry.mean_seconds, 1, entry.working_bytes);
+  return Fnv1a64Hex(times.ToCsv());
+}
 
 std::string CalibrationCache::DefaultDir() {
   const char* cache = std::getenv("MAGI_CACHE_DIR");
@@ -43,15 +93,32 @@ std::string CalibrationCache::FileNameFor(const std::string& device_key, Calibra
   while (!name.empty() && name.back() == '-') name.pop_back();
   if (name.empty()) name = "device";
   if (name.size() > 200) name.resize(200);  // file names have limits; the header keeps the key
-  return name + (source == CalibrationSource::kSteps ? ".steps.csv" : ".csv");
+  switch (source) {
+    case CalibrationSource::kSteps:
+      return name + ".steps.csv";
+    case CalibrationSource::kPinned:
+      return name + ".pinned.csv";
+    case CalibrationSource::kMicroRuns:
+      break;
+  }
+  return name + ".csv";
 }
 
 std::string CalibrationCache::Comment() const {
   // The second line is what Read checks; ToCsv prefixes each line with "# ".
-  return absl::StrCat(kFormatLine, "\ndevice: ", device_key_,
-                      source_ == CalibrationSource::kSteps
-                          ? "\nkernel times of real steps (later runs fold theirs in); delete the file to forget them"
-                          : "\nkernel times Magi measured (micro-runs); delete the file to measure again");
+  absl::string_view what;
+  switch (source_) {
+    case CalibrationSource::kSteps:
+      what = "kernel times of real steps (later runs fold theirs in); delete the file to forget them";
+      break;
+    case CalibrationSource::kPinned:
+      what = "kernel times deterministic compiles plan with (added, never changed); delete the file to pin anew";
+      break;
+    case CalibrationSource::kMicroRuns:
+      what = "kernel times Magi measured (micro-runs); delete the file to measure again";
+      break;
+  }
+  return absl::StrCat(kFormatLine, "\ndevice: ", device_key_, "\n", what);
 }
 
 std::optional<CalibrationTable> CalibrationCache::Read(const std::string& path, const std::string& device_key,
@@ -115,17 +182,21 @@ CalibrationCache CalibrationCache::Open(const std::string& dir, const std::strin
     // warn again. An empty table of this version takes the file's place at once, unless
     // another process wrote a good one since it was read (a run that records steps merges
     // into whatever the file holds when it saves).
+    // Under the writers' lock, so a step recorder's Save cannot land between the read and
+    // the replacement (best effort: without a lock file, the folder is not ours to write).
+    absl::StatusOr<FileLock> lock = FileLock::Acquire(cache.path_);
     std::string why_now;
     std::optional<CalibrationTable> now = Read(cache.path_, device_key, &exists, &why_now, &replaceable);
     if (now) {
       table = std::move(now);
     } else if (exists && replaceable) {
-      absl::Status replaced = CalibrationTable().Save(cache.path_, cache.Comment());
+      absl::Status replaced = lock.ok() ? CalibrationTable().Save(cache.path_, cache.Comment()) : lock.status();
       cache.warning_ =
           replaced.ok()
               ? absl::StrCat(why, "; the cached step times are ignored and the file replaced by an empty table")
               : absl::StrCat(why, "; the cached step times are ignored (replacing the file failed: ",
                              replaced.message(), ")");
+      cache.hash_ = HashOf(cache.table_);
       return cache;
     } else {
       why = why_now;
@@ -139,6 +210,7 @@ CalibrationCache CalibrationCache::Open(const std::string& dir, const std::strin
         why, !replaceable ? "; the file is left as it is and the times measured now are not cached"
                           : "; the cached times are ignored, measured again and the file replaced");
   }
+  cache.hash_ = HashOf(cache.table_);
   return cache;
 }
 
@@ -170,16 +242,24 @@ absl::Status CalibrationCache::Save() {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create the calibration cache folder ", dir.string(), ": ", error.message()));
   }
-  // What another rank or job wrote since Open stays, unless this one measured it anew.
+  // What another rank or job wrote since Open stays, unless this one measured it anew (or,
+  // for the pinned table, this one's time gives way). Read, merged and renamed into place
+  // under the lock: two writers that read the same file would otherwise each drop the
+  // other's entries.
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(path_);
+  if (!lock.ok()) return lock.status();
   bool exists = false, replaceable = false;
   std::string why;
   std::optional<CalibrationTable> held = Read(path_, device_key_, &exists, &why, &replaceable);
   if (!held && exists && !replaceable) return absl::OkStatus();  // not this version's to write over (warning())
   CalibrationTable merged = held.value_or(CalibrationTable());
-  for (const auto& [key, entry] : added_.entries()) merged.Set(key, entry.mean_seconds, entry.count, entry.working_bytes);
+  for (const auto& [key, entry] : added_.entries()) {
+    if (source_ == CalibrationSource::kPinned && merged.Find(key)) continue;
+    merged.Set(key, entry.mean_seconds, entry.count, entry.working_bytes);
+  }
   absl::Status saved = merged.Save(path_, Comment());
   if (!saved.ok()) return saved;
-  table_ = std::move(merged);
+  // table_ stays the snapshot this object's user plans with (the header says why).
   added_ = CalibrationTable();  // written
   return absl::OkStatus();
 }

@@ -19,10 +19,21 @@
 // so every other run would warn again). A newer Magi version's file, or another device's
 // whose name collides with this key's, is left as it is (the times measured now are not
 // cached). (A table the user names, --calibration=PATH,
-// is an input: CalibrationTable::Load fails on it, naming the line.) Save writes
-// atomically (temp file + rename) after merging what the file holds by then, so ranks and
-// jobs that save at the same time lose nothing but what they wrote in the same instant,
-// which is measured again later.
+// is an input: CalibrationTable::Load fails on it, naming the line.)
+//
+// Concurrency (every process of the machine shares the folder): Save is a read-modify-write
+// of the file under an exclusive flock(2) of `<file>.lock`, and the new contents replace the
+// file by temp file + rename, so writers never interleave or lose each other's entries
+// (each merges into what the file holds once it has the lock), and a reader, which takes no
+// lock, sees a whole old or whole new file. table() is a snapshot: the file as Open read
+// it plus what this object Set since; Save writes the merge but never brings other
+// processes' entries into table(), so one compile never plans half with one version of the
+// file and half with another. hash() names the snapshot Open read, for run summaries.
+//
+// The pinned table (CalibrationSource::kPinned, `<key>.pinned.csv`) is what deterministic
+// compiles plan with: an entry, once written, is never changed by Save (a time some other
+// compile pinned first wins over this object's), so the same kernel gets the same time in
+// every deterministic compile, whatever other processes write to the other two files.
 #ifndef MAGI_COST_CALIBRATION_CACHE_H_
 #define MAGI_COST_CALIBRATION_CACHE_H_
 
@@ -38,6 +49,7 @@ namespace magi {
 enum class CalibrationSource {
   kMicroRuns,  // KernelCalibrator micro-runs (<key>.csv)
   kSteps,      // node times of real steps, folded run after run (<key>.steps.csv; step_time_feedback.h)
+  kPinned,     // the times deterministic compiles plan with: entries added, never changed (<key>.pinned.csv)
 };
 
 class CalibrationCache {
@@ -47,7 +59,7 @@ class CalibrationCache {
   static std::string DefaultDir();
   // The file name of `device_key`: its letters and digits in lower case, other runs of
   // characters as one '-', and ".csv" ("cpu-intel-r-xeon-r-...-libtorch-1-13-1.csv"), or
-  // ".steps.csv" for the times of real steps.
+  // ".steps.csv" for the times of real steps, ".pinned.csv" for the pinned table.
   static std::string FileNameFor(const std::string& device_key,
                                  CalibrationSource source = CalibrationSource::kMicroRuns);
 
@@ -64,6 +76,14 @@ class CalibrationCache {
   // when there was none): "PATH:3: expected ..." or "PATH holds the table of device ...".
   bool loaded() const { return loaded_; }
   const std::string& warning() const { return warning_; }
+  // HashOf the table Open read (of an empty table when there was none or it was not used).
+  // Not changed by Set or Save.
+  const std::string& hash() const { return hash_; }
+
+  // A content hash of what the cost model reads of `table`: its keys, times and working
+  // bytes, not the sample counts (64-bit FNV-1a of that CSV, 16 hex digits). The same on
+  // every host and run; equal hashes, equal times bit for bit.
+  static std::string HashOf(const CalibrationTable& table);
 
   // Records a measured time (replacing an older one of the same key), and for a partition
   // call the memory it allocates while it runs (-1: unknown).
@@ -72,8 +92,11 @@ class CalibrationCache {
   // most `max_old_count` samples: older runs fade instead of outvoting the newest forever.
   void Fold(const std::string& key, double seconds, int64_t count, int64_t max_old_count);
   // Writes the entries Set since the last Save to path() (creating the folder), merged
-  // with what the file holds by then. Nothing new, or a file this version must not write
-  // over (a newer version's, another device's: warning() said so): OK without touching it.
+  // with what the file holds by then, holding the file's lock (see above). For the pinned
+  // table the file's entries win over this object's; otherwise this object's win. table()
+  // is left as it is. Nothing new, or a file this version must not write over (a newer
+  // version's, another device's: warning() said so): OK without touching it. An error
+  // names the folder, lock file or file that could not be written.
   absl::Status Save();
 
  private:
@@ -93,6 +116,7 @@ class CalibrationCache {
   CalibrationTable added_;  // what Set recorded since Open (merged on Save)
   bool loaded_ = false;
   std::string warning_;
+  std::string hash_;
 };
 
 }  // namespace magi

@@ -1,8 +1,15 @@
 #include "magi/cost/calibration_cache.h"
 
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
@@ -24,6 +31,8 @@ TEST(CalibrationCacheTest, FileNamesComeFromTheDeviceKey) {
   EXPECT_EQ(CalibrationCache::FileNameFor(kKey), "cpu-test-cpu-1-00ghz-1-thread-libtorch-1-13-1.csv");
   EXPECT_EQ(CalibrationCache::FileNameFor("NVIDIA H200 / libtorch 2.11.0"), "nvidia-h200-libtorch-2-11-0.csv");
   EXPECT_EQ(CalibrationCache::FileNameFor("///"), "device.csv");
+  EXPECT_EQ(CalibrationCache::FileNameFor("NVIDIA H200", CalibrationSource::kSteps), "nvidia-h200.steps.csv");
+  EXPECT_EQ(CalibrationCache::FileNameFor("NVIDIA H200", CalibrationSource::kPinned), "nvidia-h200.pinned.csv");
 }
 
 TEST(CalibrationCacheTest, DefaultDirFollowsMagiCacheDir) {
@@ -148,6 +157,113 @@ TEST(CalibrationCacheTest, ANewerVersionsOrAnotherDevicesFileIsLeftAsItIs) {
     EXPECT_FALSE(steps.loaded());
     EXPECT_EQ(*ReadFile(steps_path), contents);
   }
+}
+
+// Every process of the machine writes the same file. Several processes saving at once, each
+// Open + Set + Save again and again: each save's entry is in the file afterwards (no writer
+// dropped another's by merging into a file read before the other's rename), and every Open
+// in between parsed the file (none saw it torn or interleaved).
+TEST(CalibrationCacheTest, ConcurrentWritersLoseNothingAndNeverTearTheFile) {
+  const std::string dir = FreshDir("concurrent");
+  constexpr int kWriters = 4;
+  constexpr int kSaves = 15;
+  std::vector<pid_t> children;
+  for (int writer = 0; writer < kWriters; ++writer) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // the child: no gtest assertions, its exit status says what went wrong
+      int status = 0;
+      for (int i = 0; i < kSaves; ++i) {
+        CalibrationCache cache = CalibrationCache::Open(dir, kKey);
+        if (!cache.warning().empty()) status |= 1;
+        cache.Set(absl::StrCat("writer ", writer, " save ", i), 1e-6 * (i + 1), 1);
+        if (!cache.Save().ok()) status |= 2;
+      }
+      ::_exit(status);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: an Open warned (a torn file), 2: a Save failed";
+  }
+  CalibrationCache cache = CalibrationCache::Open(dir, kKey);
+  EXPECT_EQ(cache.warning(), "");
+  int missing = 0;
+  for (int writer = 0; writer < kWriters; ++writer) {
+    for (int i = 0; i < kSaves; ++i) missing += !cache.table().Find(absl::StrCat("writer ", writer, " save ", i));
+  }
+  EXPECT_EQ(missing, 0) << "of " << kWriters * kSaves << " entries saved";
+  EXPECT_EQ(cache.table().size(), static_cast<size_t>(kWriters * kSaves));
+  // No temporary file is left behind; the lock file stays.
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{CalibrationCache::FileNameFor(kKey),
+                                             CalibrationCache::FileNameFor(kKey) + ".lock"}));
+}
+
+// table() is what Open read plus this object's own Sets, whatever other writers save
+// meanwhile; hash() names what Open read.
+TEST(CalibrationCacheTest, TheTableIsTheSnapshotOpenReadAndItsHashNamesIt) {
+  const std::string dir = FreshDir("snapshot");
+  CalibrationCache empty = CalibrationCache::Open(dir, kKey);
+  EXPECT_EQ(empty.hash(), CalibrationCache::HashOf(CalibrationTable()));
+  EXPECT_EQ(empty.hash().size(), 16u);
+  CalibrationCache first = CalibrationCache::Open(dir, kKey);
+  first.Set(kMm, 2e-5, 3);
+  ASSERT_TRUE(first.Save().ok());
+
+  CalibrationCache reader = CalibrationCache::Open(dir, kKey);
+  const std::string read_hash = reader.hash();
+  EXPECT_EQ(read_hash, CalibrationCache::HashOf(reader.table()));
+  EXPECT_NE(read_hash, empty.hash());
+  CalibrationCache other = CalibrationCache::Open(dir, kKey);  // another process, meanwhile
+  other.Set(kExp, 1e-6, 3);
+  ASSERT_TRUE(other.Save().ok());
+  reader.Set(kMm, 3e-5, 3);
+  ASSERT_TRUE(reader.Save().ok());
+  EXPECT_FALSE(reader.table().Find(kExp).has_value());  // merged into the file, not into the snapshot
+  EXPECT_EQ(reader.table().Find(kMm), 3e-5);
+  EXPECT_EQ(reader.hash(), read_hash);
+
+  CalibrationCache after = CalibrationCache::Open(dir, kKey);
+  EXPECT_EQ(after.table().Find(kExp), 1e-6);
+  EXPECT_EQ(after.table().Find(kMm), 3e-5);
+  EXPECT_NE(after.hash(), read_hash);
+  // The same times, the same hash, whatever the comment lines and sample counts; another
+  // time or working size, another hash.
+  CalibrationTable same;
+  same.Set(kMm, 3e-5, 1);
+  same.Set(kExp, 1e-6, 7);
+  EXPECT_EQ(after.hash(), CalibrationCache::HashOf(same));
+  same.Set(kExp, 1e-6, 7, /*working_bytes=*/64);
+  EXPECT_NE(after.hash(), CalibrationCache::HashOf(same));
+  same.Set(kExp, 1.0000000000000002e-6, 7);
+  EXPECT_NE(after.hash(), CalibrationCache::HashOf(same));
+}
+
+// The pinned table's entries are never changed: the first time pinned for a key stays,
+// whoever saves another later; new keys are added.
+TEST(CalibrationCacheTest, APinnedTimeIsNeverChanged) {
+  const std::string dir = FreshDir("pinned");
+  CalibrationCache a = CalibrationCache::Open(dir, kKey, CalibrationSource::kPinned);
+  CalibrationCache b = CalibrationCache::Open(dir, kKey, CalibrationSource::kPinned);
+  EXPECT_EQ(a.path(), dir + "/" + CalibrationCache::FileNameFor(kKey, CalibrationSource::kPinned));
+  a.Set(kMm, 1e-5, 3);
+  ASSERT_TRUE(a.Save().ok());
+  b.Set(kMm, 2e-5, 3);
+  b.Set(kExp, 1e-6, 1);
+  ASSERT_TRUE(b.Save().ok());
+  EXPECT_EQ(b.table().Find(kMm), 2e-5);  // what b's user planned with, as it was
+  CalibrationCache read = CalibrationCache::Open(dir, kKey, CalibrationSource::kPinned);
+  EXPECT_TRUE(read.loaded());
+  EXPECT_EQ(read.table().Find(kMm), 1e-5);
+  EXPECT_EQ(read.table().Find(kExp), 1e-6);
+  // The other two files of the device are not touched.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + CalibrationCache::FileNameFor(kKey)));
 }
 
 TEST(CalibrationCacheTest, AnUnwritableFolderIsAnErrorOfSave) {
