@@ -72,7 +72,7 @@ struct PartitionOptions {
   // Then recompute in the backward the elementwise activations whose operands are saved
   // anyway and that only feed ops the backend fuses (magi/passes/recompute_fusible.h): the
   // fused kernels neither write nor keep them (the 953M step on an H200: 2.6 GB less peak,
-  // docs/benchmarks.md session 15). Only what the first backend accepts both ways is
+  // docs/benchmarks.md, the 953M step on one H200). Only what the first backend accepts both ways is
   // recomputed (a copy still runs as a kernel of its own where the partitioner cuts its
   // run short: min_nodes, max_nodes, a fallback), and a rewrite that would raise the
   // planned peak is taken back.

@@ -3,7 +3,7 @@
 // cast and the low 16 bits: magi/backend/common/split_float.h), so the casts go away.
 //
 // Why: the 953M step's fp32 -> bf16 parameter casts are 3.1 ms of its 89.3 ms of kernels on
-// an H200 at its power cap, where their time is step time (docs/benchmarks.md, session 10).
+// an H200 at its power cap, where their time is step time (docs/benchmarks.md, the 953M step on one H200).
 //
 // For an input %P (role param, f32) whose uses are only
 //   - aten::_to_copy(%P, dtype = bf16) with no layout, device, pinning or memory-format

@@ -1,7 +1,7 @@
 // Split fp32 master weights: one fp32 value held as two 16-bit halves, so that the bf16
 // parameter a mixed-precision step computes with IS the master's high half.
 //
-// Why (docs/benchmarks.md, session 10): with bf16 compute and fp32 masters, every step casts
+// Why (docs/benchmarks.md, the 953M step on one H200): with bf16 compute and fp32 masters, every step casts
 // each parameter fp32 -> bf16 in forward and again in backward (world 1 reshards after
 // forward): 294 cast kernels, 3.1 ms of the 953M step's 89.3 ms of kernels on an H200, and
 // at the GPU's power cap their time is step time (removing the backward's 112 of them,

@@ -136,7 +136,7 @@ def device_configs(inputs):
     CPU vectorization (the flag drops only that, never correctness), so Inductor's check of which ISA the
     compiler can build (a g++ dry compile of vectorized ATen code per ISA, under a file lock
     every compiling process waits on) is skipped: 52 of a first partition's 92 s in a cold
-    8-process compile on the GPU machine (MAGI_AOTI_PROFILE, session 8)."""
+    8-process compile of the 953M step on the GPU machine (MAGI_AOTI_PROFILE)."""
     if inputs and all(str(entry[4]).startswith("cuda") for entry in inputs):
         return {"cpp.vec_isa_ok": False}
     return {}

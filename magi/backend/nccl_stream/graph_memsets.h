@@ -8,7 +8,7 @@
 // chain and ~2 us to the host's cudaGraphLaunch; a kernel node that writes the same bytes adds
 // ~0.8 us and no measurable launch time. In the 953M step the host's time per step went 0.5 ->
 // 0.0 ms and the gaps between the graph's nodes 1.3 -> 0.0 ms, and the wall time did not change
-// (the step runs at the GPU's power cap; docs/benchmarks.md, session 12).
+// (the step runs at the GPU's power cap; docs/benchmarks.md, the 953M step on one H200).
 // A kernel node that writes the same bytes keeps every dependency of the memset node it
 // replaces, so the graph does what it did (the same writes, in the same order against every
 // other node); only how the bytes are written changes.

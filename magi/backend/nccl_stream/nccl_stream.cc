@@ -207,7 +207,7 @@ class NcclStreamExecutable : public TorchExecutable {
   // unless that stream holds one already. Asked at Create, on the stream the steps will run
   // from. A stream counts as holding one under any handle: 2.11 cannot name this thread's
   // handle without making its workspace; where only another thread's is held, 32 MiB more
-  // come. (Measured on an H200, session 19: the small model's step captured on the device
+  // come. (Measured on an H200, docs/benchmarks.md's GEMM workspaces: the small model's step captured on the device
   // left two workspaces under two handles on the default stream, most likely this thread's
   // and the autograd engine's backward thread's; the CUDA graph added the capture stream's:
   // 64 and 96 MiB.)
@@ -670,7 +670,7 @@ class NcclStreamExecutable : public TorchExecutable {
     auto deadline = start + timeout;
     // Short sleeps until most of the previous wait has passed, then polling without
     // sleeping: a 20 us sleep_for takes ~75 us (timer slack), which a step's end would be
-    // seen late by (Kineto trace of the 953M step, session 9), and polling the whole step
+    // seen late by (Kineto trace of the 953M step on one H200), and polling the whole step
     // would keep a core busy that NCCL's proxy threads or other ranks may need.
     const auto poll_from = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                        std::chrono::duration<double>(0.9 * previous_wait_seconds_));

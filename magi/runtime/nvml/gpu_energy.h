@@ -1,7 +1,7 @@
 // The energy and power limit of one NVIDIA GPU, read through NVML, for benchmarks.
 //
 // Why: a training step that runs at the GPU's power cap takes as long as its energy allows
-// (docs/benchmarks.md, session 12), so joules per step, not only seconds, say whether a
+// (docs/benchmarks.md, the 953M step on one H200), so joules per step, not only seconds, say whether a
 // change helped. NVML's total energy counter (millijoules since the driver loaded; Volta and
 // later) is updated every few tens of milliseconds, so read it around many steps, not one,
 // and not between steps: each read costs host time during which the GPU idles, and idle time
