@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proves with `bazel query` that no layer depends on a layer above it (README's
+# Proves with `bazel query` that no layer depends on a layer above it (docs/architecture.md's
 # architecture table):
 #
 #   ir < analysis < passes, cost < search < compiler < frontends;  backends and runtimes beside
