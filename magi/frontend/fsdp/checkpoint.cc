@@ -21,10 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Every rank's `values` (the same count on each), by rank: an all-gather, which is also
-// the barrier of the protocol.
-absl::StatusOr<std::vector<std::vector<int64_t>>> Exchange(Communicator& communicator, const at::Device& device,
-                                                           const std::vector<int64_t>& values) {
+// Every rank's `values` (the same count on each), by rank of `communicator`: an
+// all-gather, which is also a barrier.
+absl::StatusOr<std::vector<std::vector<int64_t>>> ExchangeOn(Communicator& communicator, const at::Device& device,
+                                                             const std::vector<int64_t>& values) {
   at::Tensor mine = at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(device);
   MAGI_ASSIGN_OR_RETURN(auto handle, communicator.Start(CollectiveKind::kAllGather, {mine}, "sum"));
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, handle->Wait());
@@ -37,6 +37,24 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Exchange(Communicator& communi
   std::vector<std::vector<int64_t>> out(communicator.size());
   const int64_t* data = all.data_ptr<int64_t>();
   for (int r = 0; r < communicator.size(); ++r) out[r].assign(data + r * n, data + (r + 1) * n);
+  return out;
+}
+
+// Every mesh rank's `values`, by mesh rank: an all-gather over the shard axis, then one
+// of its results over the replicate axis. The barrier of the protocol: it returns on no
+// rank before every rank of the mesh has entered it.
+absl::StatusOr<std::vector<std::vector<int64_t>>> Exchange(const CheckpointMesh& mesh, const at::Device& device,
+                                                           const std::vector<int64_t>& values) {
+  MAGI_ASSIGN_OR_RETURN(auto shards, ExchangeOn(*mesh.shard, device, values));
+  if (mesh.replicate == nullptr) return shards;
+  std::vector<int64_t> flat;
+  for (const auto& one : shards) flat.insert(flat.end(), one.begin(), one.end());
+  MAGI_ASSIGN_OR_RETURN(auto replicas, ExchangeOn(*mesh.replicate, device, flat));
+  std::vector<std::vector<int64_t>> out;
+  const size_t n = values.size();
+  for (const auto& replica : replicas) {
+    for (size_t s = 0; s < shards.size(); ++s) out.emplace_back(replica.begin() + s * n, replica.begin() + (s + 1) * n);
+  }
   return out;
 }
 
@@ -72,8 +90,26 @@ absl::Status MakeFolder(const std::string& dir) {
 // Rank 0's cleanup after a commit or a load: a failure there loses nothing committed, so
 // it is reported and training goes on.
 void CleanOrWarn(const std::string& root, int keep_last) {
-  absl::Status cleaned = CleanCheckpointRoot(root, keep_last);
+  absl::Status cleaned = CleanCheckpointRoot(root, keep_last).status();
   if (!cleaned.ok()) std::fprintf(stderr, "magi: warning: cleaning %s: %s\n", root.c_str(), cleaned.ToString().c_str());
+}
+
+// Rank 0's cleanup before a save: what a save killed midway left (temporaries, step
+// folders without a manifest) goes, and the user is told, before any rank writes. Left in
+// place, an uncommitted step-N/ would be written into by this run's save of step N and
+// keep the killed run's files (rank files of a larger world) inside the committed step.
+absl::Status RemoveLeftovers(const std::string& root, int64_t step) {
+  absl::StatusOr<std::vector<std::string>> removed = CleanCheckpointRoot(root, /*keep_last=*/0);
+  if (!removed.ok()) {
+    return absl::Status(removed.status().code(),
+                        absl::StrCat("cannot remove what an interrupted save left under ", root,
+                                     " before saving step ", step, ": ", removed.status().message()));
+  }
+  if (!removed->empty()) {
+    std::fprintf(stderr, "magi: removed what an interrupted save left under %s before saving step %lld: %s\n",
+                 root.c_str(), static_cast<long long>(step), absl::StrJoin(*removed, ", ").c_str());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -86,17 +122,34 @@ at::Tensor ShardOf(const at::Tensor& full_param, int64_t world, int rank) {
   return at::constant_pad_nd(full, pad, 0).narrow(0, rank * rows, rows).clone();
 }
 
-absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& state, Communicator& communicator,
+int64_t CheckpointMesh::size() const { return shard->size() * (replicate != nullptr ? replicate->size() : 1); }
+
+int64_t CheckpointMesh::rank() const {
+  return (replicate != nullptr ? replicate->rank() : 0) * int64_t{shard->size()} + shard->rank();
+}
+
+bool CheckpointMesh::writes_files() const { return replicate == nullptr || replicate->rank() == 0; }
+
+absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& state, const CheckpointMesh& mesh,
                                      const at::Device& device, const CheckpointOptions& options) {
   CrashPointScope crash_points;
-  const int rank = communicator.rank();
+  const int64_t rank = mesh.rank();
+  const int shard_rank = mesh.shard->rank();
   const std::string dir = (fs::path(root) / StepFolderName(state.step)).string();
   const std::string model_hash = ModelHash(state, options.config);
   std::error_code error;
   const bool committed = fs::exists(fs::path(dir) / kManifestFile, error);
 
+  // 0. Rank 0 removes what an earlier save killed midway left; no rank writes before the
+  // exchange below, which rank 0 joins only after this.
+  absl::Status cleaned = rank == 0 ? RemoveLeftovers(root, state.step) : absl::OkStatus();
+
   // 1. The ranks agree on what they save.
-  MAGI_ASSIGN_OR_RETURN(auto plans, Exchange(communicator, device, {state.step, HexValue(model_hash), committed}));
+  MAGI_ASSIGN_OR_RETURN(auto plans,
+                        Exchange(mesh, device, {state.step, HexValue(model_hash), committed, cleaned.ok() ? 1 : 0}));
+  MAGI_RETURN_IF_ERROR(FirstFailure(plans, 3, static_cast<int>(rank), cleaned,
+                                    absl::StrCat("remove what an interrupted save left under ", root,
+                                                 ": nothing is saved")));
   for (size_t r = 0; r < plans.size(); ++r) {
     if (plans[r][0] != plans[0][0] || plans[r][1] != plans[0][1]) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -109,9 +162,12 @@ absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& s
     }
   }
 
-  // 2. Every rank writes and syncs its own file, then reports it: the barrier.
-  std::string file = (fs::path(dir) / absl::StrCat("rank", rank, ".pt")).string();
+  // 2. Every rank of replica 0 writes and syncs its own file, then every rank reports: the
+  // barrier. (Other replicas hold the same shards; one writer per file.)
+  const bool writes = mesh.writes_files();
+  std::string file = (fs::path(dir) / absl::StrCat("rank", shard_rank, ".pt")).string();
   absl::StatusOr<WrittenFile> written = [&]() -> absl::StatusOr<WrittenFile> {
+    if (!writes) return WrittenFile{};
     MAGI_RETURN_IF_ERROR(MakeFolder(root));
     MAGI_RETURN_IF_ERROR(MakeFolder(dir));
     MAGI_RETURN_IF_ERROR(SyncDirectory(root));
@@ -119,22 +175,23 @@ absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& s
   }();
   std::vector<int64_t> report = {written.ok() ? 1 : 0, written.ok() ? written->bytes : 0,
                                  written.ok() ? written->crc32c : 0};
-  MAGI_ASSIGN_OR_RETURN(auto reports, Exchange(communicator, device, report));
-  MAGI_RETURN_IF_ERROR(FirstFailure(reports, 0, rank, written.status(),
+  MAGI_ASSIGN_OR_RETURN(auto reports, Exchange(mesh, device, report));
+  MAGI_RETURN_IF_ERROR(FirstFailure(reports, 0, static_cast<int>(rank), written.status(),
                                     absl::StrCat("write its file of step ", state.step, " in ", dir,
                                                  ": the step is not committed")));
 
-  // 3. Rank 0 commits: the manifest, with every rank's size and checksum.
+  // 3. Rank 0 commits: the manifest, with the size and checksum of each file (replica 0's
+  // reports, the first shard-size entries).
   absl::Status commit = absl::OkStatus();
   if (rank == 0) {
     std::vector<WrittenFile> files;
-    for (const auto& r : reports) files.push_back({r[1], static_cast<uint32_t>(r[2])});
+    for (int s = 0; s < mesh.shard->size(); ++s) files.push_back({reports[s][1], static_cast<uint32_t>(reports[s][2])});
     proto::CheckpointManifest manifest = MakeManifest(state, options.config, files);
     manifest.set_global_batch(options.global_batch);
     commit = WriteManifest(dir, std::move(manifest));
   }
-  MAGI_ASSIGN_OR_RETURN(auto commits, Exchange(communicator, device, {commit.ok() ? 1 : 0}));
-  MAGI_RETURN_IF_ERROR(FirstFailure(commits, 0, rank, commit,
+  MAGI_ASSIGN_OR_RETURN(auto commits, Exchange(mesh, device, {commit.ok() ? 1 : 0}));
+  MAGI_RETURN_IF_ERROR(FirstFailure(commits, 0, static_cast<int>(rank), commit,
                                     absl::StrCat("commit step ", state.step, " in ", dir)));
 
   // 4. No rank writes under `root` until the next save's first exchange, which rank 0
@@ -144,9 +201,10 @@ absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& s
 }
 
 absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const RankState& like,
-                                                  const std::optional<std::string>& config, Communicator& communicator,
-                                                  const at::Device& device, CheckpointUse use) {
-  const int rank = communicator.rank();
+                                                  const std::optional<std::string>& config,
+                                                  const CheckpointMesh& mesh, const at::Device& device,
+                                                  CheckpointUse use) {
+  const int rank = static_cast<int>(mesh.rank());
   absl::StatusOr<std::optional<CommittedStep>> found = FindNewestCommittedStep(root);
   absl::StatusOr<RankState> state = absl::UnknownError("not read");
   int64_t step = -1, manifest_crc = 0;
@@ -163,12 +221,12 @@ absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const
   } else {
     step = (*found)->manifest.step();
     manifest_crc = HexValue((*found)->manifest.manifest_crc32c());
-    state = ReadRankState(**found, like, config, communicator.size(), rank,
+    state = ReadRankState(**found, like, config, mesh.shard->size(), mesh.shard->rank(),
                           /*allow_unused=*/use == CheckpointUse::kReadOnly);
   }
   const bool not_found = !state.ok() && state.status().code() == absl::StatusCode::kNotFound && step < 0;
   // Before anything else runs, the ranks compare what they found.
-  MAGI_ASSIGN_OR_RETURN(auto all, Exchange(communicator, device, {step, manifest_crc, state.ok() || not_found ? 1 : 0}));
+  MAGI_ASSIGN_OR_RETURN(auto all, Exchange(mesh, device, {step, manifest_crc, state.ok() || not_found ? 1 : 0}));
   MAGI_RETURN_IF_ERROR(FirstFailure(all, 2, rank, state.status(), absl::StrCat("load its checkpoint from ", root)));
   bool agree = true;
   for (const auto& r : all) agree &= r[0] == all[0][0] && r[1] == all[0][1];

@@ -4,12 +4,21 @@
 //   SaveCommittedCheckpoint(root, state, communicator, device, options);
 //   absl::StatusOr<RankState> state = LoadCommittedCheckpoint(root, like, "model=tiny", communicator, device);
 //
-// A save is collective. The ranks first agree on the step and layout; each writes and
-// syncs its own file into <root>/step-<N>/; once every rank has reported its file (size
-// and CRC-32C, through an all-gather: the barrier), rank 0 writes manifest.json, which
-// commits the step; last, rank 0 drops stale temporaries, uncommitted step folders and
-// committed steps beyond `keep_last`. A process killed at any moment leaves the last
-// committed step intact and loadable (tested by killing at every crash point).
+// A save is collective. Rank 0 first removes what an earlier save killed midway left
+// (temporaries, uncommitted step folders; it prints what it removed), so that no file of
+// another run ends up in the step; then the ranks agree on the step and layout; each
+// writes and syncs its own file into <root>/step-<N>/; once every rank has reported its
+// file (size and CRC-32C, through an all-gather: the barrier), rank 0 writes
+// manifest.json, which commits the step; last, rank 0 drops stale temporaries,
+// uncommitted step folders and committed steps beyond `keep_last`. A process killed at
+// any moment leaves the last committed step intact and loadable (tested by killing at
+// every crash point).
+//
+// On an HSDP mesh (CheckpointMesh with a replicate communicator) the replicas hold the
+// same shards: only replica 0's ranks write files (one per shard rank, so the checkpoint
+// is the shard axis' world), only the mesh's rank 0 writes the manifest and cleans, and
+// every exchange above spans the whole mesh, so no replica commits, prunes or cleans
+// while another writes.
 //
 // A load is collective too: each rank finds the newest committed step, checks the files
 // it reads against the manifest and reads its state (resharded when the world size
@@ -47,11 +56,33 @@ struct CheckpointOptions {
   int64_t global_batch = 0;
 };
 
-// Collective: every rank calls it with its own `state` (same step and layout on all).
-// `device` is where the communicator takes tensors (CPU for Gloo, the rank's GPU for
-// NCCL). AlreadyExists if that step is committed already (a committed step is never
-// rewritten); any rank's failure fails every rank and commits nothing.
-absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& state, Communicator& communicator,
+// The ranks that save or load one checkpoint together. `shard`: the ranks that each hold
+// their own shards (the checkpoint's world size is its size); `replicate` (HSDP, may be
+// null: a 1-D mesh): the replicas of this rank's shards, which hold the same state. The
+// mesh rank is replicate rank * shard size + shard rank, as DeviceMesh numbers a
+// {replicate, shard} mesh. Neither communicator is owned; both outlive the call.
+struct CheckpointMesh {
+  // A 1-D mesh: every rank writes its file. Implicit, so that callers without a
+  // replicate axis pass their communicator as before.
+  CheckpointMesh(Communicator& shard) : shard(&shard) {}  // NOLINT(google-explicit-constructor)
+  CheckpointMesh(Communicator& shard, Communicator* replicate) : shard(&shard), replicate(replicate) {}
+
+  int64_t size() const;  // every rank of the mesh
+  int64_t rank() const;  // this rank's mesh rank
+  // Whether this rank writes its shard rank's file: replica 0's ranks do.
+  bool writes_files() const;
+
+  Communicator* shard;
+  Communicator* replicate = nullptr;
+};
+
+// Collective over the whole mesh: every rank calls it with its own `state` (same step
+// and layout on all). `device` is where the communicators take tensors (CPU for Gloo,
+// the rank's GPU for NCCL). AlreadyExists if that step is committed already (a committed
+// step is never rewritten); any rank's failure fails every rank and commits nothing.
+// Per-rank tensors (buffers, generator state) of replicas other than 0 are not saved: a
+// load gives every replica those of replica 0.
+absl::Status SaveCommittedCheckpoint(const std::string& root, const RankState& state, const CheckpointMesh& mesh,
                                      const at::Device& device, const CheckpointOptions& options);
 
 // Who loads a checkpoint.
@@ -65,14 +96,15 @@ enum class CheckpointUse {
   kReadOnly,
 };
 
-// Collective: this rank's state from the newest committed step under `root`, for a world
-// of communicator.size() ranks (resharded if the checkpoint has another), shaped like
-// `like` (see ReadRankState; `config` nullopt skips the config check). NotFound when no
-// step is committed; FailedPrecondition when the ranks found different steps; DataLoss
-// when a file does not match its manifest.
+// Collective over the whole mesh: this rank's state from the newest committed step under
+// `root`, for a world of mesh.shard->size() ranks (resharded if the checkpoint has
+// another), shaped like `like` (see ReadRankState; `config` nullopt skips the config
+// check); every replica loads the same files. NotFound when no step is committed;
+// FailedPrecondition when the ranks found different steps; DataLoss when a file does not
+// match its manifest.
 absl::StatusOr<RankState> LoadCommittedCheckpoint(const std::string& root, const RankState& like,
-                                                  const std::optional<std::string>& config, Communicator& communicator,
-                                                  const at::Device& device,
+                                                  const std::optional<std::string>& config,
+                                                  const CheckpointMesh& mesh, const at::Device& device,
                                                   CheckpointUse use = CheckpointUse::kResume);
 
 // What a trainer (FsdpTrainer, FxTrainer) checkpoints: its step; each parameter's fp32 master

@@ -429,9 +429,10 @@ absl::StatusOr<RankState> ReadRankState(const CommittedStep& step, const RankSta
   return state;
 }
 
-absl::Status CleanCheckpointRoot(const std::string& root, int keep_last) {
+absl::StatusOr<std::vector<std::string>> CleanCheckpointRoot(const std::string& root, int keep_last) {
+  std::vector<std::string> removed;
   std::error_code error;
-  if (!fs::exists(root, error)) return absl::OkStatus();
+  if (!fs::exists(root, error)) return removed;
   MAGI_ASSIGN_OR_RETURN(auto folders, StepFolders(root));
   std::vector<int64_t> committed;
   for (const auto& [step, dir] : folders) {
@@ -439,16 +440,16 @@ absl::Status CleanCheckpointRoot(const std::string& root, int keep_last) {
   }
   std::set<int64_t> keep(committed.end() - std::min<size_t>(committed.size(), keep_last > 0 ? keep_last : committed.size()),
                          committed.end());
-  bool removed = false;
   for (const auto& [step, dir] : folders) {
     if (keep.count(step)) continue;
     MAGI_RETURN_IF_ERROR(RemoveStepFolder(dir));  // an old committed step, or one never committed
-    removed = true;
+    removed.push_back(StepFolderName(step) + "/");
   }
+  const bool removed_folders = !removed.empty();
   // Temporaries of writers that died: in the root and in the steps kept.
-  std::vector<std::string> places = {root};
-  for (int64_t step : keep) places.push_back(folders.at(step));
-  for (const std::string& place : places) {
+  std::vector<std::pair<std::string, std::string>> places = {{root, ""}};  // folder, its name in `removed`
+  for (int64_t step : keep) places.emplace_back(folders.at(step), StepFolderName(step) + "/");
+  for (const auto& [place, prefix] : places) {
     std::vector<fs::path> stale;
     for (fs::directory_iterator it(place, error), end; !error && it != end; it.increment(error)) {
       if (it->is_regular_file() && it->path().filename().string().find(".tmp.") != std::string::npos) {
@@ -456,11 +457,15 @@ absl::Status CleanCheckpointRoot(const std::string& root, int keep_last) {
       }
     }
     if (error) return absl::InternalError(absl::StrCat("cannot list ", place, ": ", error.message()));
-    for (const fs::path& path : stale) MAGI_RETURN_IF_ERROR(RemoveEntry(path));
+    std::sort(stale.begin(), stale.end());
+    for (const fs::path& path : stale) {
+      MAGI_RETURN_IF_ERROR(RemoveEntry(path));
+      removed.push_back(prefix + path.filename().string());
+    }
     if (!stale.empty() && place != root) MAGI_RETURN_IF_ERROR(SyncDirectory(place));
   }
-  if (removed) MAGI_RETURN_IF_ERROR(SyncDirectory(root));
-  return absl::OkStatus();
+  if (removed_folders) MAGI_RETURN_IF_ERROR(SyncDirectory(root));
+  return removed;
 }
 
 }  // namespace magi

@@ -92,7 +92,9 @@ absl::StatusOr<RankState> ReadRankState(const CommittedStep& step, const RankSta
 // steps that were never committed, and all committed steps but the newest `keep_last`
 // (0: keep all). A step is uncommitted (its manifest removed) before its files go, so a
 // crash midway leaves only uncommitted leftovers. Call only while no rank writes there.
-absl::Status CleanCheckpointRoot(const std::string& root, int keep_last);
+// Returns what it removed, relative to `root`, in order: "step-00000004/" for a step
+// folder (uncommitted or pruned), "step-00000003/rank1.pt.tmp.4242" for a temporary.
+absl::StatusOr<std::vector<std::string>> CleanCheckpointRoot(const std::string& root, int keep_last);
 
 }  // namespace magi
 

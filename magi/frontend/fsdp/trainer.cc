@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   if (plan.replicate_size > 1) {
     MAGI_ASSIGN_OR_RETURN(replicate, communicator_of(plan.replicate_axis, plan.replicate_size));
   }
+  trainer->replicate_communicator_ = replicate;
   plan.adamw = {adamw.beta1, adamw.beta2, adamw.eps};
   plan.clip_grad_norm = training.clip_grad_norm;
 
@@ -413,7 +414,8 @@ absl::StatusOr<RankState> FsdpTrainer::CheckpointState() const {
 
 absl::Status FsdpTrainer::SaveCheckpoint(const std::string& root, const CheckpointOptions& options) {
   MAGI_ASSIGN_OR_RETURN(RankState state, CheckpointState());
-  return SaveCommittedCheckpoint(root, state, *communicator_, compute_device_, options);
+  return SaveCommittedCheckpoint(root, state, CheckpointMesh(*communicator_, replicate_communicator_.get()),
+                                 compute_device_, options);
 }
 
 absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::string& config) {
@@ -421,7 +423,9 @@ absl::Status FsdpTrainer::LoadCheckpoint(const std::string& root, const std::str
   // copy of the state, then split again before anything of the trainer changes.
   RankState like = TrainerRankState(step_, JoinedStateLike(split_state_, state_), full_shapes_, buffers_);
   MAGI_ASSIGN_OR_RETURN(RankState loaded,
-                        LoadCommittedCheckpoint(root, like, config, *communicator_, compute_device_));
+                        LoadCommittedCheckpoint(root, like, config,
+                                                CheckpointMesh(*communicator_, replicate_communicator_.get()),
+                                                compute_device_));
   MAGI_RETURN_IF_ERROR(SplitStateEntries(split_state_, loaded.sharded));
   step_bindings_.reset();  // the state and buffer maps are replaced (even if the restore fails late)
   MAGI_ASSIGN_OR_RETURN(step_, RestoreTrainerRankState(std::move(loaded), state_, buffers_));

@@ -220,6 +220,8 @@ class FsdpTrainer {
   // (checkpoint.h): every rank's shards, AdamW moments, buffers and default CPU generator
   // state, and a manifest written once all ranks' files are on disk. `options.keep_last`
   // prunes older steps; `options.config` describes the run (a resume must give the same).
+  // On an HSDP mesh only replica 0's ranks write (the replicas hold the same shards), and
+  // the ranks of every replica agree on the commit.
   absl::Status SaveCheckpoint(const std::string& root, const CheckpointOptions& options = {});
   // Collective: restores the newest committed step under `root` (step count, generator
   // state and buffers too), after the ranks have agreed on it and checked its files. The
@@ -247,6 +249,8 @@ class FsdpTrainer {
   AdamWOptions adamw_;
   TrainingOptions training_;
   std::shared_ptr<Communicator> communicator_;  // the shard axis'
+  // HSDP: the replicate axis' (null on a 1-D mesh); checkpoints span the whole mesh with it.
+  std::shared_ptr<Communicator> replicate_communicator_;
   at::Device compute_device_ = at::Device(at::kCPU);  // the step's and the communicators' device
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
