@@ -114,6 +114,10 @@ class _Storages:
         self.ids = {}
 
     def id(self, tensor):
+        if tensor._is_zerotensor():
+            # Autograd's zero gradients (aten::_efficientzerotensor, e.g. sgn's backward) have no
+            # storage at all: PyTorch refuses to hand one to Python. Nothing can alias them.
+            return 0
         try:
             storage = tensor.untyped_storage()  # 2.x
         except AttributeError:
@@ -243,7 +247,9 @@ def _draws_random(schema):
 def _check_comparable(gm, make_args, output_names):
     """PyTorch's results can be compared with Magi's only if they depend on the inputs alone:
     not on the random generator (RandomOutput) nor on memory the program never writes
-    (UninitializedOutput: empty/new_empty read before being filled)."""
+    (UninitializedOutput: empty/new_empty read before being filled). Returns the graph's
+    outputs from one run with eager ATen and the arguments of that run (which the graph may
+    have written), for _check_reproduces."""
     def run(seed, interpreter):
         torch.manual_seed(seed)
         return interpreter.run(*make_args())
@@ -258,10 +264,96 @@ def _check_comparable(gm, make_args, output_names):
         if bad:
             raise UninitializedOutput("output(s) %s depend on memory the traced program never initializes (from "
                                       "empty/new_empty): PyTorch's own values there are arbitrary" % ", ".join(bad))
-    bad = _differing(output_names, run(0, torch.fx.Interpreter(gm)), run(1, torch.fx.Interpreter(gm)))
+    args = make_args()
+    torch.manual_seed(0)
+    first = torch.fx.Interpreter(gm).run(*args)
+    bad = _differing(output_names, first, run(1, torch.fx.Interpreter(gm)))
     if bad:
         raise RandomOutput("output(s) %s depend on the random generator (the graph draws random numbers; "
                            "export with dropout and other randomness off)" % ", ".join(bad))
+    return _as_tuple(first), args
+
+
+class GraphMismatch(ExportError):
+    pass
+
+
+# The relative difference fx_check (magi/frontend/fx/fx_check.h) allows between Magi's results
+# and the recorded ones: the traced graph, run by PyTorch itself, must meet it too.
+_REPRODUCE_TOLERANCE = 2e-5
+
+
+def _difference(got, want):
+    """Why `got` (the graph's value) is not `want` (PyTorch's eager value), or None when it is:
+    the largest elementwise difference relative to max(1, |want|max), as fx_check measures it
+    (NaN matches NaN, infinities match themselves, integers and bools must be equal)."""
+    if not isinstance(got, torch.Tensor):
+        return "the graph gives %s, not a tensor" % type(got).__name__
+    got, want = got.detach().to("cpu"), want.detach().to("cpu")
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return "the graph gives %s%s, PyTorch %s%s" % (str(got.dtype).replace("torch.", ""), list(got.shape),
+                                                       str(want.dtype).replace("torch.", ""), list(want.shape))
+    if want.numel() == 0:
+        return None
+    if not (want.is_floating_point() or want.is_complex()):
+        if torch.equal(got, want):
+            return None
+        at = (got != want).nonzero()[0].tolist()
+        return "at %s the graph gives %s, PyTorch %s" % (at, got[tuple(at)].item(), want[tuple(at)].item())
+
+    def as_real(t):
+        t = t.resolve_conj().resolve_neg()
+        return torch.view_as_real(t.to(torch.complex128)) if t.is_complex() else t.to(torch.float64)
+    a, b = as_real(got), as_real(want)
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    diff = torch.where(same, torch.zeros_like(a), (a - b).abs().nan_to_num(nan=math.inf))
+    scale = max(1.0, torch.where(torch.isfinite(b), b.abs(), torch.zeros_like(b)).max().item())
+    worst = diff.max().item() / scale
+    if worst <= _REPRODUCE_TOLERANCE:
+        return None
+    flat, at = diff.reshape(-1).argmax().item(), []
+    for size in reversed(diff.shape):  # torch.unravel_index is 2.2+
+        at.insert(0, flat % size)
+        flat //= size
+    if got.is_complex():
+        at = at[:-1]  # the real/imaginary dimension view_as_real added
+    def show(value):
+        return str(value) if isinstance(value, complex) else "%.6g" % value
+    return "differs by up to %.3g (%.3g relative to max(1, |PyTorch's value|)): at %s the graph gives %s, " \
+        "PyTorch %s" % (diff.max().item(), worst, at, show(got[tuple(at)].item()), show(want[tuple(at)].item()))
+
+
+_FAST_PATH_MODULES = ("TransformerEncoder", "TransformerEncoderLayer", "MultiheadAttention")
+
+
+def _mismatch_hint(model):
+    """Why a traced graph may compute something else than the module's own run."""
+    fast = [(name or "the model", type(module).__name__) for name, module in model.named_modules()
+            if type(module).__name__ in _FAST_PATH_MODULES and not module.training]
+    if fast:
+        off = "turn it off with torch.backends.mha.set_fastpath_enabled(False) before exporting" \
+            if hasattr(getattr(torch.backends, "mha", None), "set_fastpath_enabled") else \
+            "this PyTorch has no switch to turn it off"
+        return ("%s '%s' is in eval mode: eager PyTorch runs its fast path there (with a padding mask, nested "
+                "tensors that leave zeros at padded positions), which the tracer does not take; %s" %
+                (fast[0][1], fast[0][0], off))
+    return ("the module takes another path when run than when traced (e.g. a fast path for inference without "
+            "autograd, or Python that checks torch.is_grad_enabled() or whether it is being traced)")
+
+
+def _check_reproduces(model, names, graph_values, expected):
+    """The exported graph, run with eager ATen on the example inputs, must give what the file
+    records as PyTorch's results (the module's own run): otherwise the "expected" values are
+    ones no correct import of the graph can reproduce. `names` in the order to report;
+    graph_values and expected map each name to a tensor."""
+    for name in names:
+        if name not in graph_values:
+            why = "the graph does not compute it"
+        else:
+            why = _difference(graph_values[name], expected[name])
+        if why is not None:
+            raise GraphMismatch("the traced graph does not reproduce the module's own run on the example inputs: "
+                                "'%s' %s; %s" % (name, why, _mismatch_hint(model)))
 
 
 class _Blob:
@@ -410,6 +502,13 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
     blob = _Blob()
     process_groups = dict(getattr(spec, "process_groups", {}) or {})
     metas = {}
+    # PyTorch's own results (recorded as "expected:<name>") and the graph's, from a run of the
+    # traced graph with eager ATen on copies of the same inputs; compared before writing.
+    expected, graph_values = {}, {}
+
+    def record(name, value):
+        blob.add("expected:" + name, value)
+        expected[name] = value
 
     if tracer == "export":
         if mode != "forward":
@@ -440,7 +539,7 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
         # The importer needs every node's dtype, shape, strides and storage: run the exported
         # graph on copies (it may write its buffers) and record them, as for make_fx below.
         prop = _MetaProp(gm)
-        prop.run(*[_clone_layout(v) for v in values])
+        graph_outputs = _as_tuple(prop.run(*[_clone_layout(v) for v in values]))
         metas = prop.metas
         # The program returns the buffers it writes first, then the user's outputs.
         output_names, mutated = [], []
@@ -456,11 +555,12 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
                                   (kind, output_spec.target))
         # PyTorch's own run: its outputs, and the buffers it wrote (their inputs were stored above).
         with torch.no_grad():
-            expected = _as_tuple(model(*inputs))
-        for k, value in enumerate(expected):
-            blob.add("expected:output.%d" % k, value)
+            eager = _as_tuple(model(*inputs))
+        for k, value in enumerate(eager):
+            record("output.%d" % k, value)
         for name in mutated:
-            blob.add("expected:%s.updated" % name, buffers[name])
+            record("%s.updated" % name, buffers[name])
+        graph_values = dict(zip(output_names, graph_outputs))
     elif mode == "forward":
         def forward(*flat):
             return _as_tuple(functional_call(model, dict(zip(names, flat[:len(names)])), tuple(flat[len(names):])))
@@ -473,20 +573,23 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
         # Trace (which runs the ops) and propagate metadata on copies: the graph may write
         # to its inputs, and PyTorch's own run below must start from the original values.
         gm = make_fx(forward)(*[_clone_layout(t) for t in originals])
-        _check_comparable(gm, lambda: [_clone_layout(t) for t in originals],
-                          ["output.%d" % k for k in range(len(gm.graph.nodes))])
+        traced_outputs = len(_as_tuple(next(n for n in gm.graph.nodes if n.op == "output").args[0]))
+        graph_outputs, graph_args = _check_comparable(gm, lambda: [_clone_layout(t) for t in originals],
+                                                      ["output.%d" % k for k in range(traced_outputs)])
         prop = _MetaProp(gm)
         prop.run(*[_clone_layout(t) for t in originals])
         metas = prop.metas
         written = _written_placeholders(gm, metas, placeholders)
         with torch.no_grad():
-            expected = _as_tuple(model(*inputs))
-        output_names = ["output.%d" % k for k in range(len(expected))]
-        for name, value in zip(output_names, expected):
-            blob.add("expected:" + name, value)
-        for (name, _), value in zip(placeholders, originals):
+            eager = _as_tuple(model(*inputs))
+        output_names = ["output.%d" % k for k in range(len(eager))]
+        for name, value in zip(output_names, eager):
+            record(name, value)
+        graph_values = dict(zip(["output.%d" % k for k in range(traced_outputs)], graph_outputs))
+        for (name, _), value, graph_value in zip(placeholders, originals, graph_args):
             if name in written:
-                blob.add("expected:%s.updated" % name, value)
+                record("%s.updated" % name, value)
+                graph_values["%s.updated" % name] = graph_value
     elif mode == "joint":
         targets = tuple(spec.loss_inputs)
         n_params = len(params)
@@ -517,22 +620,25 @@ def export(spec, mode, tracer, out, allow_none_grads=False):
         written = _written_placeholders(gm, metas, placeholders)
         output_names = _drop_none_outputs(gm, ["loss"] + [n + ".grad" for n in params], allow_none_grads,
                                           "parameter(s)")
-        _check_comparable(gm, copies, output_names)
+        graph_outputs, graph_args = _check_comparable(gm, copies, output_names)
+        graph_values = dict(zip(output_names, graph_outputs))
         # PyTorch's own step on the original state: loss, gradients, updated buffers and inputs.
         model.zero_grad(set_to_none=True)
         loss = spec.loss_fn(model(*inputs), *targets)
         loss.backward()
-        blob.add("expected:loss", loss)
+        record("loss", loss)
         for n, p in params.items():
             if n + ".grad" in output_names:
                 if p.grad is None:
                     raise ExportError("parameter '%s': the traced graph has a gradient, PyTorch's run has none" % n)
-                blob.add("expected:%s.grad" % n, p.grad)
-        for (name, role), value in zip(placeholders, originals):
+                record("%s.grad" % n, p.grad)
+        for (name, role), value, graph_value in zip(placeholders, originals, graph_args):
             if name in written:
-                blob.add("expected:%s.updated" % name, value)
+                record("%s.updated" % name, value)
+                graph_values["%s.updated" % name] = graph_value
     else:
         raise ExportError("--mode is forward or joint, not %r" % mode)
+    _check_reproduces(model, list(expected), graph_values, expected)
 
     document = {"format": "magi-fx", "version": 1, "torch_version": torch.__version__,
                 "tracer": "torch.export" if tracer == "export" else "make_fx", "kind": mode,
