@@ -776,7 +776,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"host_seconds_per_step\": %.6f, \"allocator_peak_bytes\": %d, \"compile_seconds\": %.3f, "
         "\"partitions\": %d, \"deterministic\": %s, \"plan_hash\": \"%s\", \"calibration\": \"%s\", "
         "\"calibrated_kernels_measured\": %d, \"calibrated_kernels_cached\": %d, "
-        "\"calibrated_kernels_from_steps\": %d, \"timed_step_seconds\": [%s], %s, "
+        "\"calibrated_kernels_from_steps\": %d, \"calibrated_kernels_pinned\": %d, \"calibration_table\": \"%s\", "
+        "\"calibration_table_hash\": \"%s\", \"calibration_planned_hash\": \"%s\", \"timed_step_seconds\": [%s], %s, "
         "\"predicted_library_device_bytes\": %d, \"library_device_bytes\": %d, "
         "\"eager_max_relative_loss_difference\": %s, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
@@ -786,7 +787,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         timed_steps > 0 ? host_seconds_sum / timed_steps : 0.0, allocator_peak_bytes, compile_seconds,
         static_cast<int>((*trainer)->partitions().size()), deterministic ? "true" : "false", (*trainer)->plan_hash(),
         optimization.calibration, (*trainer)->calibration_stats().measured, (*trainer)->calibration_stats().from_cache,
-        (*trainer)->calibration_stats().from_steps, each_step_json, energy_json, library_bytes_predicted,
+        (*trainer)->calibration_stats().from_steps, (*trainer)->calibration_stats().from_pinned,
+        (*trainer)->calibration_stats().table_path,
+        (*trainer)->calibration_stats().table_hash, (*trainer)->calibration_stats().planned_hash, each_step_json,
+        energy_json, library_bytes_predicted,
         library_bytes,
         !check_eager                    ? std::string("null")
         : std::isfinite(worst_relative) ? absl::StrFormat("%.3e", worst_relative)
