@@ -130,6 +130,53 @@ INSTANTIATE_TEST_SUITE_P(Models, FxImportTest,
                                            Case{"permuted_view_write", "joint"}),
                          [](const ::testing::TestParamInfo<Case>& info) { return PrintTo(info.param); });
 
+// tools/fx_export_test_models.py: sgn's gradient is a ZeroTensor (aten::_efficientzerotensor, no
+// storage), which the exporter once could not record at all.
+INSTANTIATE_TEST_SUITE_P(ZeroTensors, FxImportTest,
+                         ::testing::Values(Case{"zero_gradient", "forward"}, Case{"zero_gradient", "joint"}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return PrintTo(info.param); });
+
+#if TORCH_VERSION_MAJOR >= 2
+// PyTorch 2.x's batch norm ops that declare their writes to the running statistics
+// (_batch_norm_with_update, _native_batch_norm_legit in training and in inference), which the
+// importer once refused: their running statistics come back as "<buffer>.updated".
+INSTANTIATE_TEST_SUITE_P(BatchNorm2x, FxImportTest,
+                         ::testing::Values(Case{"batch_norm_2x", "forward"}, Case{"batch_norm_2x", "joint"}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return PrintTo(info.param); });
+
+// An op that writes arguments it does not return imports as its _functional variant, whose
+// extra results are the written arguments' new values.
+TEST(FxImport2xTest, BatchNormLegitBecomesItsFunctionalVariant) {
+  auto imported = ImportFxJson(R"({"format": "magi-fx", "version": 1, "graph_name": "forward", "nodes": [
+      {"name": "x", "op": "placeholder", "role": "data", "meta": [{"dtype": "float32", "shape": [2, 3]}]},
+      {"name": "mean", "op": "placeholder", "role": "buffer", "meta": [{"dtype": "float32", "shape": [3]}]},
+      {"name": "var", "op": "placeholder", "role": "buffer", "meta": [{"dtype": "float32", "shape": [3]}]},
+      {"name": "bn", "op": "call_function", "target": "aten::_native_batch_norm_legit",
+       "args": [{"node": "x"}, {"none": true}, {"none": true}, {"node": "mean"}, {"node": "var"}, {"b": true},
+                {"f": 0.1}, {"f": 1e-05}],
+       "meta": [{"dtype": "float32", "shape": [2, 3]}, {"dtype": "float32", "shape": [3]},
+                {"dtype": "float32", "shape": [3]}]},
+      {"name": "y", "op": "call_function", "target": "getitem", "args": [{"node": "bn"}, {"i": 0}],
+       "meta": [{"dtype": "float32", "shape": [2, 3]}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "y"}]}}]}],
+      "output_names": ["y"]})",
+                               "bn.json");
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(PrintModule(*imported->module), R"(module @forward {
+  graph @forward {
+    input %x: f32[2,3]
+    input %mean: f32[3] {role = buffer}
+    input %var: f32[3] {role = buffer}
+    %bn.0, %bn.1, %bn.2, %bn.running_mean_out, %bn.running_var_out = aten::_native_batch_norm_legit_functional(%x, none, none, %mean, %var, true, 0.1, 1e-05) : f32[2,3], f32[3], f32[3], f32[3], f32[3]
+    output y = %bn.0
+    output mean.updated = %bn.running_mean_out
+    output var.updated = %bn.running_var_out
+  }
+}
+)");
+}
+#endif  // TORCH_VERSION_MAJOR >= 2
+
 TEST(FxImportErrorsTest, MalformedFilesNameTheProblem) {
   auto not_json = ImportFxJson("{nodes: [", "bad.fx.json");
   ASSERT_FALSE(not_json.ok());

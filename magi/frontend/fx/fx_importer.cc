@@ -60,6 +60,37 @@ absl::StatusOr<TensorType> TypeOf(const FxTensorMeta& meta) {
   return type;
 }
 
+// PyTorch's functional form of an op that writes to arguments it does not return
+// (_native_batch_norm_legit and _batch_norm_with_update write the running statistics and
+// return other tensors): "<name>_functional", with the same arguments, unannotated, and the
+// op's returns followed by one "<argument>_out" per written argument, in argument order. These
+// are the variants PyTorch's own functionalization uses. FindFunctionalVariant does not find
+// them: it wants a variant whose results are the written tensors (add_ -> add).
+c10::optional<c10::OperatorHandle> FunctionalWithWrittenResults(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
+  std::vector<size_t> mutated = MutatedArguments(schema);
+  if (mutated.empty()) return c10::nullopt;
+  c10::optional<c10::OperatorHandle> candidate = c10::Dispatcher::singleton().findOp(
+      c10::OperatorName(schema.name() + "_functional", schema.overload_name()));
+  if (!candidate.has_value() || !candidate->hasSchema()) return c10::nullopt;
+  const c10::FunctionSchema& functional = candidate->schema();
+  if (!MutatedArguments(functional).empty() || functional.arguments().size() != schema.arguments().size() ||
+      functional.returns().size() != schema.returns().size() + mutated.size()) {
+    return c10::nullopt;
+  }
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    if (functional.arguments()[i].name() != schema.arguments()[i].name() ||
+        functional.arguments()[i].type()->str() != schema.arguments()[i].type()->str()) {
+      return c10::nullopt;
+    }
+  }
+  for (size_t k = 0; k < mutated.size(); ++k) {
+    const c10::Argument& written = functional.returns()[schema.returns().size() + k];
+    if (written.name() != schema.arguments()[mutated[k]].name() + "_out") return c10::nullopt;
+  }
+  return candidate;
+}
+
 // c10::Layout and c10::MemoryFormat by the names Python prints.
 absl::StatusOr<int64_t> EnumValue(const FxArg& arg) {
   static const auto* values = new std::map<std::string, int64_t, std::less<>>{
@@ -345,8 +376,15 @@ class Importer {
     std::vector<size_t> mutated = MutatedArguments(schema);
     const c10::FunctionSchema* node_schema = &schema;
     c10::optional<c10::OperatorHandle> functional;
+    // True when the functional variant returns the op's own results and then the new values
+    // of the arguments it writes (FunctionalWithWrittenResults).
+    bool written_results_appended = false;
     if (!mutated.empty()) {
       functional = FindFunctionalVariant(*op);
+      if (!functional) {
+        functional = FunctionalWithWrittenResults(*op);
+        written_results_appended = functional.has_value();
+      }
       if (!functional) return absl::UnimplementedError("it writes to its inputs and has no functional variant");
       node_schema = &functional->schema();
     }
@@ -391,14 +429,33 @@ class Importer {
       position_of_result.push_back(static_cast<int>(types.size()));
       types.push_back(Type::Tensor(std::move(type)));
     }
-    if (!mutated.empty() && types.size() != mutated.size()) {
+    if (written_results_appended) {
+      // The written arguments' new values follow the op's own results, which must all be
+      // there for the positions to line up.
+      if (types.size() != schema.returns().size()) {
+        return absl::InvalidArgumentError(absl::StrCat(schema.name(), " returns ", schema.returns().size(),
+                                                       " tensors, the file has metas for ", types.size()));
+      }
+      for (size_t index : mutated) {
+        const FxArg* written = GivenArgument(node, schema, index);
+        if (written == nullptr || written->kind_case() != FxArg::kNode) {
+          return absl::UnimplementedError(absl::StrCat("it writes to its argument '", schema.arguments()[index].name(),
+                                                       "', which is not a tensor of the graph"));
+        }
+        MAGI_ASSIGN_OR_RETURN(Value * current, TensorOperand(*written));
+        types.push_back(current->type());
+      }
+    } else if (!mutated.empty() && types.size() != mutated.size()) {
       return absl::InvalidArgumentError(absl::StrCat("an in-place op writing ", mutated.size(),
                                                      " tensors needs as many tensor metas, got ", types.size()));
     }
     std::string op_name = compat::OpNameOf(node_schema->operator_name());
     std::vector<std::string> names;
-    for (size_t r = 0; r < types.size(); ++r)
-      names.push_back(types.size() == 1 ? node.name() : absl::StrCat(node.name(), ".", r));
+    for (size_t r = 0; r < types.size(); ++r) {
+      names.push_back(written_results_appended && r >= schema.returns().size()
+                          ? absl::StrCat(node.name(), ".", node_schema->returns()[r].name())
+                          : types.size() == 1 ? node.name() : absl::StrCat(node.name(), ".", r));
+    }
     for (std::string& result_name : names) {
       if (graph_->FindValue(result_name) != nullptr) result_name = graph_->FreshName(result_name + ".");
     }
@@ -423,7 +480,14 @@ class Importer {
       metas_[node.name()] = metas;
       return absl::OkStatus();
     }
-    if (!mutated.empty()) {
+    if (written_results_appended) {
+      // The written arguments take their new values; the op's own results, new tensors, are
+      // registered below like any op's.
+      for (size_t k = 0; k < mutated.size(); ++k) {
+        MAGI_RETURN_IF_ERROR(WriteTo(*GivenArgument(node, schema, mutated[k]),
+                                     created->result(static_cast<int>(schema.returns().size() + k))));
+      }
+    } else if (!mutated.empty()) {
       // The functional variant returns what the in-place op wrote; the node's own results
       // are the written tensors (aliases of its arguments).
       std::vector<int>& results = values_[node.name()];
@@ -528,14 +592,16 @@ class Importer {
     return aliases_->Write(alias, value);
   }
 
-  // Batch norm in training updates running_mean / running_var inside the kernel (1.13's
-  // schema does not say so). The op gets copies of them (argument index, copy), which
-  // after the op are the statistics' new values; graph inputs are never written.
+  // native_batch_norm in training updates running_mean / running_var inside the kernel, and
+  // its schema does not say so (1.13 and 2.x alike). The op gets copies of them (argument
+  // index, copy), which after the op are the statistics' new values; graph inputs are never
+  // written. Its 2.x successors (_native_batch_norm_legit, _batch_norm_with_update) declare
+  // the writes and import through their _functional variants instead.
   absl::StatusOr<std::vector<std::pair<int, Value*>>> IsolateRunningStatistics(const c10::OperatorHandle& op,
                                                                               const FxNode& node) {
     std::vector<std::pair<int, Value*>> copies;
     const std::string& name = op.schema().name();
-    if (name != "aten::native_batch_norm" && name != "aten::_native_batch_norm_legit") return copies;
+    if (name != "aten::native_batch_norm") return copies;
     const auto& arguments = op.schema().arguments();
     int training = -1;
     for (size_t i = 0; i < arguments.size(); ++i)

@@ -9,7 +9,9 @@
 //    schema's defaults; magi/frontend/common/aten_arguments.h, shared with capture), with
 //    result types from the node's tensor metadata,
 //  - operator.getitem into the selected result of a multi-output node,
-//  - in-place ops (aten::add_, aten::relu_ ...) into their functional variants with
+//  - in-place ops (aten::add_, aten::relu_ ...) into their functional variants, and ops that
+//    write arguments they do not return (2.x's _native_batch_norm_legit, _batch_norm_with_update)
+//    into their "_functional" variants, which return the written values after their own, with
 //    PyTorch's functionalization semantics (magi/frontend/common/alias_tracker.h): a write
 //    to a view is written back into its base through the inverse view ops, other views
 //    of that memory are regenerated from the new base, and a graph input written directly
