@@ -323,13 +323,14 @@ def _difference(got, want):
         "PyTorch %s" % (diff.max().item(), worst, at, show(got[tuple(at)].item()), show(want[tuple(at)].item()))
 
 
-_FAST_PATH_MODULES = ("TransformerEncoder", "TransformerEncoderLayer", "MultiheadAttention")
+# Modules whose eager forward in eval mode may take a fused "fast path" that tracing does not.
+_FAST_PATH_MODULES = (torch.nn.TransformerEncoder, torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention)
 
 
 def _mismatch_hint(model):
     """Why a traced graph may compute something else than the module's own run."""
     fast = [(name or "the model", type(module).__name__) for name, module in model.named_modules()
-            if type(module).__name__ in _FAST_PATH_MODULES and not module.training]
+            if isinstance(module, _FAST_PATH_MODULES) and not module.training]
     if fast:
         off = "turn it off with torch.backends.mha.set_fastpath_enabled(False) before exporting" \
             if hasattr(getattr(torch.backends, "mha", None), "set_fastpath_enabled") else \
