@@ -46,6 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "examples/flags_usage.h"
 #include "examples/tensor_file.h"
+#include "examples/token_batches.h"
 #include "magi/base/file.h"
 #include "magi/base/numbers.h"
 #include "magi/compat/kernel_trace.h"
@@ -279,6 +280,42 @@ int Fail(int rank, absl::string_view message) {
   return 1;
 }
 
+// What a resume changes in the data, in one line ("" when nothing): the checkpoint was
+// written by `saved_world` ranks with `saved_global_batch` samples per step (0: not
+// recorded), this run has `world` ranks of `local` samples and trains steps
+// first_step + 1 .. steps. The stream is indexed by step (token_batches.h), so the change
+// only sets how many samples of each later step's draw are read.
+std::string ResumeNote(int64_t saved_world, int64_t saved_global_batch, int world, int local, int first_step,
+                       int steps) {
+  const int64_t global_batch = static_cast<int64_t>(world) * local;
+  if (saved_world == world && (saved_global_batch == global_batch || saved_global_batch == 0)) return "";
+  const std::string run = absl::StrFormat("%d rank%s x %d = %d samples per step", world, world == 1 ? "" : "s",
+                                          local, global_batch);
+  const std::string later = first_step + 1 >= steps ? absl::StrFormat("step %d", steps)
+                                                    : absl::StrFormat("steps %d-%d", first_step + 1, steps);
+  if (saved_global_batch == 0) {
+    return absl::StrFormat("resumed a checkpoint of %d ranks that does not record its global batch; %s train with %s",
+                           saved_world, later, run);
+  }
+  const std::string saved = absl::StrFormat("%d rank%s with %d samples per step", saved_world,
+                                            saved_world == 1 ? "" : "s", saved_global_batch);
+  if (saved_global_batch == global_batch) {
+    return absl::StrFormat("resumed a run of %s on %s: the same global batch, the same samples in %s", saved, run,
+                           later);
+  }
+  std::string note = absl::StrFormat(
+      "resumed a run of %s on %s: the global batch changes from %d to %d; %s read samples 0-%d of each step's draw "
+      "(the data stream is indexed by step: the first %d are the ones the saving run would have read, and no sample "
+      "of steps 1-%d is read again)",
+      saved, run, saved_global_batch, global_batch, later, global_batch - 1,
+      std::min(saved_global_batch, global_batch), first_step);
+  if (saved_global_batch % world == 0) {
+    absl::StrAppendFormat(&note, "; --batch_size=%d keeps the global batch of %d", saved_global_batch / world,
+                          saved_global_batch);
+  }
+  return note;
+}
+
 int Train(const magi::DistributedEnv& env, const char* argv0) {
   const int rank = env.rank;
   // Ranks on one machine share its cores (torchrun sets OMP_NUM_THREADS=1 for the same reason).
@@ -424,24 +461,13 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   magi::FullyShard(*model, *mesh, shard_options);
 
   // Batch of step s: global random windows of the text, or random tokens (--model=1b),
-  // the same on every rank; rows [first, first + count) of it.
-  auto rows = [&](int step, int first, int count) {
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(absl::GetFlag(FLAGS_seed) * 1000003 + step);
-    if (random_tokens) {
-      at::Tensor tokens = torch::randint(0, config.vocab_size, {env.world_size * local, seq + 1}, generator,
-                                         torch::kLong);
-      at::Tensor rows_of = tokens.narrow(0, first, count).to(device);
-      return std::vector<at::Tensor>{rows_of.narrow(1, 0, seq).contiguous(), rows_of.narrow(1, 1, seq).contiguous()};
-    }
-    at::Tensor starts = torch::randint(0, corpus.size(0) - seq - 1, {env.world_size * local}, generator, torch::kLong);
-    std::vector<at::Tensor> inputs, targets;
-    for (int i = first; i < first + count; ++i) {
-      int64_t start = starts[i].item<int64_t>();
-      inputs.push_back(corpus_on_device.narrow(0, start, seq));
-      targets.push_back(corpus_on_device.narrow(0, start + 1, seq));
-    }
-    return std::vector<at::Tensor>{torch::stack(inputs), torch::stack(targets)};
-  };
+  // the same on every rank (token_batches.h: a stream indexed by step); rows [first,
+  // first + count) of it.
+  const magi::examples::TokenBatches stream =
+      random_tokens ? magi::examples::TokenBatches::RandomTokens(config.vocab_size, seq, absl::GetFlag(FLAGS_seed), device)
+                    : magi::examples::TokenBatches::TextWindows(corpus_on_device, seq, absl::GetFlag(FLAGS_seed));
+  const int64_t global_batch = static_cast<int64_t>(env.world_size) * local;
+  auto rows = [&](int step, int first, int count) { return stream.Rows(step, global_batch, first, count); };
   auto batch = [&](int step) { return rows(step, rank * local, local); };
   // The loss in fp32 (bf16 logits are cast first, as PyTorch mixed-precision recipes do).
   magi::LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
@@ -585,7 +611,9 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   checkpoint_options.config = absl::StrFormat("model=%s dtype=%s seq_len=%d seed=%d data=%s", model_flag, dtype_flag,
                                               seq, absl::GetFlag(FLAGS_seed),
                                               random_tokens ? "random" : "text");
+  checkpoint_options.global_batch = global_batch;
   int first_step = 0;
+  int64_t resumed_world_size = 0, resumed_global_batch = 0;  // of the checkpoint resumed from (0: none)
   int64_t committed_step = -1;  // the step of the newest committed checkpoint this run knows of
   if (absl::GetFlag(FLAGS_resume)) {
     if (check_eager) return Fail(rank, "--check_eager cannot be combined with --resume");
@@ -596,6 +624,17 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (rank == 0) {
       std::fprintf(stderr, "magi: resumed from %s/%s at step %d\n", checkpoint_dir.c_str(),
                    magi::StepFolderName(first_step).c_str(), first_step);
+    }
+    if (rank == 0) {
+      // The step the ranks agreed on and loaded (rank 0 cleaned up after the load; no rank
+      // writes before the first save). Rank 0 alone prints and writes the summary.
+      absl::StatusOr<std::optional<magi::CommittedStep>> loaded_step = magi::FindNewestCommittedStep(checkpoint_dir);
+      if (!loaded_step.ok()) return Fail(rank, loaded_step.status().message());
+      if (!loaded_step->has_value()) return Fail(rank, absl::StrCat(checkpoint_dir, " lost its committed step"));
+      resumed_world_size = (*loaded_step)->manifest.world_size();
+      resumed_global_batch = (*loaded_step)->manifest.global_batch();
+      std::string note = ResumeNote(resumed_world_size, resumed_global_batch, env.world_size, local, first_step, steps);
+      if (!note.empty()) std::fprintf(stderr, "magi: %s\n", note.c_str());
     }
   }
   // Commits the trainer's current step (collective: every rank calls it at the same step).
@@ -779,7 +818,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         "\"calibrated_kernels_from_steps\": %d, \"calibrated_kernels_pinned\": %d, \"calibration_table\": \"%s\", "
         "\"calibration_table_hash\": \"%s\", \"calibration_planned_hash\": \"%s\", \"timed_step_seconds\": [%s], %s, "
         "\"predicted_library_device_bytes\": %d, \"library_device_bytes\": %d, "
-        "\"eager_max_relative_loss_difference\": %s, \"losses\": [%s]}\n",
+        "\"eager_max_relative_loss_difference\": %s, \"global_batch\": %d, \"resumed_from_step\": %d, "
+        "\"resumed_world_size\": %d, \"resumed_global_batch\": %d, \"losses\": [%s]}\n",
         initial_loss, final_loss, steps, env.world_size, tokens_per_s, peak_bytes, predicted.peak_bytes,
         timed_steps > 0 ? step_seconds_sum / timed_steps : 0.0, predicted.step_seconds,
         optimization.memory_budget_bytes, (*trainer)->applied_pipeline(), absl::GetFlag(FLAGS_backend), model_flag,
@@ -795,6 +835,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
         !check_eager                    ? std::string("null")
         : std::isfinite(worst_relative) ? absl::StrFormat("%.3e", worst_relative)
                                         : absl::StrFormat("\"%f\"", worst_relative),  // JSON has no NaN: "nan", "inf"
+        global_batch, absl::GetFlag(FLAGS_resume) ? first_step : -1, resumed_world_size, resumed_global_batch,
         losses_json);
     for (const auto& [path, contents] : std::vector<std::pair<std::string, std::string>>{
              {out_dir + "/loss.csv", csv}, {out_dir + "/loss.svg", Svg(curve)}, {out_dir + "/summary.json", summary}}) {

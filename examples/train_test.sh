@@ -67,6 +67,7 @@ examples/train --steps=6 --world_size=2 --out_dir="$out/straight"
 examples/train --steps=3 --world_size=2 --out_dir="$out/resumed"
 cp -r "$out/resumed" "$out/on1"
 cp -r "$out/resumed" "$out/on4"
+cp -r "$out/resumed" "$out/on3"
 examples/train --steps=6 --world_size=2 --out_dir="$out/resumed" --resume
 for f in rank0.pt rank1.pt manifest.json; do
   cmp "$out/straight/checkpoint/step-00000006/$f" "$out/resumed/checkpoint/step-00000006/$f"
@@ -79,6 +80,8 @@ done
 examples/train --steps=6 --world_size=1 --batch_size=16 --out_dir="$out/on1" --resume 2> "$out/on1.txt" \
   || { cat "$out/on1.txt"; exit 1; }
 grep -q "resumed from $out/on1/checkpoint/step-00000003 at step 3" "$out/on1.txt" || { cat "$out/on1.txt"; exit 1; }
+grep -q "resumed a run of 2 ranks with 16 samples per step on 1 rank x 16 = 16 samples per step: the same global batch" \
+  "$out/on1.txt" || { cat "$out/on1.txt"; exit 1; }
 examples/train --steps=6 --world_size=4 --batch_size=4 --out_dir="$out/on4" --resume
 python3 - "$out/straight/summary.json" "$out/on1/summary.json" "$out/on4/summary.json" <<'PY'
 import json, sys
@@ -89,6 +92,18 @@ for path in sys.argv[2:]:
     for a, b in zip(s["losses"], straight):
         assert abs(a - b) <= 1e-5 * abs(b), (path, s["losses"], straight)
     print("resharded resume ok:", s["world_size"], "ranks", s["losses"], "vs", straight)
+PY
+# Resuming on 3 ranks of 8 changes the global batch from 16 to 24: said in one line and
+# recorded in the summary (token_batches_test checks which samples each step then reads).
+examples/train --steps=5 --world_size=3 --out_dir="$out/on3" --resume 2> "$out/on3.txt" || { cat "$out/on3.txt"; exit 1; }
+grep -q "resumed a run of 2 ranks with 16 samples per step on 3 ranks x 8 = 24 samples per step: the global batch \
+changes from 16 to 24; steps 4-5 read samples 0-23 of each step's draw" "$out/on3.txt" || { cat "$out/on3.txt"; exit 1; }
+python3 - "$out/on3/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+got = {k: s[k] for k in ("global_batch", "resumed_from_step", "resumed_world_size", "resumed_global_batch")}
+assert got == {"global_batch": 24, "resumed_from_step": 3, "resumed_world_size": 2, "resumed_global_batch": 16}, got
+assert len(s["losses"]) == 2, s["losses"]
 PY
 # Another model or another run configuration is refused, naming what differs.
 if examples/train --steps=7 --world_size=2 --model=small --out_dir="$out/resumed" --resume 2> "$out/err2.txt"; then

@@ -56,6 +56,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/frontend/fx/fx_trainer.h"
+#include "magi/runtime/deterministic/deterministic.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 
@@ -89,6 +90,11 @@ ABSL_FLAG(std::vector<std::string>, shard_groups, std::vector<std::string>({"lay
 ABSL_FLAG(std::string, passes, "",
           "A pass pipeline to run on the step graph, e.g. \"bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}\"");
 ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi registry`)");
+ABSL_FLAG(bool, deterministic, false,
+          "Deterministic mode (docs/deterministic.md): bitwise-identical losses and parameters run after run on the "
+          "same hardware kind and world size; prints the plan hash");
+ABSL_FLAG(std::string, plan_hash, "",
+          "Fail unless the compiled plan has this hash (e.g. the one an earlier --deterministic run printed)");
 ABSL_FLAG(int, timeout_s, 300, "Collective timeout: a dead or hung rank fails the run after this");
 
 namespace {
@@ -350,6 +356,13 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     torch::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, world)));
   }
+  const bool deterministic = absl::GetFlag(FLAGS_deterministic);
+  if (deterministic) {
+    // Before anything runs: ATen reads these settings when its kernels are picked.
+    absl::StatusOr<std::string> settings = magi::EnableDeterministicMode();
+    if (!settings.ok()) return Fail(rank, settings.status().message());
+    if (rank == 0) std::fprintf(stderr, "magi: deterministic mode: %s\n", settings->c_str());
+  }
   const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
   const std::string dump_dir = absl::GetFlag(FLAGS_dump_dir);
   if (rank == 0) {  // now, so that an unwritable folder fails before training, not after
@@ -431,6 +444,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   options.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.optimization.passes = absl::GetFlag(FLAGS_passes);
+  options.optimization.deterministic = deterministic;
+  options.optimization.expected_plan_hash = absl::GetFlag(FLAGS_plan_hash);
   absl::StatusOr<std::unique_ptr<magi::FxTrainer>> trainer =
       magi::FxTrainer::Create(*std::move(joint), *communicator, options);
   if (!trainer.ok()) return Fail(rank, absl::StrCat(joint_path, ": ", trainer.status().message()));
@@ -455,6 +470,14 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     std::fprintf(stderr, "magi: shapes dataset (seed %d, noise %g): %lld training and %lld test images, %d classes\n",
                  absl::GetFlag(FLAGS_seed), data_options.noise, static_cast<long long>(n_train),
                  static_cast<long long>(n_test), magi::kShapeClasses);
+    if (deterministic || !absl::GetFlag(FLAGS_plan_hash).empty()) {
+      std::fprintf(stderr, "magi: plan hash %s%s\n", (*trainer)->plan_hash().c_str(),
+                   deterministic ? absl::StrFormat(" (the same on all %d ranks)", world).c_str() : "");
+    }
+    // Which cached table (path, hash) the plan was chosen with.
+    if (!(*trainer)->calibration_summary().empty()) {
+      std::fprintf(stderr, "magi: %s\n", (*trainer)->calibration_summary().c_str());
+    }
   }
 
   const int steps = absl::GetFlag(FLAGS_steps);
@@ -564,14 +587,19 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       "\"initial_loss\": %.6f, \"final_loss\": %.6f, \"train_accuracy\": %.4f, \"test_accuracy\": %.4f, "
       "\"test_accuracy_per_class\": {%s}, \"evaluated_with\": \"the forward graph, eval mode, running statistics "
       "averaged over ranks\", \"images_per_s\": %.2f, \"train_seconds\": %.3f, \"eval_seconds\": %.3f, "
-      "\"compile_seconds\": %.3f, \"test_accuracy_during_training\": [%s], \"losses\": [%s]}\n",
+      "\"compile_seconds\": %.3f, \"deterministic\": %s, \"plan_hash\": %s, \"calibration_table\": %s, "
+      "\"calibration_table_hash\": %s, \"calibration_planned_hash\": %s, "
+      "\"test_accuracy_during_training\": [%s], \"losses\": [%s]}\n",
       JsonString(joint_path), JsonString(forward_path), JsonString(torch_version), parameters, world, steps, batch, shape->height, shape->width, n_train, n_test,
       data_options.noise, absl::GetFlag(FLAGS_seed), options.adamw.lr,
       JsonString(absl::GetFlag(FLAGS_lr_schedule)), options.lr_schedule.warmup_steps, options.lr_schedule.min_lr,
       options.adamw.weight_decay,
       shard_groups, JsonString((*trainer)->applied_pipeline()), losses.front(), losses.back(),
       train_accuracy->value(), test_accuracy->value(), absl::StrJoin(per_class, ", "), images_per_s, train_seconds,
-      eval_seconds, compile_seconds, absl::StrJoin(eval_list, ", "), absl::StrJoin(loss_list, ", "));
+      eval_seconds, compile_seconds, deterministic ? "true" : "false", JsonString((*trainer)->plan_hash()),
+      JsonString((*trainer)->calibration_stats().table_path), JsonString((*trainer)->calibration_stats().table_hash),
+      JsonString((*trainer)->calibration_stats().planned_hash),
+      absl::StrJoin(eval_list, ", "), absl::StrJoin(loss_list, ", "));
   for (const std::string& path : {out_dir + "/summary.json", absl::GetFlag(FLAGS_summary_json)}) {
     if (path.empty()) continue;
     absl::Status status = magi::WriteFileAtomically(path, summary);

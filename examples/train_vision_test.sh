@@ -85,3 +85,25 @@ print("summary ok: loss %.3f -> %.3f, train accuracy %.3f, test accuracy %.3f" %
       (s["initial_loss"], s["final_loss"], s["train_accuracy"], s["test_accuracy"]))
 PY
 "$python" tools/train_vision_check.py --dump "$tmp/dump" --out_dir "$tmp/run" --steps 4
+
+# --deterministic and --plan_hash reach the FX trainer: a deterministic run prints its plan
+# hash; a second one pinned to that hash trains the same losses bitwise; a wrong hash is
+# refused at compile time, naming both hashes.
+"$bin" --world_size=2 --steps=2 --test_images=100 --deterministic --out_dir="$tmp/det1" 2> "$tmp/det1.txt" \
+  || { cat "$tmp/det1.txt"; exit 1; }
+hash=$(sed -n 's/^magi: plan hash \([0-9a-f]\{16\}\) (the same on all 2 ranks)$/\1/p' "$tmp/det1.txt")
+[[ -n "$hash" ]] || { echo "FAIL: no plan hash line"; cat "$tmp/det1.txt"; exit 1; }
+"$bin" --world_size=2 --steps=2 --test_images=100 --deterministic --plan_hash="$hash" --out_dir="$tmp/det2" \
+  2> "$tmp/det2.txt" || { cat "$tmp/det2.txt"; exit 1; }
+"$python" - "$tmp/det1/summary.json" "$tmp/det2/summary.json" "$hash" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["deterministic"] and a["plan_hash"] == sys.argv[3] == b["plan_hash"], (a["plan_hash"], b["plan_hash"])
+assert a["losses"] == b["losses"], (a["losses"], b["losses"])
+print("deterministic ok: plan", a["plan_hash"], "losses", a["losses"])
+PY
+if "$bin" --world_size=2 --steps=2 --test_images=100 --plan_hash=0123456789abcdef --out_dir="$tmp/wrong" \
+  2> "$tmp/wrong.txt"; then
+  echo "FAIL: a wrong --plan_hash should fail"; exit 1
+fi
+grep -q "not the expected 0123456789abcdef" "$tmp/wrong.txt" || { cat "$tmp/wrong.txt"; exit 1; }

@@ -261,6 +261,25 @@ def _small_spec(model, mode, x, classes):
     return ModelSpec(model, (x,))
 
 
+class _Bf16Mlp(nn.Module):
+    """fp32 weights the forward computes with in bf16 (what autocast does, written out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = F.linear(x.bfloat16(), self.fc1.weight.bfloat16(), self.fc1.bias.bfloat16()).relu()
+        return F.linear(h, self.fc2.weight.bfloat16(), self.fc2.bias.bfloat16()).float()
+
+
+def bf16_mlp(mode="forward"):
+    """magi/frontend/fx:fx_trainer_options_test's model."""
+    torch.manual_seed(0)
+    return _small_spec(_Bf16Mlp(), mode, torch.randn(4, 8), 4)
+
+
 def view_write(mode="forward"):
     torch.manual_seed(0)
     return _small_spec(_ViewWrite(), mode, torch.randn(3, 4), 4)

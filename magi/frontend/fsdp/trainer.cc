@@ -29,6 +29,25 @@ absl::StatusOr<CompiledStep> CompileCapturedForTorch(CapturedGraph captured, con
   return compiled;
 }
 
+void ApplyStepOptimization(const StepOptimization& optimization, CompileOptions& options) {
+  options.optimization.passes = optimization.passes;
+  options.optimization.memory_budget_bytes = optimization.memory_budget_bytes;
+  if (optimization.split_master_weights) {
+    // Last in canonicalization: before the search and pipelines see the step, after the
+    // copies and dead code that could hide a parameter's uses are gone.
+    std::string& canonicalize = options.optimization.canonicalize;
+    canonicalize += canonicalize.empty() ? "split-master-weights" : ",split-master-weights";
+  }
+  options.cost_model.device_profile = optimization.device_profile;
+  options.partitioning.backends = optimization.partition_backends;
+  options.partitioning.min_nodes = optimization.partition_min_nodes;
+  options.partitioning.max_nodes = optimization.partition_max_nodes;
+  options.partitioning.align_collectives = optimization.partition_align_collectives;
+  options.partitioning.recompute_fusible = optimization.partition_recompute_fusible;
+  options.deterministic = optimization.deterministic;
+  options.expected_plan_hash = optimization.expected_plan_hash;
+}
+
 double ScheduledLearningRate(const LrSchedule& schedule, double lr, int64_t step) {
   if (schedule.warmup_steps > 0 && step <= schedule.warmup_steps) {
     return lr * static_cast<double>(step) / static_cast<double>(schedule.warmup_steps);
@@ -122,15 +141,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   }
 
   CompileOptions options;
-  options.optimization.passes = optimization.passes;
-  options.optimization.memory_budget_bytes = optimization.memory_budget_bytes;
-  if (optimization.split_master_weights) {
-    // Last in canonicalization: before the search and pipelines see the step, after the
-    // copies and dead code that could hide a parameter's uses are gone.
-    std::string& canonicalize = options.optimization.canonicalize;
-    canonicalize += canonicalize.empty() ? "split-master-weights" : ",split-master-weights";
-  }
-  options.cost_model.device_profile = optimization.device_profile;
+  ApplyStepOptimization(optimization, options);
   {
     // The step runs where its state will live: the capture device, else the example's.
     at::Device device = capture.device ? compat::ToTorchDevice(*capture.device)
@@ -140,14 +151,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     MAGI_RETURN_IF_ERROR(SetStepCalibration(optimization.calibration, groups, device, options.cost_model));
     trainer->step_times_ = StepTimeRecorder::Create(options.cost_model, device);
   }
-  options.partitioning.backends = optimization.partition_backends;
-  options.partitioning.min_nodes = optimization.partition_min_nodes;
-  options.partitioning.max_nodes = optimization.partition_max_nodes;
-  options.partitioning.align_collectives = optimization.partition_align_collectives;
-  options.partitioning.recompute_fusible = optimization.partition_recompute_fusible;
   options.backend = backend;
-  options.deterministic = optimization.deterministic;
-  options.expected_plan_hash = optimization.expected_plan_hash;
   // reshard_after_forward=K: backward gathers over the post-forward groups of K ranks.
   std::map<std::string, std::shared_ptr<Communicator>> post_forward;  // IR group name -> communicator
   for (const FsdpGroupPlan& group : plan.groups) {

@@ -97,6 +97,13 @@ struct StepOptimization {
   bool split_master_weights = false;
 };
 
+// Sets in `options` everything `optimization` asks for but the calibration (passes,
+// budget, split masters, cost profile, partitioning, deterministic mode, expected plan
+// hash); SetStepCalibration sets that, since it needs the communicators. Every trainer
+// (FsdpTrainer, FxTrainer) maps its StepOptimization through this one function, so no
+// trainer leaves a field unread.
+void ApplyStepOptimization(const StepOptimization& optimization, CompileOptions& options);
+
 // Learning rate by step (t = 1, 2, ...): linear warm-up lr * t / warmup_steps for
 // t <= warmup_steps, then constant, or for kCosine
 // min_lr + (lr - min_lr) * (1 + cos(pi * min(1, (t - warmup_steps) / (total_steps - warmup_steps)))) / 2.

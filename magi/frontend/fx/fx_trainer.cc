@@ -12,6 +12,7 @@
 #include "magi/frontend/capture/capture.h"
 #include "magi/frontend/fsdp/step_calibration.h"
 #include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fsdp/plan_check.h"
 #include "magi/frontend/fsdp/step_inputs.h"
 
 namespace magi {
@@ -73,6 +74,14 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
   if (graph.FindOutput("loss") != 0) {
     return absl::InvalidArgumentError(absl::StrCat("FX graph @", graph.name(), " has no first output \"loss\""));
   }
+  if (options.optimization.split_master_weights) {
+    // The pass splits a shard that the step only casts to bf16; FxTrainer's plan gathers the
+    // shards in the exported dtype (no FSDP mixed precision), so no shard could qualify and
+    // the option would silently do nothing.
+    return absl::UnimplementedError(absl::StrCat(
+        "FxTrainer does not take split_master_weights: it gathers parameter shards in the exported dtype (no FSDP "
+        "mixed precision), so no fp32 master is only cast to bf16 (graph @", graph.name(), ")"));
+  }
   auto trainer = std::unique_ptr<FxTrainer>(new FxTrainer());
   trainer->adamw_ = options.adamw;
   trainer->lr_schedule_ = options.lr_schedule;
@@ -99,18 +108,11 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
 
   CompileOptions compile;
   compile.sharding = trainer->plan_;
-  compile.optimization.passes = options.optimization.passes;
-  compile.optimization.memory_budget_bytes = options.optimization.memory_budget_bytes;
-  compile.cost_model.device_profile = options.optimization.device_profile;
+  ApplyStepOptimization(options.optimization, compile);
   at::Device device = params.empty() ? at::Device(at::kCPU) : params.begin()->second.device();
   MAGI_RETURN_IF_ERROR(SetStepCalibration(options.optimization.calibration,
                                           {{trainer->plan_.process_group, communicator}}, device, compile.cost_model));
   trainer->step_times_ = StepTimeRecorder::Create(compile.cost_model, device);
-  compile.partitioning.backends = options.optimization.partition_backends;
-  compile.partitioning.min_nodes = options.optimization.partition_min_nodes;
-  compile.partitioning.max_nodes = options.optimization.partition_max_nodes;
-  compile.partitioning.align_collectives = options.optimization.partition_align_collectives;
-  compile.partitioning.recompute_fusible = options.optimization.partition_recompute_fusible;
   compile.backend = options.backend;
   CapturedGraph captured;
   captured.module = std::move(imported.module);
@@ -130,6 +132,9 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
       trainer->state_[name + ".exp_avg"] = at::zeros_like(shard);
       trainer->state_[name + ".exp_avg_sq"] = at::zeros_like(shard);
     }
+  }
+  if (options.optimization.deterministic && !trainer->state_.empty()) {
+    MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*communicator, trainer->plan_hash(), device));
   }
   return trainer;
 }

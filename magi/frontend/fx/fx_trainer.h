@@ -63,6 +63,9 @@ struct FxTrainOptions {
   // scalars are step inputs, so a schedule recompiles nothing.
   LrSchedule lr_schedule;
   std::string backend = "interpreter";
+  // Passes, budget, partitions, calibration, deterministic mode and expected plan hash, as
+  // FsdpTrainer takes them (ApplyStepOptimization). split_master_weights is refused
+  // (Unimplemented): the shards are gathered in the exported dtype, so none is only cast to bf16.
   StepOptimization optimization;
 };
 
@@ -90,6 +93,13 @@ class FxTrainer {
   const FsdpPlan& plan() const { return plan_; }
   const Graph& graph() const { return compiled_.graph(); }
   const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
+  // The compiled plan's fingerprint (FsdpTrainer::plan_hash; StepOptimization::expected_plan_hash).
+  const std::string& plan_hash() const { return compiled_.plan_hash; }
+  // What calibration by default did, and which cached table (path, hash) the plan was
+  // chosen with (AutoCalibration; "" and zeros without it).
+  const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
+  const CalibrationStats& calibration_stats() const { return compiled_.optimized.calibration_stats; }
+
   int64_t steps_taken() const { return step_; }
   // The learning rate the next Step() uses (adamw.lr under options.lr_schedule).
   double next_learning_rate() const;

@@ -1,0 +1,181 @@
+// FxTrainer honours the StepOptimization fields FsdpTrainer does (ApplyStepOptimization) or
+// refuses them: deterministic mode and an expected plan hash are honoured, split master
+// weights refused, each checked on real one-rank runs (CPU + Gloo) of an exported joint graph. (FsdpTrainer's own cases:
+// magi/frontend/fsdp:deterministic_test, split_masters_training_test and
+// examples:deterministic_test's --plan_hash.)
+//
+// The test binary is its own worker: a gtest case launches it with the local launcher and
+// MAGI_OPTIONS_WORKER naming the case; the worker exits 0 when every check held and writes
+// what failed to stderr and to MAGI_TEST_OUT/error.
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "magi/base/file.h"
+#include "magi/base/status_macros.h"
+#include "magi/frontend/fx/fx_importer.h"
+#include "magi/frontend/fx/fx_trainer.h"
+#include "magi/runtime/deterministic/deterministic.h"
+#include "magi/runtime/distributed/launcher.h"
+#include "magi/runtime/distributed/rendezvous.h"
+#include "magi/runtime/gloo/gloo_communicator.h"
+
+namespace magi {
+namespace {
+
+std::string g_self;  // path of this binary
+constexpr int kSteps = 3;
+// tools/fx_models.py:bf16_mlp: fp32 weights the forward computes with in bf16.
+constexpr char kJoint[] = "magi/frontend/fx/exported/bf16_mlp_joint.fx.json";
+
+std::string OutPath(const std::string& name) { return std::string(std::getenv("MAGI_TEST_OUT")) + "/" + name; }
+
+absl::StatusOr<std::unique_ptr<FxTrainer>> MakeTrainer(std::shared_ptr<Communicator> communicator,
+                                                       const StepOptimization& optimization) {
+  MAGI_ASSIGN_OR_RETURN(FxImport imported, ImportFxFile(kJoint));
+  FxTrainOptions options;
+  options.adamw.lr = 1e-2;
+  options.optimization = optimization;
+  options.optimization.calibration = "none";  // the formulas: no cache is read or written
+  return FxTrainer::Create(std::move(imported), std::move(communicator), options);
+}
+
+// kSteps steps on fixed batches; the losses.
+absl::StatusOr<std::vector<double>> Train(FxTrainer& trainer) {
+  std::vector<double> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    at::manual_seed(100 + step);
+    std::vector<at::Tensor> batch = {at::randn({4, 8}), at::randint(0, 4, {4}, at::TensorOptions().dtype(at::kLong))};
+    MAGI_ASSIGN_OR_RETURN(double loss, trainer.Step(batch));
+    losses.push_back(loss);
+  }
+  return losses;
+}
+
+absl::Status Check(bool condition, const std::string& what) {
+  return condition ? absl::OkStatus() : absl::InternalError(what);
+}
+
+// The trainer reports the hash the plan compiled to; the same hash, expected, compiles;
+// another one is refused naming both.
+absl::Status RunPlanHash(std::shared_ptr<Communicator> communicator) {
+  MAGI_ASSIGN_OR_RETURN(auto plain, MakeTrainer(communicator, {}));
+  const std::string hash = plain->plan_hash();
+  MAGI_RETURN_IF_ERROR(Check(hash.size() == 16, "plan hash '" + hash + "' is not 16 hex digits"));
+  StepOptimization pinned;
+  pinned.expected_plan_hash = hash;
+  MAGI_ASSIGN_OR_RETURN(auto same, MakeTrainer(communicator, pinned));
+  MAGI_RETURN_IF_ERROR(Check(same->plan_hash() == hash, "the pinned trainer compiled " + same->plan_hash()));
+  StepOptimization wrong;
+  wrong.expected_plan_hash = "0123456789abcdef";
+  absl::StatusOr<std::unique_ptr<FxTrainer>> refused = MakeTrainer(communicator, wrong);
+  MAGI_RETURN_IF_ERROR(Check(!refused.ok(), "a trainer was created with a wrong expected plan hash"));
+  MAGI_RETURN_IF_ERROR(Check(refused.status().code() == absl::StatusCode::kFailedPrecondition &&
+                                 absl::StrContains(refused.status().message(),
+                                                   absl::StrCat("is ", hash, ", not the expected 0123456789abcdef")),
+                             "unexpected error: " + refused.status().ToString()));
+  return absl::OkStatus();
+}
+
+// Deterministic mode reaches the compile (it is part of the plan) and two deterministic
+// trainers train the same bits.
+absl::Status RunDeterministic(std::shared_ptr<Communicator> communicator) {
+  MAGI_ASSIGN_OR_RETURN(auto plain, MakeTrainer(communicator, {}));
+  StepOptimization deterministic;
+  deterministic.deterministic = true;
+  MAGI_ASSIGN_OR_RETURN(auto a, MakeTrainer(communicator, deterministic));
+  MAGI_ASSIGN_OR_RETURN(auto b, MakeTrainer(communicator, deterministic));
+  MAGI_RETURN_IF_ERROR(Check(a->plan_hash() != plain->plan_hash(), "deterministic mode left the plan unchanged"));
+  MAGI_ASSIGN_OR_RETURN(std::vector<double> losses_a, Train(*a));
+  MAGI_ASSIGN_OR_RETURN(std::vector<double> losses_b, Train(*b));
+  MAGI_RETURN_IF_ERROR(Check(losses_a == losses_b, "two deterministic runs gave other losses"));
+  for (const auto& [name, tensor] : a->state()) {
+    MAGI_RETURN_IF_ERROR(Check(at::equal(tensor, b->state().at(name)), "two deterministic runs differ in " + name));
+  }
+  return absl::OkStatus();
+}
+
+// Deterministic mode without the process settings is refused by the backend (as FsdpTrainer's).
+absl::Status RunDeterministicNotEnabled(std::shared_ptr<Communicator> communicator) {
+  StepOptimization deterministic;
+  deterministic.deterministic = true;
+  absl::StatusOr<std::unique_ptr<FxTrainer>> refused = MakeTrainer(communicator, deterministic);
+  MAGI_RETURN_IF_ERROR(Check(!refused.ok(), "a deterministic trainer was created without EnableDeterministicMode"));
+  return Check(absl::StrContains(refused.status().message(), "call magi::EnableDeterministicMode()"),
+               "unexpected error: " + refused.status().ToString());
+}
+
+// Split masters need shards that the step only casts to bf16; FxTrainer gathers them in the
+// exported dtype, so it refuses the option instead of ignoring it, even for a graph that
+// computes in bf16.
+absl::Status RunSplitMasters(std::shared_ptr<Communicator> communicator) {
+  StepOptimization split_options;
+  split_options.split_master_weights = true;
+  absl::StatusOr<std::unique_ptr<FxTrainer>> refused = MakeTrainer(communicator, split_options);
+  MAGI_RETURN_IF_ERROR(Check(!refused.ok(), "a trainer was created with split_master_weights"));
+  return Check(refused.status().code() == absl::StatusCode::kUnimplemented &&
+                   absl::StrContains(refused.status().message(),
+                                     "FxTrainer does not take split_master_weights: it gathers parameter shards in "
+                                     "the exported dtype"),
+               "unexpected error: " + refused.status().ToString());
+}
+
+int RunWorker(const std::string& scenario) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "worker failed: " << message << std::endl;
+    std::ofstream(OutPath("error")) << message;
+    return 1;
+  };
+  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
+  if (!env.ok()) return fail(std::string(env.status().message()));
+  if (scenario == "deterministic") {
+    absl::StatusOr<std::string> settings = EnableDeterministicMode();  // before anything runs
+    if (!settings.ok()) return fail(std::string(settings.status().message()));
+  }
+  auto store = ConnectStore(*env, std::chrono::seconds(60));
+  if (!store.ok()) return fail(std::string(store.status().message()));
+  auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(60));
+  if (!communicator.ok()) return fail(std::string(communicator.status().message()));
+  absl::Status done = absl::InvalidArgumentError("unknown case " + scenario);
+  if (scenario == "plan_hash") done = RunPlanHash(*communicator);
+  if (scenario == "deterministic") done = RunDeterministic(*communicator);
+  if (scenario == "deterministic_not_enabled") done = RunDeterministicNotEnabled(*communicator);
+  if (scenario == "split_masters") done = RunSplitMasters(*communicator);
+  return done.ok() ? 0 : fail(std::string(done.message()));
+}
+
+// Runs case `scenario` on one rank; "" when it passed, else what failed.
+std::string Launch(const std::string& scenario) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string out = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + scenario;
+  std::filesystem::create_directories(out);
+  absl::StatusOr<LaunchResult> result =
+      LaunchLocalWorkers(1, {g_self}, {{"MAGI_OPTIONS_WORKER", scenario}, {"MAGI_TEST_OUT", out}});
+  if (!result.ok()) return result.status().ToString();
+  if (result->exit_code == 0) return "";
+  absl::StatusOr<std::string> error = ReadFile(out + "/error");
+  return error.ok() ? *error : absl::StrCat("exit ", result->exit_code, " without a message");
+}
+
+TEST(FxTrainerOptionsTest, ExpectedPlanHashIsCheckedAndPlanHashReported) { EXPECT_EQ(Launch("plan_hash"), ""); }
+TEST(FxTrainerOptionsTest, DeterministicModeIsCompiledAndReproducible) { EXPECT_EQ(Launch("deterministic"), ""); }
+TEST(FxTrainerOptionsTest, DeterministicModeNeedsTheProcessSettings) {
+  EXPECT_EQ(Launch("deterministic_not_enabled"), "");
+}
+TEST(FxTrainerOptionsTest, SplitMasterWeightsIsRefused) { EXPECT_EQ(Launch("split_masters"), ""); }
+
+}  // namespace
+}  // namespace magi
+
+int main(int argc, char** argv) {
+  magi::g_self = argv[0];
+  if (const char* scenario = std::getenv("MAGI_OPTIONS_WORKER")) return magi::RunWorker(scenario);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
