@@ -281,33 +281,33 @@ int Fail(int rank, absl::string_view message) {
 }
 
 // What a resume changes in the data, in one line ("" when nothing): the checkpoint was
-// written by `saved_world` ranks with `saved_global_batch` samples per step (0: not
-// recorded), this run has `world` ranks of `local` samples and trains steps
-// first_step + 1 .. steps. The stream is indexed by step (token_batches.h), so the change
-// only sets how many samples of each later step's draw are read.
-std::string ResumeNote(int64_t saved_world, int64_t saved_global_batch, int world, int local, int first_step,
-                       int steps) {
+// written by `saved_writers` ranks (one file each: the shard axis under HSDP) with
+// `saved_global_batch` samples per step (0: not recorded); this run writes `writers` files
+// and has `world` ranks of `local` samples, and trains steps first_step + 1 .. steps. The
+// stream is indexed by step (token_batches.h), so a change only sets how many samples of
+// each later step's draw are read.
+std::string ResumeNote(int64_t saved_writers, int64_t saved_global_batch, int writers, int world, int local,
+                       int first_step, int steps) {
   const int64_t global_batch = static_cast<int64_t>(world) * local;
-  if (saved_world == world && (saved_global_batch == global_batch || saved_global_batch == 0)) return "";
+  if (saved_writers == writers && (saved_global_batch == global_batch || saved_global_batch == 0)) return "";
   const std::string run = absl::StrFormat("%d rank%s x %d = %d samples per step", world, world == 1 ? "" : "s",
                                           local, global_batch);
   const std::string later = first_step + 1 >= steps ? absl::StrFormat("step %d", steps)
                                                     : absl::StrFormat("steps %d-%d", first_step + 1, steps);
+  const std::string saved = absl::StrFormat("a checkpoint written by %d rank%s", saved_writers,
+                                            saved_writers == 1 ? "" : "s");
   if (saved_global_batch == 0) {
-    return absl::StrFormat("resumed a checkpoint of %d ranks that does not record its global batch; %s train with %s",
-                           saved_world, later, run);
+    return absl::StrFormat("resumed %s that does not record its global batch; %s train with %s", saved, later, run);
   }
-  const std::string saved = absl::StrFormat("%d rank%s with %d samples per step", saved_world,
-                                            saved_world == 1 ? "" : "s", saved_global_batch);
   if (saved_global_batch == global_batch) {
-    return absl::StrFormat("resumed a run of %s on %s: the same global batch, the same samples in %s", saved, run,
-                           later);
+    return absl::StrFormat("resumed %s with %d samples per step on %s: the same global batch, the same samples in %s",
+                           saved, saved_global_batch, run, later);
   }
   std::string note = absl::StrFormat(
-      "resumed a run of %s on %s: the global batch changes from %d to %d; %s read samples 0-%d of each step's draw "
-      "(the data stream is indexed by step: the first %d are the ones the saving run would have read, and no sample "
-      "of steps 1-%d is read again)",
-      saved, run, saved_global_batch, global_batch, later, global_batch - 1,
+      "resumed %s with %d samples per step on %s: the global batch changes from %d to %d; %s read samples 0-%d of "
+      "each step's draw (the data stream is indexed by step: the first %d are the ones the saving run would have "
+      "read, and no sample of steps 1-%d is read again)",
+      saved, saved_global_batch, run, saved_global_batch, global_batch, later, global_batch - 1,
       std::min(saved_global_batch, global_batch), first_step);
   if (saved_global_batch % world == 0) {
     absl::StrAppendFormat(&note, "; --batch_size=%d keeps the global batch of %d", saved_global_batch / world,
@@ -411,9 +411,10 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   const std::string mesh_flag = absl::GetFlag(FLAGS_mesh);
   absl::StatusOr<magi::DeviceMesh> mesh = magi::DeviceMesh::Create({env.world_size}, {"dp"}, rank);
   magi::MeshCommunicators mesh_communicators = {{"dp", *communicator}};
+  int shards = env.world_size;  // ranks on the shard axis: those that write checkpoint files
   if (!mesh_flag.empty()) {
     std::vector<std::string> parts = absl::StrSplit(mesh_flag, 'x');
-    int replicas = 0, shards = 0;
+    int replicas = 0;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &replicas) || !absl::SimpleAtoi(parts[1], &shards) ||
         replicas * shards != env.world_size) {
       return Fail(rank, absl::StrCat("--mesh=", mesh_flag, ": expected RxS with R * S = ", env.world_size));
@@ -633,7 +634,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       if (!loaded_step->has_value()) return Fail(rank, absl::StrCat(checkpoint_dir, " lost its committed step"));
       resumed_world_size = (*loaded_step)->manifest.world_size();
       resumed_global_batch = (*loaded_step)->manifest.global_batch();
-      std::string note = ResumeNote(resumed_world_size, resumed_global_batch, env.world_size, local, first_step, steps);
+      std::string note =
+          ResumeNote(resumed_world_size, resumed_global_batch, shards, env.world_size, local, first_step, steps);
       if (!note.empty()) std::fprintf(stderr, "magi: %s\n", note.c_str());
     }
   }

@@ -80,7 +80,7 @@ done
 examples/train --steps=6 --world_size=1 --batch_size=16 --out_dir="$out/on1" --resume 2> "$out/on1.txt" \
   || { cat "$out/on1.txt"; exit 1; }
 grep -q "resumed from $out/on1/checkpoint/step-00000003 at step 3" "$out/on1.txt" || { cat "$out/on1.txt"; exit 1; }
-grep -q "resumed a run of 2 ranks with 16 samples per step on 1 rank x 16 = 16 samples per step: the same global batch" \
+grep -q "resumed a checkpoint written by 2 ranks with 16 samples per step on 1 rank x 16 = 16 samples per step: the same global batch" \
   "$out/on1.txt" || { cat "$out/on1.txt"; exit 1; }
 examples/train --steps=6 --world_size=4 --batch_size=4 --out_dir="$out/on4" --resume
 python3 - "$out/straight/summary.json" "$out/on1/summary.json" "$out/on4/summary.json" <<'PY'
@@ -96,7 +96,7 @@ PY
 # Resuming on 3 ranks of 8 changes the global batch from 16 to 24: said in one line and
 # recorded in the summary (token_batches_test checks which samples each step then reads).
 examples/train --steps=5 --world_size=3 --out_dir="$out/on3" --resume 2> "$out/on3.txt" || { cat "$out/on3.txt"; exit 1; }
-grep -q "resumed a run of 2 ranks with 16 samples per step on 3 ranks x 8 = 24 samples per step: the global batch \
+grep -q "resumed a checkpoint written by 2 ranks with 16 samples per step on 3 ranks x 8 = 24 samples per step: the global batch \
 changes from 16 to 24; steps 4-5 read samples 0-23 of each step's draw" "$out/on3.txt" || { cat "$out/on3.txt"; exit 1; }
 python3 - "$out/on3/summary.json" <<'PY'
 import json, sys
