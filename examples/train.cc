@@ -629,14 +629,23 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     if (rank == 0) {
       // The step the ranks agreed on and loaded (rank 0 cleaned up after the load; no rank
       // writes before the first save). Rank 0 alone prints and writes the summary.
+      // A failure here is reported, not fatal: the other ranks are past the load already.
       absl::StatusOr<std::optional<magi::CommittedStep>> loaded_step = magi::FindNewestCommittedStep(checkpoint_dir);
-      if (!loaded_step.ok()) return Fail(rank, loaded_step.status().message());
-      if (!loaded_step->has_value()) return Fail(rank, absl::StrCat(checkpoint_dir, " lost its committed step"));
-      resumed_world_size = (*loaded_step)->manifest.world_size();
-      resumed_global_batch = (*loaded_step)->manifest.global_batch();
-      std::string note =
-          ResumeNote(resumed_world_size, resumed_global_batch, shards, env.world_size, local, first_step, steps);
-      if (!note.empty()) std::fprintf(stderr, "magi: %s\n", note.c_str());
+      if (loaded_step.ok() && loaded_step->has_value() && (*loaded_step)->manifest.step() == first_step) {
+        resumed_world_size = (*loaded_step)->manifest.world_size();
+        resumed_global_batch = (*loaded_step)->manifest.global_batch();
+        std::string note =
+            ResumeNote(resumed_world_size, resumed_global_batch, shards, env.world_size, local, first_step, steps);
+        if (!note.empty()) std::fprintf(stderr, "magi: %s\n", note.c_str());
+      } else {
+        std::fprintf(stderr,
+                     "magi: warning: cannot read the manifest of step %d again (%s): the summary records no "
+                     "checkpoint world size or global batch\n",
+                     first_step,
+                     !loaded_step.ok()              ? std::string(loaded_step.status().message()).c_str()
+                     : !loaded_step->has_value()    ? "no committed step is there now"
+                                                    : "another step is the newest now");
+      }
     }
   }
   // Commits the trainer's current step (collective: every rank calls it at the same step).
