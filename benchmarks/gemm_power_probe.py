@@ -7,7 +7,7 @@ Prints a Markdown table (ms and TFLOP/s of each GEMM shape of the step's blocks:
 gate/up/down, forward and backward, separately and as one merged GEMM for QKV and gate+up),
 then runs the gate+up GEMM back to back for ~2 s while sampling nvidia-smi (SM clock, power,
 active throttle reasons), to show whether the GPU holds its clocks under a GEMM-bound load.
-Needs PyTorch with CUDA (the GPU machine's python3). Used in docs/benchmarks.md, session 9.
+Needs PyTorch with CUDA (the GPU machine's python3). It showed the 953M step's GEMMs clock-bound under the power cap (2026-12-02, a089d0d).
 """
 import torch, time, subprocess, sys
 torch.backends.cuda.matmul.allow_tf32 = False

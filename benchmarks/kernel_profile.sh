@@ -17,7 +17,7 @@
 # nodes nccl_stream rewrote (graph_memset_kernels, the default) only when the host's
 # cudaGraphLaunch returns, ~1.4 ms after the call for the 953M step, so the span (not the busy
 # time or the kernel times) includes that wait, which untraced steps do not have
-# (docs/benchmarks.md, session 12; `tools/kernel_breakdown.py --edges` shows it).
+# (`tools/kernel_breakdown.py --edges` shows it).
 set -euo pipefail
 out=${1:?usage: kernel_profile.sh OUT_DIR [nccl_stream|inductor|deterministic ...]}
 shift

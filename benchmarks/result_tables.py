@@ -1,6 +1,6 @@
 """Markdown tables of the benchmark scripts' results, in one place.
 
-The benchmark scripts (fsdp_1b.py, inductor_settings.py, cpu_train_ab.py) print their tables
+The benchmark scripts (fsdp_1b.py, generate_1b.py, inductor_settings.py, cpu_train_ab.py) print their tables
 with these functions, and tools/doc_tables.py renders the tables of docs/ from the results
 those scripts wrote (docs/benchmarks/*.json) with the same functions, so a table in the docs
 is exactly what the run's raw output gives. Standard library only: this runs on any python3.
@@ -49,8 +49,8 @@ def gpu_energy_of(summary):
     return out
 
 
-def _fmt(value, pattern):
-    return "-" if value is None else pattern.format(value)
+def _fmt(value, pattern, scale=1):
+    return "-" if value is None else pattern.format(value * scale)
 
 
 def _host_ms(row):
@@ -209,3 +209,96 @@ def cpu_ab_table(results, labels=None):
     return markdown(["variant", "runs", "step ms (median of run means)", "lowest run", "highest run",
                      "median step ms", "step sd ms", "final loss"], rows,
                     ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
+
+
+# benchmarks/generate_1b.py: the GPU's peak HBM bandwidth (bytes/s) by torch.cuda.get_device_name()
+# prefix, the denominator of the "share of HBM bandwidth" columns (the vendors' datasheet numbers).
+HBM_PEAK_BYTES_PER_S = [
+    ("NVIDIA H200", 4.8e12),             # H200 SXM (141 GB HBM3e) and H200 NVL
+    ("NVIDIA H100 80GB HBM3", 3.35e12),  # H100 SXM
+]
+
+
+def hbm_peak_bytes_per_s(device_name):
+    """The peak HBM bandwidth of a device named `device_name`, None when it is not in the table."""
+    for prefix, peak in HBM_PEAK_BYTES_PER_S:
+        if (device_name or "").startswith(prefix):
+            return peak
+    return None
+
+
+def _decode_step_s(r):
+    return r["decode_s"] / r["decode_steps"] if r.get("decode_steps") else None
+
+
+def _per_s(count, seconds):
+    return count / seconds if seconds else None
+
+
+def _hbm_share(r, peak, kv):
+    """Bytes a decode step must read at least (the weights once; with kv, also the cache positions the
+    step attends, averaged over the steps), per step time, over the peak bandwidth."""
+    step = _decode_step_s(r)
+    if step is None or peak is None or r.get("weight_bytes") is None:
+        return None
+    return (r["weight_bytes"] + ((r.get("kv_bytes_per_step") or 0) if kv else 0)) / step / peak
+
+
+def _agreement(r):
+    if r.get("tokens_total") is None:
+        return "-"
+    if r["tokens_equal"] == r["tokens_total"]:
+        return "all %d" % r["tokens_total"]
+    return "%d/%d (first differs at step %d)" % (r["tokens_equal"], r["tokens_total"], r["first_divergence"])
+
+
+def _logits_diff(r):
+    if r.get("logits_max_diff") is None:
+        return "-"
+    verdict = "" if r.get("logits_ok") is None else (" ok" if r["logits_ok"] else " OVER")
+    return "%.3g (%.2g%%)%s" % (r["logits_max_diff"], 100 * r["logits_rel_diff"], verdict)
+
+
+# benchmarks/generate_1b.py's results.json rows: key -> (header, cell(row, peak bytes/s)).
+GENERATE_1B_COLUMNS = {
+    "run": ("run", lambda r, peak: r["label"]),
+    "batch": ("batch", lambda r, peak: "%d" % r["batch"]),
+    "prompt": ("prompt", lambda r, peak: "%d" % r["prompt_len"]),
+    "ms_token": ("decode ms/token", lambda r, peak: _fmt(_decode_step_s(r), "{:.3f}", 1e3)),
+    "tokens_s": ("decode tokens/s", lambda r, peak: _fmt(
+        _per_s(r["batch"] * r["decode_steps"], r["decode_s"]) if r.get("decode_steps") else None, "{:,.0f}")),
+    "hbm": ("HBM share (weights)", lambda r, peak: _fmt(_hbm_share(r, peak, False), "{:.1f}%", 100)),
+    "hbm_kv": ("HBM share (weights + KV)", lambda r, peak: _fmt(_hbm_share(r, peak, True), "{:.1f}%", 100)),
+    "prefill": ("prefill tokens/s", lambda r, peak: _fmt(_per_s(r["batch"] * r["prompt_len"], r.get("prefill_s")),
+                                                         "{:,.0f}")),
+    "peak": ("peak GiB", lambda r, peak: _fmt(r.get("peak_bytes"), "{:.2f}", 1 / 2**30)),
+    "logits": ("first-token logits max abs diff vs fp32 (of max)", lambda r, peak: _logits_diff(r)),
+    "tokens": ("greedy tokens = PyTorch eager's", lambda r, peak: _agreement(r)),
+}
+GENERATE_1B_DEFAULT = list(GENERATE_1B_COLUMNS)
+
+
+def generate_1b_table(results, peak_bytes_per_s, columns=None, headers=None, labels=None):
+    """benchmarks/generate_1b.py's table of `results` (its results.json "rows"): a failed row shows its
+    error in the decode column. `peak_bytes_per_s` (None: unknown) is the HBM share's denominator."""
+    columns = columns or GENERATE_1B_DEFAULT
+    headers = headers or {}
+    labels = labels or {}
+    _check_columns(columns, GENERATE_1B_COLUMNS)
+    rows = []
+    for r in results:
+        if r.get("failed"):
+            cells = [labels.get(r["label"], r["label"]) if c == "run" else
+                     GENERATE_1B_COLUMNS[c][1](r, peak_bytes_per_s) if c in ("batch", "prompt") else "-"
+                     for c in columns]
+            if "ms_token" in columns:
+                cells[columns.index("ms_token")] = "failed: " + r["failed"]
+            rows.append(cells)
+            continue
+        cells = [GENERATE_1B_COLUMNS[c][1](r, peak_bytes_per_s) for c in columns]
+        if "run" in columns:
+            i = columns.index("run")
+            cells[i] = labels.get(cells[i], cells[i])
+        rows.append(cells)
+    align = ["---" if c in ("run", "logits", "tokens") else "---:" for c in columns]
+    return markdown([headers.get(c, GENERATE_1B_COLUMNS[c][0]) for c in columns], rows, align)

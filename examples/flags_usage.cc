@@ -21,7 +21,10 @@ std::vector<char*> ParseExampleFlags(int argc, char** argv, absl::string_view us
     if (arg != "--help" && arg != "-help" && arg != "-h" && arg != "--helpfull") continue;
     std::vector<const absl::CommandLineFlag*> flags;
     for (const auto& [name, flag] : absl::GetAllFlags()) {
-      if (absl::EndsWith(flag->Filename(), source_file)) flags.push_back(flag);
+      // The program's own flags and the compile options every example shares.
+      if (absl::EndsWith(flag->Filename(), source_file) || absl::EndsWith(flag->Filename(), "examples/compile_flags.cc")) {
+        flags.push_back(flag);
+      }
     }
     std::sort(flags.begin(), flags.end(),
               [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) { return a->Name() < b->Name(); });

@@ -4,7 +4,8 @@
 //     magi::ParseExampleFlags(argc, argv, "Trains ...\n  tools/bazel run //examples:train -- [--steps=N]",
 //                             "examples/train.cc");
 //
-// --help (or -h, --helpfull) prints `usage` and the flags defined in `source_file` (name,
+// --help (or -h, --helpfull) prints `usage` and the flags defined in `source_file` and in
+// examples/compile_flags.cc (name,
 // help text, default), sorted by name, to stdout and exits 0. Abseil's own --help, in the
 // version Debian 12 ships (20220623), exits 1 and lists every linked flag, Abseil's own
 // included. Everything else is absl::ParseCommandLine's: unknown flags and bad values exit 1

@@ -16,7 +16,7 @@ run plain "$@"
 run prefetch1 --passes='schedule-overlap{prefetch=1}' "$@"
 run reshard_prefetch2 --passes='reshard-after-forward{mode=reshard},schedule-overlap{prefetch=2}' "$@"
 budget=$(python3 -c "import json; print(json.load(open('$out/plain.json'))['predicted_peak_memory_bytes'] * 0.9 / 1e9)")
-run budget_90pct --budget_gb="$budget" "$@"
+run budget_90pct --memory_budget_gb="$budget" "$@"
 # The table docs/passes.md shows (tools/doc_tables.py renders it there from the same summaries).
 rows=()
 for name in plain prefetch1 reshard_prefetch2 budget_90pct; do rows+=("--row=$name=$out/$name.json"); done

@@ -40,11 +40,12 @@ if examples/train --model=huge --world_size=1 --out_dir="$out/bad" 2> "$out/err.
 fi
 grep -q "unknown --model=huge (tiny, small or 1b)" "$out/err.txt"
 # Numeric flags are range-checked before any process starts; NaN and infinity never pass.
-for bad in "--budget_gb=nan:--budget_gb=nan: expected a non-negative, finite number" \
+for bad in "--memory_budget_gb=nan:--memory_budget_gb=nan: expected a non-negative, finite number" \
+           "--budget_gb=-1:--budget_gb=-1: expected a non-negative, finite number" \
            "--clip_grad_norm=inf:--clip_grad_norm=inf: expected a non-negative, finite number" \
            "--lr=0:--lr=0: expected a positive, finite number" \
            "--lr=-nan:--lr=nan: expected a positive, finite number" \
-           "--budget_gb=1e300:--budget_gb=1e+300: more bytes than an int64 holds" \
+           "--memory_budget_gb=1e300:--memory_budget_gb=1e+300: more bytes than an int64 holds" \
            "--grad_accum=0:--grad_accum=0: must be >= 1" \
            "--communicator=mpi:--communicator=mpi: unknown communicator 'mpi'; registered: "; do
   flag=${bad%%:*}

@@ -47,10 +47,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "examples/compile_flags.h"
 #include "examples/flags_usage.h"
 #include "examples/shapes_dataset.h"
 #include "examples/tensor_file.h"
-#include "magi/backend/communicator.h"
+#include "magi/comm/communicator.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
@@ -87,14 +88,6 @@ ABSL_FLAG(std::string, joint, "", "The joint graph to train (default: the bundle
 ABSL_FLAG(std::string, forward, "", "The forward graph to evaluate with (default: the bundled export)");
 ABSL_FLAG(std::vector<std::string>, shard_groups, std::vector<std::string>({"layer1", "layer2", "layer3", "layer4"}),
           "Module-path prefixes, each its own FSDP group (FullyShard per block); the root group takes the rest");
-ABSL_FLAG(std::string, passes, "",
-          "A pass pipeline to run on the step graph, e.g. \"bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}\"");
-ABSL_FLAG(std::string, backend, "interpreter", "Execution backend (see `magi registry`)");
-ABSL_FLAG(bool, deterministic, false,
-          "Deterministic mode (docs/deterministic.md): bitwise-identical losses and parameters run after run on the "
-          "same hardware kind and world size; prints the plan hash");
-ABSL_FLAG(std::string, plan_hash, "",
-          "Fail unless the compiled plan has this hash (e.g. the one an earlier --deterministic run printed)");
 ABSL_FLAG(int, timeout_s, 300, "Collective timeout: a dead or hung rank fails the run after this");
 
 namespace {
@@ -175,7 +168,7 @@ absl::Status ValidateFlags() {
   for (const std::string& group : absl::GetFlag(FLAGS_shard_groups)) {
     if (group.empty()) return absl::InvalidArgumentError("--shard_groups: an empty prefix (the root takes the rest)");
   }
-  return absl::OkStatus();
+  return magi::ValidateCompileFlags();
 }
 
 // The bundled export `name` (examples/exported/NAME), found from `bazel run`'s runfiles tree.
@@ -442,10 +435,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   options.lr_schedule.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   options.lr_schedule.total_steps = absl::GetFlag(FLAGS_steps);
   options.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
-  options.backend = absl::GetFlag(FLAGS_backend);
-  options.optimization.passes = absl::GetFlag(FLAGS_passes);
-  options.optimization.deterministic = deterministic;
-  options.optimization.expected_plan_hash = absl::GetFlag(FLAGS_plan_hash);
+  options.calibration = magi::CalibrationFromFlags();
+  options.compile = magi::CompileOptionsFromFlags("cpu");
   absl::StatusOr<std::unique_ptr<magi::FxTrainer>> trainer =
       magi::FxTrainer::Create(*std::move(joint), *communicator, options);
   if (!trainer.ok()) return Fail(rank, absl::StrCat(joint_path, ": ", trainer.status().message()));

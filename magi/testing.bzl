@@ -1,4 +1,4 @@
-"""magi_cc_test: the GoogleTest test of a magi/ package.
+"""magi_cc_test: the GoogleTest test of a magi/ package; magi_py_test: a Python test file.
 
     load("//magi:testing.bzl", "magi_cc_test")
     magi_cc_test(name = "dce_test", deps = [":dce", "//magi/ir:text"])
@@ -7,6 +7,13 @@ adds what every such test needs (GoogleTest's main, Magi's gtest printers for ab
 StatusOr), makes srcs [name + ".cc"] and size "small" unless given, and with torch = True builds
 through torch_cc_test (LibTorch's precompiled header; third_party/libtorch/torch_cc.bzl). Tests
 with their own main() or a size other than small say so; the rest is cc_test's.
+
+    load("//magi:testing.bzl", "magi_py_test")
+    magi_py_test(name = "kernel_breakdown_test", data = ["kernel_breakdown.py"])
+
+runs [name + ".py"] (or `src`) with `python` (Debian's /usr/bin/python3 unless given, e.g.
+LIBTORCH_PYTHON for the LibTorch's own) through the one runner tools/python_test.sh, from the
+workspace's runfiles root, with TMPDIR in the test's temporary folder; `args` follow the script.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_test")
@@ -24,5 +31,16 @@ def magi_cc_test(name, srcs = None, deps = [], size = "small", torch = False, **
         srcs = srcs if srcs != None else [name + ".cc"],
         size = size,
         deps = deps + _TEST_DEPS,
+        **kwargs
+    )
+
+def magi_py_test(name, src = None, python = "/usr/bin/python3", args = [], data = [], size = "small", **kwargs):
+    src = src if src != None else name + ".py"
+    native.sh_test(
+        name = name,
+        srcs = [Label("//tools:python_test.sh")],
+        args = [python, "$(location %s)" % src] + args,
+        data = [src] + data,
+        size = size,
         **kwargs
     )

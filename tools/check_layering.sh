@@ -2,12 +2,16 @@
 # Proves with `bazel query` that no layer depends on a layer above it (docs/architecture.md's
 # architecture table):
 #
-#   ir < analysis < passes, cost < search < compiler < frontends;  backends and runtimes beside
+#   ir < analysis < passes, cost < search < compiler < training < frontends
+#   ir < comm < backends, runtimes (beside each other) < training < frontends
+#   backends < calibration (the LibTorch kernel calibrator) < training
+#   module_api < models, frontends;  frontend/common < capture < fsdp;  frontend/common < fx
 #
 # Each check names a set of targets (FROM) and what they must never reach (FORBIDDEN);
 # a violation prints the offending dependency chain (`somepath(FROM, target)`).
-# Prints every check it makes and exits non-zero if any fails. The last check is about the build
-# rather than layers: targets that compile against LibTorch use the torch_cc_* rules.
+# Prints every check it makes and exits non-zero if any fails. The last two checks are about the
+# code rather than layers: targets that compile against LibTorch use the torch_cc_* rules, and no
+# C++ outside magi/compat catches an exception (tools/check_no_catch.sh).
 #
 #   tools/check_layering.sh            # from the workspace root
 set -uo pipefail
@@ -62,10 +66,11 @@ LOW="//magi/ir/... + //magi/analysis/... + //magi/passes/... + //magi/cost/... +
 echo "check_layering: layers must not depend on layers above them"
 check "ir, analysis, passes, cost, search never depend on LibTorch, Gloo, CUDA or NCCL" \
   "$LOW" "filter($DEVICE_LIBS, \$d)"
-check "ir, analysis, passes, cost, search never depend on runtimes, backends' implementations or frontends" \
-  "$LOW" "\$d intersect (//magi/runtime/... + //magi/frontend/... + //magi/compat/... + //magi/backend/interpreter/... + //magi/models/...)"
-check "ir never depends on analysis, passes, cost, search or tools" \
-  "$(libs "//magi/ir:all")" "\$d intersect (//magi/analysis/... + //magi/passes/... + //magi/cost/... + //magi/search/... + //magi/tools/...)"
+check "ir, analysis, passes, cost, search never depend on communicators, runtimes, backends' implementations or frontends" \
+  "$LOW" "\$d intersect (//magi/comm/... + //magi/runtime/... + //magi/training/... + //magi/frontend/... + //magi/module_api/... + //magi/compat/... + //magi/backend/interpreter/... + //magi/calibration/... + //magi/models/...)"
+# magi/ir/... includes the fuzz targets' build-time seeds (genrules and the tools they run).
+check "ir never depends on analysis, passes, cost, search, the compile driver, backends or tools" \
+  "$(libs "//magi/ir/...")" "\$d intersect (//magi/analysis/... + //magi/passes/... + //magi/cost/... + //magi/search/... + //magi/compiler/... + //magi/backend/... + //magi/tools/... + //tools/...)"
 check "analysis never depends on passes, cost or search" \
   "$(libs "//magi/analysis/...")" "\$d intersect (//magi/passes/... + //magi/cost/... + //magi/search/...)"
 check "cost never depends on passes or search" \
@@ -79,22 +84,40 @@ check "the backend interface never depends on LibTorch" \
   "//magi/backend:backend" "filter($DEVICE_LIBS, \$d)"
 check "the kernel calibrator interface (what the compile driver measures through) never depends on LibTorch" \
   "//magi/backend:kernel_calibrator" "filter($DEVICE_LIBS, \$d)"
-check "backends never depend on frontends" \
-  "//magi/backend/..." "\$d intersect //magi/frontend/..."
-# What the NCCL communicator itself needs (deterministic mode's NCCL settings) comes with it.
-check "backends reach runtimes only through the NCCL communicator (nccl_stream drives NCCL itself)" \
-  "//magi/backend/..." "\$d intersect (//magi/runtime/... except deps(//magi/runtime/nccl:nccl_communicator))"
-check "runtimes depend on the backend layer only for the Communicator interface, never on frontends" \
-  "//magi/runtime/..." "\$d intersect ((//magi/backend/... except //magi/backend:communicator) + //magi/frontend/...)"
-# magi/frontend's two header-level interfaces are what model code implements for every frontend
-# (module-path scopes capture records; ResetsParameters, which meta-device materialization calls);
-# anything else under magi/frontend is a frontend's internals.
-check "models never depend on frontends except the module-path and parameter-initializer interfaces" \
-  "//magi/models/..." "\$d intersect (//magi/frontend/... except (//magi/frontend:module_scope + //magi/frontend:reset_parameters))"
+# The calibrator serves CUDA and both frontends through magi/training; it may use the backend
+# interfaces and the interpreter, runtimes' interfaces (comm), compat, ir, analysis and cost.
+check "calibration never depends on frontends, the training runtime, models or the compile driver" \
+  "$(libs "//magi/calibration/...")" "\$d intersect (//magi/frontend/... + //magi/training/... + //magi/models/... + //magi/compiler/...)"
+check "the communicator layer never depends on backends, runtimes, frontends or models" \
+  "//magi/comm/..." "\$d intersect (//magi/backend/... + //magi/runtime/... + //magi/frontend/... + //magi/models/...)"
+check "backends never depend on runtimes or frontends (the Communicator interface is in magi/comm)" \
+  "//magi/backend/..." "\$d intersect (//magi/runtime/... + //magi/frontend/...)"
+check "runtimes never depend on backends or frontends" \
+  "//magi/runtime/..." "\$d intersect (//magi/backend/... + //magi/frontend/...)"
+# What model code implements for every frontend (module-path scopes, ResetsParameters) is
+# magi/module_api, below both.
+check "the module API never depends on LibTorch, frontends or models" \
+  "//magi/module_api/..." "filter($DEVICE_LIBS, \$d) + (\$d intersect (//magi/frontend/... + //magi/models/...))"
+check "models never depend on frontends" \
+  "//magi/models/..." "\$d intersect //magi/frontend/..."
+# The two frontends: capture (magi/frontend/capture, and the FSDP API over it in
+# magi/frontend/fsdp) and FX (magi/frontend/fx). What they share is below them:
+# magi/frontend/common (ATen arguments, functional variants) and magi/training (the trainer
+# core, checkpoints, step inputs, calibration glue, the plan check).
+check "the training runtime never depends on frontends or models" \
+  "//magi/training/..." "\$d intersect (//magi/frontend/... + //magi/models/...)"
+check "the frontends' common code never depends on a frontend" \
+  "//magi/frontend/common/..." "\$d intersect (//magi/frontend/capture/... + //magi/frontend/fsdp/... + //magi/frontend/fx/...)"
+check "the FX frontend never depends on the capture frontend or FSDP" \
+  "//magi/frontend/fx/..." "\$d intersect (//magi/frontend/capture/... + //magi/frontend/fsdp/...)"
+check "the capture frontend and FSDP never depend on the FX frontend" \
+  "//magi/frontend/capture/... + //magi/frontend/fsdp/..." "\$d intersect //magi/frontend/fx/..."
+check "the capture frontend never depends on FSDP" \
+  "//magi/frontend/capture/..." "\$d intersect //magi/frontend/fsdp/..."
 check "the compile driver never depends on LibTorch, Gloo, CUDA or NCCL" \
   "$(libs //magi/compiler/...)" "filter($DEVICE_LIBS, \$d)"
-check "the compile driver never depends on frontends, runtimes or backend implementations" \
-  "$(libs //magi/compiler/...)" "\$d intersect (//magi/frontend/... + //magi/runtime/... + //magi/backend/interpreter/... + //magi/backend/nccl_stream/... + //magi/backend/elementwise/... + //magi/backend/common/...)"
+check "the compile driver never depends on frontends, the training runtime, runtimes or backend implementations" \
+  "$(libs //magi/compiler/...)" "\$d intersect (//magi/frontend/... + //magi/training/... + //magi/runtime/... + //magi/backend/interpreter/... + //magi/backend/nccl_stream/... + //magi/backend/elementwise/... + //magi/backend/common/... + //magi/calibration/...)"
 
 # Not a layer rule, but a bazel query rule of the same kind: every C++ target that compiles
 # against LibTorch's headers uses the torch_cc_* rules (third_party/libtorch/torch_cc.bzl), so
@@ -108,6 +131,13 @@ else
   failed=$((failed + 1))
   echo "FAIL  C++ targets that compile against LibTorch use the torch_cc_* rules; these do not:"
   sed 's/^/        /' <<<"$plain"
+fi
+
+# Not a layer rule either: LibTorch's exceptions become Status at one boundary
+# (magi/compat/torch_status.h); a `catch` anywhere else in magi/ or examples/ fails.
+checked=$((checked + 1))
+if ! bash tools/check_no_catch.sh; then
+  failed=$((failed + 1))
 fi
 
 echo "check_layering: $checked checks, $((checked - failed)) passed, $failed failed"

@@ -25,7 +25,7 @@ and SOURCE says where it comes from:
   history: COMMIT (DATE): WHY
       a past run of the code of COMMIT (a commit of this repository: `check` looks it up where
       git can), kept as the record of what that code measured (a dated blog post's numbers, the
-      sessions before a change); the command is named in the text around it, and the current
+      runs before a change); the command is named in the text around it, and the current
       measurement, where one can be made here or on the lent GPU, is a rendered table beside it.
   legacy: WHY
       measured before raw outputs were kept beside the docs; the run's command is named in the
@@ -56,7 +56,7 @@ import result_tables  # noqa: E402  (after the path above)
 
 # Tables measured before their raw output was kept, legacy and history together (see the module
 # docstring). Lower it as they are re-measured; never raise it.
-LEGACY_LIMIT = 12
+LEGACY_LIMIT = 6
 
 DEFAULT_DOCS = ["README.md", "docs/*.md", "docs/blog/*.md"]
 START = re.compile(r"^(\s*)<!-- table ([A-Za-z0-9_.-]+): (.*) -->\s*$")
@@ -395,6 +395,12 @@ def _relative(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
+def _memory_budget(summary):
+    """The summary's memory budget in bytes: memory_budget_bytes, or budget_bytes in summaries
+    examples:train wrote before the budget had one name."""
+    return summary.get("memory_budget_bytes", summary.get("budget_bytes", 0))
+
+
 def _eager_difference(value):
     # null: not checked; a string: not finite ("nan", "inf": JSON has no NaN).
     return "-" if value is None else value if isinstance(value, str) else "%.1e" % value
@@ -411,7 +417,7 @@ SUMMARY_COLUMNS = {
     "predicted_ms": ("predicted ms", lambda s: "%.1f" % (s["predicted_step_seconds"] * 1e3)),
     "allocator_mib": ("allocator peak (device, MiB)", lambda s: "%.1f" % (s["allocator_peak_bytes"] / 2**20)),
     "pipeline": ("pipeline", lambda s: s["pipeline"] or "(none)"),
-    "budget": ("memory budget", lambda s: "%.2f GB" % (s["budget_bytes"] / 1e9) if s.get("budget_bytes", 0) > 0
+    "budget": ("memory budget", lambda s: "%.2f GB" % (_memory_budget(s) / 1e9) if _memory_budget(s) > 0
                else "none"),
     "calibration": ("calibration", lambda s: _calibration_sources(s)),
     "step_predicted": ("step predicted", lambda s: "%.1f ms" % (s["predicted_step_seconds"] * 1e3)),
@@ -423,10 +429,10 @@ SUMMARY_COLUMNS = {
     "peak_beyond_plan": ("measured - predicted", lambda s: "%.3f MB" % (
         (s["peak_memory_bytes"] - s["predicted_peak_memory_bytes"]) / 1e6)),
     # examples:train's "library_device_bytes": what PyTorch's GEMM workspaces hold on the
-    # device after the steps; -1 or absent: not known (a summary older than session 19).
+    # device after the steps; -1 or absent: not known (a summary older than commit 7655380).
     "library_bytes": ("GEMM workspaces held", lambda s: _megabytes_or_dash(_library_bytes(s))),
     # examples:train's "predicted_library_device_bytes" (FsdpTrainer::predicted_library_device_bytes:
-    # the workspaces predicted before the first step; absent before session 19's change).
+    # the workspaces predicted before the first step; absent in summaries older than commit 7655380).
     "library_predicted": ("GEMM workspaces predicted",
                           lambda s: _megabytes_or_dash(s.get("predicted_library_device_bytes", -1))),
     "peak_with_library_error": ("plan + predicted workspaces vs measured peak", lambda s: "-"
@@ -441,7 +447,7 @@ SUMMARY_COLUMNS = {
 
 
 def _library_bytes(summary):
-    # "gemm_workspace_bytes": the same number, as session 19's first runs of the change named it.
+    # "gemm_workspace_bytes": the same number, as the first form of that change named it (2026-12-04).
     return summary.get("library_device_bytes", summary.get("gemm_workspace_bytes", -1))
 
 

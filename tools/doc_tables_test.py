@@ -139,13 +139,17 @@ class DocTablesTest(unittest.TestCase):
 
     def test_gemm_workspace_columns_compare_plan_plus_predicted_workspaces_with_the_peak(self):
         self.summary("docs/benchmarks/a.json", predicted_peak_memory_bytes=60_000_000, peak_memory_bytes=128_000_000,
-                     predicted_library_device_bytes=67_108_864, library_device_bytes=67_108_864, budget_bytes=60_000_000)
-        self.summary("docs/benchmarks/old.json")  # before session 19: neither number
+                     predicted_library_device_bytes=67_108_864, library_device_bytes=67_108_864, memory_budget_bytes=60_000_000)
+        self.summary("docs/benchmarks/old.json")  # an older summary: neither number
+        # Summaries written before the budget had one name call it budget_bytes.
+        self.summary("docs/benchmarks/renamed.json", budget_bytes=70_000_000)
         table = ("| run | memory budget | GEMM workspaces predicted | GEMM workspaces held "
                  "| plan + predicted workspaces vs measured peak |\n"
-                 "|---|---|---|---|---|\n| a | 0.06 GB | 67.109 MB | 67.109 MB | -0.70% |\n| old | none | - | - | - |\n")
+                 "|---|---|---|---|---|\n| a | 0.06 GB | 67.109 MB | 67.109 MB | -0.70% |\n| old | none | - | - | - |\n"
+                 "| renamed | 0.07 GB | - | - | - |\n")
         source = ("tools/doc_tables.py render summaries --columns=budget,library_predicted,library_bytes,peak_with_library_error "
-                  "--row=a=docs/benchmarks/a.json --row=old=docs/benchmarks/old.json")
+                  "--row=a=docs/benchmarks/a.json --row=old=docs/benchmarks/old.json "
+                  "--row=renamed=docs/benchmarks/renamed.json")
         self.doc(self.block(table, source))
         code, out = self.run_tool("check")
         self.assertEqual(code, 0, out)
@@ -226,7 +230,7 @@ class DocTablesTest(unittest.TestCase):
         subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "m"], check=True)
         head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
-        self.doc(self.block(table, "history: %s (2026-12-01, session 5): results not kept" % head))
+        self.doc(self.block(table, "history: %s (2026-12-01, before raw outputs were kept): results not kept" % head))
         code, out = self.run_tool("check")
         self.assertEqual(code, 0, out)
         self.assertIn("1 history", out)

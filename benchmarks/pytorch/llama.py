@@ -10,7 +10,9 @@ same math, op for op:
     `rope_cos` / `rope_sin`; used in the dtype of the activations (the C++ model is built in its compute
     dtype, so its tables are rounded to it; here they are rounded in forward, to the same values);
   - attention: scaled_dot_product_attention(q, k, v, is_causal=True) on PyTorch 2.x, matmul + masked
-    softmax on 1.13, exactly as magi/compat/attention.h;
+    softmax on 1.13, exactly as magi/compat/attention.h; with grouped-query attention (n_kv_heads <
+    n_heads) wk/wv have n_kv_heads * head_dim outputs and each key/value head is repeated for its
+    n_heads / n_kv_heads query heads (repeat_interleave on the head dim, as RepeatKvHeads in C++);
   - SwiGLU: w2(silu(w1 x) * w3 x); blocks h = x + attn(norm(x)); out = h + ffn(norm(h));
   - LM head: output.weight, or tok_embeddings.weight when tied;
   - language_model_loss: mean cross entropy of logits.reshape(-1, vocab) against targets.reshape(-1),
@@ -23,6 +25,7 @@ for norms, drawn from the default CPU generator in registration order.
     loss = language_model_loss(model(tokens), targets)
 """
 
+import contextlib
 import dataclasses
 import math
 
@@ -39,6 +42,8 @@ class LlamaConfig:
     dim: int = 64
     n_layers: int = 2
     n_heads: int = 4
+    # Key/value heads (grouped-query attention); 0 means n_heads, as LlamaConfig::n_kv_heads in C++.
+    n_kv_heads: int = 0
     ffn_hidden: int = 176
     max_seq_len: int = 64
     tie_embeddings: bool = False
@@ -49,9 +54,22 @@ class LlamaConfig:
     def head_dim(self):
         return self.dim // self.n_heads
 
+    @property
+    def kv_heads(self):
+        return self.n_kv_heads or self.n_heads
+
+    def validate(self):
+        """Raises ValueError naming the field when the sizes cannot build a model (LlamaConfig::Validate)."""
+        if self.dim % self.n_heads or self.head_dim % 2:
+            raise ValueError("dim %d must split into %d heads of even size" % (self.dim, self.n_heads))
+        if self.n_kv_heads < 0 or self.n_kv_heads > self.n_heads or self.n_heads % self.kv_heads:
+            raise ValueError("n_kv_heads %d must divide n_heads %d (0 means n_heads): each key/value head serves "
+                             "an equal group of query heads" % (self.n_kv_heads, self.n_heads))
+
     def num_parameters(self):
         """As LlamaConfig::NumParameters() in C++."""
-        per_layer = 4 * self.dim * self.dim + 3 * self.dim * self.ffn_hidden + 2 * self.dim
+        kv_dim = self.kv_heads * self.head_dim
+        per_layer = 2 * self.dim * self.dim + 2 * self.dim * kv_dim + 3 * self.dim * self.ffn_hidden + 2 * self.dim
         return self.vocab_size * self.dim * (1 if self.tie_embeddings else 2) + self.n_layers * per_layer + self.dim
 
     def flops_per_token(self, seq_len):
@@ -69,7 +87,25 @@ class LlamaConfig:
         raise ValueError("unknown model preset %r (known: tiny, 1b)" % (name,))
 
 
+_skip_init = False
+
+
+@contextlib.contextmanager
+def weights_to_be_loaded():
+    """Modules built inside draw no random init (their linear and embedding weights are left as
+    torch.empty): for a model whose every parameter load_magi_weights then overwrites. Saves the
+    init's seconds on the CPU (~15 s for the 1b shape)."""
+    global _skip_init
+    previous, _skip_init = _skip_init, True
+    try:
+        yield
+    finally:
+        _skip_init = previous
+
+
 def _init_normal(tensor, std=0.02):
+    if _skip_init:
+        return
     with torch.no_grad():
         tensor.normal_(0.0, std)
 
@@ -126,28 +162,39 @@ def causal_attention(q, k, v):
     return torch.matmul(torch.softmax(scores, -1), v)
 
 
+def repeat_kv_heads(kv, n_heads):
+    """Grouped-query attention: kv [batch, kv_heads, seq, head_dim] -> [batch, n_heads, seq, head_dim], each kv
+    head repeated for the n_heads / kv_heads query heads that read it (query head h reads kv head
+    h // (n_heads / kv_heads)). No op when kv_heads == n_heads."""
+    groups = n_heads // kv.size(1)
+    return kv if groups == 1 else kv.repeat_interleave(groups, dim=1)
+
+
 class Attention(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.n_heads = config.n_heads
+        self.kv_heads = config.kv_heads
         self.head_dim = config.head_dim
+        # wq: dim -> n_heads * head_dim; wk, wv: dim -> kv_heads * head_dim; wo: back to dim.
         self.wq = Linear(config.dim, config.dim)
-        self.wk = Linear(config.dim, config.dim)
-        self.wv = Linear(config.dim, config.dim)
+        self.wk = Linear(config.dim, self.kv_heads * self.head_dim)
+        self.wv = Linear(config.dim, self.kv_heads * self.head_dim)
         self.wo = Linear(config.dim, config.dim)
 
     def forward(self, x, cos, sin):
         batch, seq = x.size(0), x.size(1)
 
         # Heads laid out [batch, seq, heads, head_dim] (llama.cc's AttentionImpl::forward says why).
-        def split(t):
-            return t.view(batch, seq, self.n_heads, self.head_dim)
+        def split(t, heads):
+            return t.view(batch, seq, heads, self.head_dim)
 
-        q, k, v = split(self.wq(x)), split(self.wk(x)), split(self.wv(x)).transpose(1, 2)
+        q, k = split(self.wq(x), self.n_heads), split(self.wk(x), self.kv_heads)
+        v = split(self.wv(x), self.kv_heads).transpose(1, 2)
         cos, sin = cos.to(q.dtype).unsqueeze(1), sin.to(q.dtype).unsqueeze(1)
         q = apply_rotary(q, cos, sin).transpose(1, 2)
         k = apply_rotary(k, cos, sin).transpose(1, 2)
-        attended = causal_attention(q, k, v)
+        attended = causal_attention(q, repeat_kv_heads(k, self.n_heads), repeat_kv_heads(v, self.n_heads))
         return self.wo(attended.transpose(1, 2).reshape(batch, seq, self.n_heads * self.head_dim))
 
 
@@ -189,8 +236,7 @@ class Llama(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        if config.dim % config.n_heads or config.head_dim % 2:
-            raise ValueError("dim %d must split into %d heads of even size" % (config.dim, config.n_heads))
+        config.validate()
         self.config = config
         self.tok_embeddings = Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList([DecoderBlock(config) for _ in range(config.n_layers)])
@@ -222,12 +268,12 @@ def language_model_loss(logits, targets):
 
 def expected_parameter_shapes(config):
     """The C++ Llama's named_parameters() as (name, shape) pairs, in its order."""
-    d, f = config.dim, config.ffn_hidden
+    d, f, kv = config.dim, config.ffn_hidden, config.kv_heads * config.head_dim
     shapes = [("tok_embeddings.weight", [config.vocab_size, d])]
     for i in range(config.n_layers):
         p = "layers.%d." % i
         shapes += [(p + "attention_norm.weight", [d])]
-        shapes += [(p + "attention.w%s.weight" % w, [d, d]) for w in "qkvo"]
+        shapes += [(p + "attention.w%s.weight" % w, [kv if w in "kv" else d, d]) for w in "qkvo"]
         shapes += [(p + "ffn_norm.weight", [d]),
                    (p + "feed_forward.w1.weight", [f, d]),
                    (p + "feed_forward.w2.weight", [d, f]),

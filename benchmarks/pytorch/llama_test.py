@@ -27,6 +27,7 @@ def reference_logits(params, config, tokens):
     batch, seq = tokens.shape
     d, heads = config.dim, config.n_heads
     hd, half = d // heads, d // heads // 2
+    group = heads // (config.n_kv_heads or heads)  # query heads per key/value head
 
     def rmsnorm(x, w):
         return x / torch.sqrt((x * x).sum(-1, keepdim=True) / x.shape[-1] + config.norm_eps) * w
@@ -51,7 +52,8 @@ def reference_logits(params, config, tokens):
         for b in range(batch):
             for head in range(heads):
                 cols = slice(head * hd, (head + 1) * hd)
-                qh, kh, vh = rope(q[b, :, cols]), rope(k[b, :, cols]), v[b, :, cols]
+                kv_cols = slice(head // group * hd, (head // group + 1) * hd)
+                qh, kh, vh = rope(q[b, :, cols]), rope(k[b, :, kv_cols]), v[b, :, kv_cols]
                 for t in range(seq):
                     scores = (kh[:t + 1] @ qh[t]) / math.sqrt(hd)
                     weights = torch.exp(scores - scores.max())
@@ -144,6 +146,45 @@ class LlamaTest(unittest.TestCase):
             model64 = model.double()
             self.assertLess((model64(tokens) - expected).abs().max().item(), 1e-6 * scale)
 
+    def test_grouped_query_attention_shapes_and_parameters(self):
+        config = small_config(n_heads=4, n_kv_heads=2)  # head_dim 4: wk, wv [8, 16]
+        model = llama.Llama(config)
+        shapes = dict((n, list(p.shape)) for n, p in model.named_parameters())
+        self.assertEqual(shapes["layers.0.attention.wq.weight"], [16, 16])
+        self.assertEqual(shapes["layers.0.attention.wk.weight"], [8, 16])
+        self.assertEqual(shapes["layers.1.attention.wv.weight"], [8, 16])
+        self.assertEqual(shapes["layers.0.attention.wo.weight"], [16, 16])
+        self.assertEqual(list(shapes.items()), [(n, s) for n, s in llama.expected_parameter_shapes(config)])
+        self.assertEqual(sum(p.numel() for p in model.parameters()), config.num_parameters())
+        self.assertEqual(config.num_parameters(), small_config().num_parameters() - 2 * 2 * 16 * 8)
+        self.assertEqual(llama.LlamaConfig(n_heads=4).kv_heads, 4)  # 0 means n_heads
+        for bad in (3, 5, -1):
+            with self.assertRaises(ValueError) as ctx:
+                llama.Llama(small_config(n_heads=4, n_kv_heads=bad))
+            self.assertIn("n_kv_heads %d must divide n_heads 4" % bad, str(ctx.exception))
+        # repeat_kv_heads: query head h reads kv head h // (n_heads / kv_heads).
+        kv = torch.arange(2.0).view(1, 2, 1, 1).expand(1, 2, 3, 4)
+        self.assertEqual(llama.repeat_kv_heads(kv, 4)[0, :, 0, 0].tolist(), [0.0, 0.0, 1.0, 1.0])
+        self.assertIs(llama.repeat_kv_heads(kv, 2), kv)
+
+    def test_grouped_query_attention_matches_float64_and_the_repeated_multi_head_model(self):
+        config = small_config(n_heads=4, n_kv_heads=2)
+        torch.manual_seed(12)
+        model = perturbed(llama.Llama(config), seed=13)
+        tokens = torch.randint(0, config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(14))
+        expected = reference_logits(dict(model.named_parameters()), config, tokens)
+        logits = model(tokens)
+        self.assertLess((logits.double() - expected).abs().max().item(), 2e-5 * expected.abs().max().item())
+        # The multi-head model whose wk/wv hold each kv head's rows once per query head computes the same.
+        mha = llama.Llama(small_config(n_heads=4))
+        with torch.no_grad():
+            for (name, p), (_, q) in zip(mha.named_parameters(), model.named_parameters()):
+                if name.endswith(("wk.weight", "wv.weight")):
+                    p.copy_(q.view(2, 4, 16).repeat_interleave(2, dim=0).reshape(16, 16))
+                else:
+                    p.copy_(q)
+        self.assertLess((mha(tokens) - logits).abs().max().item(), 1e-5)
+
     def test_attention_is_causal(self):
         config = small_config()
         torch.manual_seed(4)
@@ -217,6 +258,25 @@ class WeightsFileTest(unittest.TestCase):
             self.assertTrue(torch.equal(a, b), name)
         tokens = torch.randint(0, self.config.vocab_size, (2, 8))
         self.assertTrue(torch.equal(source(tokens), target(tokens)))
+
+    def test_a_model_built_to_be_loaded_draws_nothing(self):
+        torch.manual_seed(1)
+        source = perturbed(llama.Llama(self.config), seed=2)
+        llama.save_magi_weights(source, self.prefix)
+        torch.manual_seed(5)
+        with llama.weights_to_be_loaded():
+            target = llama.Llama(self.config)
+        after_build = torch.empty(4).normal_()
+        torch.manual_seed(5)
+        self.assertTrue(torch.equal(after_build, torch.empty(4).normal_()))  # the build drew nothing
+        llama.load_magi_weights(target, self.prefix)
+        tokens = torch.randint(0, self.config.vocab_size, (2, 8))
+        self.assertTrue(torch.equal(source(tokens), target(tokens)))
+        # Outside the block the init draws again.
+        torch.manual_seed(3)
+        a = llama.Llama(self.config)
+        torch.manual_seed(3)
+        self.assertTrue(torch.equal(a.output.weight, llama.Llama(self.config).output.weight))
 
     def test_buffers_in_the_file_are_loaded(self):
         model = llama.Llama(self.config)

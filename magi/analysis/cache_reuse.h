@@ -1,7 +1,7 @@
 // Which operands a node finds in a core's own cache when a step runs it: the reuse
 // distance, in bytes, between the write of an operand's storage and its read.
 //
-// CPU kernel micro-runs (magi/backend/interpreter/kernel_calibrator.h) time each kernel on
+// CPU kernel micro-runs (magi/calibration/cpu_micro_runs.h) time each kernel on
 // synthesized inputs, which the previous round left wherever it left them. In a step,
 // an operand written just before its consumer (an activation's next op, a gradient's
 // chain in backward) is still in the core's cache; one written long before, or a graph

@@ -3,8 +3,8 @@
 //
 // The compiler (magi/compiler, no LibTorch) hands over one representative node per
 // distinct CalibrationTable key of the step and what its cache already knows; the
-// calibrator (a backend-side implementation, e.g. magi/backend/interpreter/
-// kernel_calibrator.h, which calls each op as the interpreter does, on inputs of the
+// calibrator (a backend-side implementation, e.g. magi/calibration/
+// torch_kernel_calibrator.h, which calls each op as the interpreter does, on inputs of the
 // node's operand types) measures the rest and returns one time per node. It does NOT
 // cache or decide what to measure beyond `known`: magi/compiler/auto_calibration.h does.
 //

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "magi/backend/backend.h"
-#include "magi/backend/communicator.h"
+#include "magi/comm/communicator.h"
 
 namespace magi {
 

@@ -132,11 +132,10 @@ BENCHMARK(BM_AutoRecompute)->Arg(10)->Arg(25)->Unit(benchmark::kMillisecond)->Us
 // The whole search (32 pipelines, recompute where needed) under a per-rank budget in MB.
 void BM_StrategySearch(benchmark::State& state) {
   const Module& step = Step8B();
-  SearchOptions options;
-  options.memory_budget_bytes = state.range(0) * 1000000;  // MB
+  const int64_t budget = state.range(0) * 1000000;  // MB
   StrategyPlan plan;
   for (auto _ : state) {
-    absl::StatusOr<StrategyPlan> searched = SearchStrategy(step, step.graphs()[0]->name(), H200(), options);
+    absl::StatusOr<StrategyPlan> searched = SearchStrategy(step, step.graphs()[0]->name(), H200(), budget);
     MAGI_CHECK(searched.ok()) << searched.status();
     plan = *std::move(searched);
   }

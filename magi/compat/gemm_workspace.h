@@ -9,7 +9,7 @@
 // graph is reset). cuBLASLt GEMMs (addmm with a bias) take a second workspace per pair of
 // getCUDABlasLtWorkspaceSize() bytes unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 shares the
 // cuBLAS one. Measured on an H200 with PyTorch 2.11 (docs/benchmarks.md's GEMM workspaces,
-// docs/benchmarks/device_runs/cublas_workspace_probe.py): 32 MiB per pair for cuBLAS, 1 MiB
+// benchmarks/cublas_workspace_probe.py): 32 MiB per pair for cuBLAS, 1 MiB
 // for cuBLASLt; the small model's nccl_stream step held two pairs eagerly, three as a CUDA
 // graph (the capture stream's), 64 and 96 MiB beyond its plan.
 //

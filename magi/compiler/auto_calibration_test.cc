@@ -427,9 +427,8 @@ TEST(AutoCalibrationTest, TheSearchDecidesWithTheMeasuredTable) {
     first_round.Set(key, *cost->calibration->Find(key));
   }
   CostModel given(*LoadDeviceProfile("cpu"), &first_round);
-  SearchOptions search = options.optimization.search;
-  search.memory_budget_bytes = options.optimization.memory_budget_bytes;
-  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*sharded, "train_step", given, search);
+  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*sharded, "train_step", given, options.optimization.memory_budget_bytes,
+                                                     options.optimization.search);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->pipeline, step->applied_pipeline);
   EXPECT_EQ(PrintModule(*plan->optimized), PrintModule(*step->module));

@@ -11,6 +11,9 @@ const std::vector<CompileOptionDoc>& DocumentedCompileOptions() {
       {"batch_invariant_sequences",
        "N > 1: a one-sequence forward is unrolled to N sequences (pass batch-invariant), so each sequence's outputs "
        "are bitwise independent of the batch"},
+      {"optimization.weight_preparation",
+       "inference: linears sharing an input concatenated (concat-matmuls) and the weight-only work moved to a graph "
+       "run once per weight change (<graph>.prep)"},
       {"expected_plan_hash", "fail the compile unless the plan hash is this one (pin an earlier run's plan)"},
   };
   return *docs;

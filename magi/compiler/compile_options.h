@@ -27,11 +27,22 @@ struct OptimizationOptions {
   std::string canonicalize = "elide-copies,slice-grads-to-cat,dce";
   // A pass pipeline, e.g. "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}".
   std::string passes;
-  // > 0: the strategy search picks the pipeline whose predicted peak fits this many bytes
-  // per rank. Every rank searches its own (identical) graph and finds the same plan.
+  // The memory budget (the one field that holds it; examples' --memory_budget_gb, the
+  // summaries' memory_budget_bytes). > 0: the strategy search picks the pipeline whose
+  // predicted peak fits this many bytes per rank (then `passes` must be empty). Every rank
+  // searches its own (identical) graph and finds the same plan.
   int64_t memory_budget_bytes = 0;
-  // The search space (its memory_budget_bytes is overwritten by the field above).
+  // The search space and effort (read only under a memory budget).
   SearchOptions search;
+  // Inference: after canonicalization, linears that read one activation become one matmul
+  // against their weights concatenated (concat-matmuls, magi/passes/concat_matmuls.h), and
+  // the work that depends only on the weights (those concatenations) moves to a graph of
+  // its own, OptimizedStep::prep_graph_name (hoist_weight_preparation.h), which the caller
+  // runs once per weight change (CompiledStep::prep_executable) and whose outputs it binds
+  // to the step's inputs of the same names. Off by default: a training step changes its
+  // weights every step (and its backward reads the gathered weights, which concat-matmuls
+  // leaves alone).
+  bool weight_preparation = false;
 };
 
 // The cost model that the search, auto-recompute and the prediction use: one object.

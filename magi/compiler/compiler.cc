@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,6 +15,8 @@
 #include "magi/ir/magi_ops.h"
 #include "magi/ir/verifier.h"
 #include "magi/passes/align_collectives.h"
+#include "magi/passes/concat_matmuls.h"
+#include "magi/passes/hoist_weight_preparation.h"
 #include "magi/passes/recompute_fusible.h"
 #include "magi/passes/auto_recompute_registration.h"
 #include "magi/passes/batch_invariant.h"
@@ -124,19 +127,30 @@ absl::StatusOr<OptimizedStep> OptimizeStepImpl(std::unique_ptr<Module> module, c
   }
   if (options.batch_invariant_sequences > 1) {
     // After sharding, so the parameter all-gathers stay once for all sequences.
-    BatchInvariant unroll(options.batch_invariant_sequences);
+    BatchInvariantOptions unroll_options;
+    unroll_options.batch = options.batch_invariant_sequences;
+    BatchInvariant unroll(unroll_options);
     MAGI_RETURN_IF_ERROR(unroll.Run(*module).status());
     MAGI_RETURN_IF_ERROR(VerifyModule(*module));
   }
   if (!optimization.canonicalize.empty()) MAGI_RETURN_IF_ERROR(RunPipeline(optimization.canonicalize, model, *module));
+  std::string prep_graph_name;
+  if (optimization.weight_preparation) {
+    // Before anything plans the step: the search and the prediction see the step as it
+    // runs, without the work done once per weight change.
+    ConcatMatmuls concat;
+    MAGI_RETURN_IF_ERROR(concat.Run(*module).status());
+    MAGI_ASSIGN_OR_RETURN(prep_graph_name, HoistWeightPreparation(*module, graph_name));
+    MAGI_RETURN_IF_ERROR(VerifyModule(*module));
+  }
   // Measured before anything is decided with the model (the search, auto-recompute).
   if (calibration != nullptr) MAGI_RETURN_IF_ERROR(calibration->Calibrate(*graph));
   OptimizedStep step;
   step.graph_name = graph_name;
+  step.prep_graph_name = prep_graph_name;
   if (optimization.memory_budget_bytes > 0) {
-    SearchOptions search = optimization.search;
-    search.memory_budget_bytes = optimization.memory_budget_bytes;
-    MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph_name, model, search));
+    MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph_name, model,
+                                                            optimization.memory_budget_bytes, optimization.search));
     step.strategy_report = FormatStrategyPlan(plan);
     step.applied_pipeline = plan.pipeline;
     step.module = std::move(plan.optimized);  // what the search simulated, as it is
@@ -290,6 +304,33 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
   return OptimizeStepImpl(std::move(module), graph_name, options, *cost.model, cost.auto_calibration.get());
 }
 
+// Partition backends leave to the primary backend every node that writes a donated
+// input's new value from that input (GraphOutput::aliases: a KV cache's scatter): the
+// primary updates the input in place, where a partition would return a new buffer and
+// cost a copy of the whole input each run (under a CUDA graph, one into its static input).
+static void DeclineDonatedUpdates(const Graph& graph, Capability& capability) {
+  absl::flat_hash_map<const Value*, const Value*> donated;  // output value -> the input it reuses
+  for (const GraphOutput& output : graph.outputs()) {
+    if (output.aliases != nullptr) donated[output.value] = output.aliases;
+  }
+  if (donated.empty()) return;
+  absl::flat_hash_set<const Node*> declined;
+  for (const auto& [node, reason] : capability.unsupported) declined.insert(node);
+  for (const Node* node : graph.nodes()) {
+    if (declined.count(node)) continue;
+    for (const Value* result : node->results()) {
+      auto it = donated.find(result);
+      if (it == donated.end()) continue;
+      bool reads_it = false;
+      for (const Value* operand : node->operands()) reads_it = reads_it || operand == it->second;
+      if (!reads_it) continue;
+      capability.unsupported.emplace_back(
+          node, "writes a donated input's new value: the primary backend updates it in place");
+      break;
+    }
+  }
+}
+
 absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::string& graph_name,
                                      const CompileOptions& options) {
   MAGI_ASSIGN_OR_RETURN(CostModelBundle cost, MakeCostModel(options.cost_model, options.deterministic));
@@ -321,6 +362,7 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, Registry<Backend>::Global().Create(name, parsed.second));
     int nodes_before = graph.num_nodes();
     Capability capability = backend->GetCapability(step_module, graph);
+    DeclineDonatedUpdates(graph, capability);
     if (options.partitioning.align_collectives && partition_backends.empty()) {
       MAGI_RETURN_IF_ERROR(AlignBeforePartitioning(graph, name, capability, options, *cost.model,
                                                    compiled.optimized.prediction, note));
@@ -329,6 +371,7 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
       MAGI_RETURN_IF_ERROR(RecomputeFusibleBeforePartitioning(graph, name, capability, *cost.model,
                                                               compiled.optimized.prediction, note));
       capability = backend->GetCapability(step_module, graph);  // the copies are new nodes
+      DeclineDonatedUpdates(graph, capability);
     }
     MAGI_ASSIGN_OR_RETURN(std::vector<Partition> partitions,
                           OutlinePartitions(step_module, graph, name, capability, options.partitioning.min_nodes,
@@ -406,6 +449,13 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
   context.callees = compiled.partition_executables;
   context.deterministic = options.deterministic;
   MAGI_ASSIGN_OR_RETURN(compiled.executable, primary->Compile(step_module, graph, context));
+  if (!compiled.optimized.prep_graph_name.empty()) {
+    CompileContext prep_context;
+    prep_context.deterministic = options.deterministic;
+    MAGI_ASSIGN_OR_RETURN(compiled.prep_executable,
+                          primary->Compile(step_module, *step_module.FindGraph(compiled.optimized.prep_graph_name),
+                                           prep_context));
+  }
   return compiled;
 }
 

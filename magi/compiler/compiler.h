@@ -12,7 +12,9 @@
 //   1. shard: ShardForFsdp with `options.sharding`, then the verifier; with
 //      `options.batch_invariant_sequences` > 1, the batch-invariant pass unrolls the
 //      one-sequence graph to that many sequences (the all-gathers stay shared);
-//   2. optimize: the canonicalization pipeline (elide-copies, slice-grads-to-cat, dce), calibration of the
+//   2. optimize: the canonicalization pipeline (elide-copies, slice-grads-to-cat, dce), with
+//      optimization.weight_preparation concat-matmuls and the weight preparation moved to
+//      a graph of its own (compile_options.h), calibration of the
 //      step's kernels when a calibrator is given (auto_calibration.h), then the pass pipeline, or the strategy search under the memory budget; the
 //      search hands back the very module it evaluated and predicted (no re-run from
 //      text), and every pass that needs a cost model (auto-recompute) gets the same
@@ -28,7 +30,8 @@
 //      primary backend, which receives the partitions' executables. A partition whose
 //      compile fails is put back into the step (InlinePartition) for the primary backend,
 //      with a warning naming it; so is every partition identical to it. Every backend is
-//      told in CompileContext whether the step must be deterministic.
+//      told in CompileContext whether the step must be deterministic. The weight
+//      preparation graph, if any, is compiled with the primary backend too.
 // What each partition backend declined (counted by reason: "AOTInductor is unavailable:
 // ..." when a backend cannot work here at all) and every fallback are CompiledStep::notes,
 // printed to stderr unless options.partitioning.log is false.
@@ -78,6 +81,10 @@ struct OptimizedStep {
   SimulationResult prediction;   // of the optimized graph, before partitioning
   std::string calibration_summary;  // what calibration by default did ("" without it)
   CalibrationStats calibration_stats;
+  // With optimization.weight_preparation: the graph of `module` that computes the step's
+  // prepared weights from its parameters ("<graph_name>.prep"), or "" when there was
+  // nothing to prepare.
+  std::string prep_graph_name;
   const Graph& graph() const { return *module->FindGraph(graph_name); }
 };
 
@@ -104,6 +111,10 @@ struct CompiledStep {
   // What the driver reported: calibration, per partition backend what it took and
   // declined, fallbacks.
   std::vector<std::string> notes;
+  // optimized.prep_graph_name compiled with the primary backend (null without one): run it
+  // on the parameters it reads, by name, whenever they change, and bind its outputs to the
+  // step's inputs of the same names.
+  std::unique_ptr<Executable> prep_executable;
   // The step as it runs: the partitioned step graph simulated, each partition call timed
   // by its compiled partition run by itself (calibration by default,
   // AutoCalibration::CalibrateCalls; without calibration, by its nodes' times summed).

@@ -89,9 +89,8 @@ TEST(CompilerTest, TheSearchedPlanIsTheCompiledGraphWithFileProfileAndCalibratio
   ASSERT_TRUE(cost.ok()) << cost.status();
   ASSERT_NE(cost->calibration, nullptr);
   std::unique_ptr<Module> searched_copy = CloneModule(*module);
-  SearchOptions search = options.optimization.search;
-  search.memory_budget_bytes = options.optimization.memory_budget_bytes;
-  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*searched_copy, "train_step", *cost->model, search);
+  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*searched_copy, "train_step", *cost->model,
+                                                     options.optimization.memory_budget_bytes, options.optimization.search);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_NE(plan->pipeline.find("auto-recompute"), std::string::npos) << plan->pipeline;
 
@@ -259,6 +258,66 @@ TEST(CompilerTest, BatchInvariantSequencesUnrollTheOneSequenceGraph) {
   EXPECT_EQ(CountOps(step->graph(), kAllGatherStartOp), 1);
   EXPECT_EQ(step->graph().inputs()[1]->type().ToString(), "f32[4,3,4]");
   EXPECT_EQ(step->graph().outputs()[0].value->type().ToString(), "f32[4,3,4]");
+}
+
+// Inference with weight preparation: q/k/v-like linears of one gathered bucket become one
+// matmul, the concatenation of their shards moves to @forward.prep (compiled with the
+// primary backend too), and the step reads it as an input; off by default.
+TEST(CompilerTest, WeightPreparationConcatenatesLinearsAndHoistsTheConcatenation) {
+  constexpr char kForward[] = R"(module @m {
+  process_group @dp {axis = "dp", size = 2, ranks = [0, 1]}
+  graph @forward {
+    input %x: f32[3,8]
+    input %wq.shard: f32[4,8] {role = param}
+    input %wk.shard: f32[4,8] {role = param}
+    input %wv.shard: f32[4,8] {role = param}
+    %f0, %f1, %f2 = magi::all_gather_start([%wq.shard, %wk.shard, %wv.shard], group = "dp") : future<f32[8,8]>, future<f32[8,8]>, future<f32[8,8]>
+    %wq, %wk, %wv = magi::wait(%f0, %f1, %f2) : f32[8,8], f32[8,8], f32[8,8]
+    %tq = aten::t(%wq) : f32[8,8]strides[1,8]
+    %q = aten::mm(%x, %tq) : f32[3,8]
+    %tk = aten::t(%wk) : f32[8,8]strides[1,8]
+    %k = aten::mm(%x, %tk) : f32[3,8]
+    %tv = aten::t(%wv) : f32[8,8]strides[1,8]
+    %v = aten::mm(%x, %tv) : f32[3,8]
+    %qk = aten::mul.Tensor(%q, %k) : f32[3,8]
+    %y = aten::add.Tensor(%qk, %v, alpha = 1) : f32[3,8]
+    output y = %y
+  }
+}
+)";
+  CompileOptions options = RecordingOptions();
+  absl::StatusOr<CompiledStep> plain = Compile(*ParseModule(kForward), "forward", options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(CountOps(plain->graph(), "aten::mm"), 3);
+  EXPECT_EQ(plain->optimized.prep_graph_name, "");
+  EXPECT_EQ(plain->prep_executable, nullptr);
+
+  options.optimization.weight_preparation = true;
+  const int compiles = RecordingBackend::compiles;
+  absl::StatusOr<CompiledStep> step = Compile(*ParseModule(kForward), "forward", options);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(RecordingBackend::compiles, compiles + 2);  // the step and its preparation
+  ASSERT_NE(step->prep_executable, nullptr);
+  ASSERT_EQ(step->optimized.prep_graph_name, "forward.prep");
+  EXPECT_EQ(CountOps(step->graph(), "aten::mm"), 1);
+  EXPECT_EQ(CountOps(step->graph(), "aten::cat"), 0);
+  EXPECT_EQ(CountOps(step->graph(), kAllGatherStartOp), 1);
+  const Value* concat = step->graph().FindValue("wq.shard.concat");
+  ASSERT_NE(concat, nullptr);
+  EXPECT_TRUE(concat->is_graph_input());
+  EXPECT_EQ(concat->role(), InputRole::kParam);
+  EXPECT_EQ(step->graph().FindValue("wk.shard"), nullptr);  // only the preparation reads the parts
+  const Graph* prep = step->module().FindGraph("forward.prep");
+  ASSERT_NE(prep, nullptr);
+  EXPECT_EQ(PrintGraph(*prep), R"(  graph @forward.prep {
+    input %wq.shard: f32[4,8] {role = param}
+    input %wk.shard: f32[4,8] {role = param}
+    input %wv.shard: f32[4,8] {role = param}
+    %wq.shard.concat = aten::cat([%wq.shard, %wk.shard, %wv.shard], 0) : f32[12,8]
+    output wq.shard.concat = %wq.shard.concat
+  }
+)");
+  EXPECT_NE(step->plan_hash, plain->plan_hash);
 }
 
 // Stand-ins for backends: a primary that takes anything, and partition backends that take
@@ -594,6 +653,35 @@ TEST(CompilerTest, ABackendThatDeclinesEverythingSaysWhy) {
   EXPECT_EQ(compiled->notes[0],
             "partition backend 'test-nothing': 0 of the 7 nodes of @step in 0 partitions (0 distinct); it declines "
             "every node: unavailable here: no such library; the primary backend 'test-primary' runs them");
+}
+
+// A node that writes a donated input's new value from it (a KV cache's scatter) stays with
+// the primary backend, which updates the input in place; the same op on other values is
+// outlined as usual.
+TEST(CompilerTest, DonatedUpdatesStayWithThePrimaryBackend) {
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  graph @step {
+    input %x: f32[4,4]
+    input %cache: f32[4,4]
+    %a = aten::add.Tensor(%x, %x, 1) : f32[4,4]
+    %m = aten::mul.Tensor(%a, %a) : f32[4,4]
+    %c = aten::add.Tensor(%cache, %m, 1) : f32[4,4]
+    %y = aten::mul.Tensor(%c, %m) : f32[4,4]
+    output y = %y
+    output cache = %c {aliases = %cache}
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  CompileOptions options = StubPartitionOptions("test-flaky");
+  absl::StatusOr<CompiledStep> compiled = Compile(*std::move(module), "step", options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const std::string notes = absl::StrJoin(compiled->notes, "\n");
+  // The other adds and muls are taken (the flaky backend then fails on the muls: fallbacks).
+  EXPECT_NE(notes.find("3 of the 4 nodes of @step"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("1 x writes a donated input's new value: the primary backend updates it in place"),
+            std::string::npos)
+      << notes;
 }
 
 // Deterministic mode reaches partition backends too (CompileAll), and the plan hash is

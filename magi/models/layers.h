@@ -12,8 +12,8 @@
 
 #include <string>
 
-#include "magi/frontend/module_scope.h"
-#include "magi/frontend/reset_parameters.h"
+#include "magi/module_api/module_scope.h"
+#include "magi/module_api/reset_parameters.h"
 
 namespace magi::models {
 

@@ -1,6 +1,7 @@
 #include "magi/models/llama.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "magi/compat/attention.h"
 
 namespace magi::models {
@@ -42,13 +43,42 @@ LlamaConfig LlamaConfig::Llama3_8B() {
 }
 
 int64_t LlamaConfig::NumParameters() const {
-  int64_t per_layer = 4 * dim * dim + 3 * dim * ffn_hidden + 2 * dim;
+  // wq and wo are dim x dim; wk and wv dim x (kv_heads * head_dim), dim x dim without GQA.
+  int64_t per_layer = 2 * dim * dim + 2 * dim * (kv_heads() * head_dim()) + 3 * dim * ffn_hidden + 2 * dim;
   return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 
 std::string LlamaConfig::ToString() const {
   return absl::StrCat("llama(vocab=", vocab_size, ", dim=", dim, ", layers=", n_layers, ", heads=", n_heads,
-                      ", ffn=", ffn_hidden, ", seq=", max_seq_len, tie_embeddings ? ", tied" : "", ")");
+                      kv_heads() != n_heads ? absl::StrCat(", kv_heads=", kv_heads()) : "", ", ffn=", ffn_hidden,
+                      ", seq=", max_seq_len, tie_embeddings ? ", tied" : "", ")");
+}
+
+absl::Status LlamaConfig::Validate() const {
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", vocab_size},
+                                                   {"dim", dim},
+                                                   {"n_heads", n_heads},
+                                                   {"ffn_hidden", ffn_hidden},
+                                                   {"max_seq_len", max_seq_len}};
+  for (const auto& [name, value] : sizes) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("llama config: %s must be positive, got %d", name, value));
+    }
+  }
+  if (n_layers < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("llama config: n_layers must not be negative, got %d", n_layers));
+  }
+  if (dim % n_heads != 0 || head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "llama config: dim %d must split into n_heads %d heads of even size (RoPE rotates pairs)", dim, n_heads));
+  }
+  if (n_kv_heads < 0 || n_kv_heads > n_heads || n_heads % kv_heads() != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "llama config: n_kv_heads %d must divide n_heads %d (0 means n_heads): each key/value head serves "
+        "an equal group of query heads",
+        n_kv_heads, n_heads));
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -70,13 +100,27 @@ at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   return torch::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
 }
 
+// Grouped-query attention: kv [batch, kv_heads, T, head_dim] -> [batch, n_heads, T, head_dim],
+// each kv head repeated for the n_heads / kv_heads query heads that read it (as
+// torch.repeat_interleave(repeats, dim=1)). Written as unsqueeze + expand (views) and
+// reshape (one copy), ops that capture, shape inference and every backend handle;
+// aten::repeat_interleave lowers to its Tensor-repeats form, whose output size is
+// data-dependent. Adds no op at all when kv_heads == n_heads (multi-head attention).
+at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t n_heads) {
+  const int64_t batch = kv.size(0), kv_heads = kv.size(1), seq = kv.size(2), head_dim = kv.size(3);
+  if (kv_heads == n_heads) return kv;
+  return kv.unsqueeze(2)
+      .expand({batch, kv_heads, n_heads / kv_heads, seq, head_dim})
+      .reshape({batch, n_heads, seq, head_dim});
+}
+
 }  // namespace
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c, const torch::TensorOptions& options)
-    : n_heads(c.n_heads), head_dim(c.head_dim()) {
+    : n_heads(c.n_heads), kv_heads(c.kv_heads()), head_dim(c.head_dim()) {
   wq = register_module("wq", Linear(c.dim, c.dim, false, options));
-  wk = register_module("wk", Linear(c.dim, c.dim, false, options));
-  wv = register_module("wv", Linear(c.dim, c.dim, false, options));
+  wk = register_module("wk", Linear(c.dim, kv_heads * head_dim, false, options));
+  wv = register_module("wv", Linear(c.dim, kv_heads * head_dim, false, options));
   wo = register_module("wo", Linear(c.dim, c.dim, false, options));
 }
 
@@ -87,10 +131,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   // kernels (cuDNN, flash) lay their output out like q, so merging the heads back is a
   // view too, not a copy of the activations in the forward and of their gradient in the
   // backward. The math is the same op for op.
-  auto split = [&](const at::Tensor& t) { return t.view({batch, seq, n_heads, head_dim}); };
-  at::Tensor q = split(CallScoped("wq", wq, x));
-  at::Tensor k = split(CallScoped("wk", wk, x));
-  at::Tensor v = split(CallScoped("wv", wv, x)).transpose(1, 2);
+  auto split = [&](const at::Tensor& t, int64_t heads) { return t.view({batch, seq, heads, head_dim}); };
+  at::Tensor q = split(CallScoped("wq", wq, x), n_heads);
+  at::Tensor k = split(CallScoped("wk", wk, x), kv_heads);
+  at::Tensor v = split(CallScoped("wv", wv, x), kv_heads).transpose(1, 2);
   {
     ScopedModulePath scope("rope");
     const at::Tensor cos_heads = cos.unsqueeze(1);  // [seq, 1, head_dim / 2] against [batch, seq, heads, ...]
@@ -101,7 +145,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   at::Tensor attended;
   {
     ScopedModulePath scope("sdpa");
-    attended = compat::CausalAttention(q, k, v);
+    attended = compat::CausalAttention(q, RepeatKvHeads(k, n_heads), RepeatKvHeads(v, n_heads));
   }
   at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, n_heads * head_dim});
   return CallScoped("wo", wo, merged);
@@ -112,10 +156,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionImpl::ForwardWithCache(c
                                                                                 const at::Tensor& keys,
                                                                                 const at::Tensor& values) {
   int64_t batch = x.size(0), seq = x.size(1);
-  auto heads = [&](const at::Tensor& t) { return t.view({batch, seq, n_heads, head_dim}).transpose(1, 2); };
-  at::Tensor q = heads(CallScoped("wq", wq, x));
-  at::Tensor k = heads(CallScoped("wk", wk, x));
-  at::Tensor v = heads(CallScoped("wv", wv, x));
+  auto heads = [&](const at::Tensor& t, int64_t count) {
+    return t.view({batch, seq, count, head_dim}).transpose(1, 2);
+  };
+  at::Tensor q = heads(CallScoped("wq", wq, x), n_heads);
+  at::Tensor k = heads(CallScoped("wk", wk, x), kv_heads);
+  at::Tensor v = heads(CallScoped("wv", wv, x), kv_heads);
   {
     ScopedModulePath scope("rope");
     q = ApplyRotary(q, step.cos, step.sin);
@@ -134,7 +180,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionImpl::ForwardWithCache(c
   }
   {
     ScopedModulePath scope("sdpa");
-    attended = compat::MaskedAttention(q, new_keys, new_values, step.visible);
+    // The cache keeps the kv heads; attention reads them repeated per query head.
+    attended =
+        compat::MaskedAttention(q, RepeatKvHeads(new_keys, n_heads), RepeatKvHeads(new_values, n_heads), step.visible);
   }
   at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, n_heads * head_dim});
   return {CallScoped("wo", wo, merged), new_keys, new_values};
@@ -181,8 +229,8 @@ KvCache KvCache::Zeros(const LlamaConfig& config, int64_t batch, int64_t cache_l
                        const torch::TensorOptions& options) {
   KvCache cache;
   for (int64_t i = 0; i < config.n_layers; ++i) {
-    cache.keys.push_back(torch::zeros({batch, config.n_heads, cache_len, config.head_dim()}, options));
-    cache.values.push_back(torch::zeros({batch, config.n_heads, cache_len, config.head_dim()}, options));
+    cache.keys.push_back(torch::zeros({batch, config.kv_heads(), cache_len, config.head_dim()}, options));
+    cache.values.push_back(torch::zeros({batch, config.kv_heads(), cache_len, config.head_dim()}, options));
   }
   return cache;
 }
@@ -206,6 +254,9 @@ KvCache KvCache::FromFlat(const std::vector<at::Tensor>& tensors, size_t first) 
 }
 
 LlamaImpl::LlamaImpl(const LlamaConfig& c, const torch::TensorOptions& options) : config(c) {
+  // A constructor cannot return a Status: the module's own convention (LibTorch's) is c10::Error.
+  const absl::Status valid = c.Validate();
+  TORCH_CHECK(valid.ok(), std::string(valid.message()));
   tok_embeddings = register_module("tok_embeddings", Embedding(c.vocab_size, c.dim, options));
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -272,7 +323,7 @@ LlamaImpl::CachedOutput LlamaImpl::ForwardWithCache(const at::Tensor& tokens, co
   step.visible = torch::arange(cache_len, positions.options()).view({1, 1, 1, cache_len}) <=
                  where.view({batch, 1, seq, 1});
   if (!step.whole_window) {
-    step.write_index = where.view({batch, 1, seq, 1}).expand({batch, config.n_heads, seq, config.head_dim()});
+    step.write_index = where.view({batch, 1, seq, 1}).expand({batch, config.kv_heads(), seq, config.head_dim()});
   }
 
   CachedOutput out;

@@ -9,7 +9,7 @@
 #include "magi/analysis/op_traits.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -235,22 +235,17 @@ int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_ancho
   return moves;
 }
 
-absl::StatusOr<bool> AlignCollectivesPass::RunImpl(Module& module) {
-  bool changed = false;
-  for (Graph* graph : module.graphs()) changed = AlignCollectives(*graph, max_nodes_) > 0 || changed;
-  return changed;
+const OptionSchema<AlignCollectivesOptions>& AlignCollectivesOptions::Schema() {
+  static const auto* schema = new OptionSchema<AlignCollectivesOptions>({
+      Field("max_nodes", &AlignCollectivesOptions::max_nodes, Integer(0)),
+  });
+  return *schema;
 }
 
-MAGI_REGISTER(Pass, "align-collectives", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  int max_nodes = AlignCollectivesPass::kDefaultMaxNodes;
-  for (const auto& [key, value] : options) {
-    if (key != "max_nodes") return absl::InvalidArgumentError(absl::StrCat("align-collectives takes max_nodes, not '", key, "'"));
-    if (!absl::SimpleAtoi(value, &max_nodes) || max_nodes < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("align-collectives: max_nodes must be a non-negative integer, not '", value, "'"));
-    }
-  }
-  return std::make_unique<AlignCollectivesPass>(max_nodes);
-});
+absl::StatusOr<bool> AlignCollectivesPass::RunOnGraph(Graph& graph) {
+  return AlignCollectives(graph, options_.max_nodes) > 0;
+}
+
+MAGI_REGISTER_PASS(AlignCollectivesPass);
 
 }  // namespace magi

@@ -47,6 +47,7 @@
 
 #include "magi/ir/graph.h"
 #include "magi/passes/pass.h"
+#include "magi/passes/pass_options.h"
 
 namespace magi {
 
@@ -56,17 +57,28 @@ using ExtraAnchor = std::function<bool(const Node&)>;
 // Moves the groups of `graph` as described above; returns how many groups moved.
 int AlignCollectives(Graph& graph, int max_nodes, const ExtraAnchor& extra_anchor = nullptr);
 
-class AlignCollectivesPass : public Pass {
- public:
+struct AlignCollectivesOptions : PassOptions<AlignCollectivesOptions> {
   static constexpr int kDefaultMaxNodes = 64;
-  explicit AlignCollectivesPass(int max_nodes = kDefaultMaxNodes) : max_nodes_(max_nodes) {}
-  absl::string_view name() const override { return "align-collectives"; }
+  int max_nodes = kDefaultMaxNodes;  // nodes crossed per move, at most (>= 0)
+
+  static const OptionSchema<AlignCollectivesOptions>& Schema();
+};
+
+class AlignCollectivesPass : public GraphPass {
+ public:
+  using Options = AlignCollectivesOptions;
+  static constexpr absl::string_view kName = "align-collectives";
+  static constexpr int kDefaultMaxNodes = Options::kDefaultMaxNodes;
+
+  explicit AlignCollectivesPass(Options options = {}) : options_(options) {}
+  absl::string_view name() const override { return kName; }
+  std::string PrintOptions() const override { return options_.Print(); }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 
  private:
-  int max_nodes_;
+  Options options_;
 };
 
 }  // namespace magi

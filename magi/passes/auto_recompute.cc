@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "magi/base/numbers.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/analysis/memory_plan.h"
 #include "magi/analysis/op_traits.h"
@@ -146,18 +148,18 @@ std::vector<Node*> RecomputeForBackward(Graph& graph, const std::vector<Node*>& 
   return copies;
 }
 
-absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
+absl::StatusOr<bool> AutoRecompute::RunOnGraph(Graph& graph) {
   const std::vector<Node*> nodes = graph.nodes();
   absl::StatusOr<MemoryPlan> before = PlanMemory(graph, nodes, /*assign_buffers=*/false);
   if (!before.ok()) return before.status();
   report_.peak_before = before->peak_bytes;
   report_.peak_after = before->peak_bytes;
-  if (before->peak_bytes <= budget_bytes_) return false;
+  if (before->peak_bytes <= options_.budget_bytes) return false;
   int boundary = BackwardBoundary(nodes);
   if (boundary < 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "auto-recompute: graph @%s peaks at %d bytes, over the budget of %d, and has no backward to trade against",
-        graph.name(), before->peak_bytes, budget_bytes_));
+        graph.name(), before->peak_bytes, options_.budget_bytes));
   }
   std::vector<Node*> candidates = RankCandidates(graph, nodes, boundary, *model_);
   report_.candidates = static_cast<int>(candidates.size());
@@ -169,26 +171,26 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   const int64_t all = n == 0 ? before->peak_bytes : probe->Peak(prefix(n));
   // Recomputing everything is not always the least memory (each copy keeps its inputs
   // until backward needs it): when all of them do not fit, halving prefixes are tried.
-  int high = all <= budget_bytes_ ? n : 0;
+  int high = all <= options_.budget_bytes ? n : 0;
   int64_t floor = all;
   for (int count = n / 2; high == 0 && count >= 1; count /= 2) {
     int64_t peak = probe->Peak(prefix(count));
     floor = std::min(floor, peak);
-    if (peak <= budget_bytes_) high = count;
+    if (peak <= options_.budget_bytes) high = count;
   }
   report_.peak_floor = floor;
   if (high == 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "auto-recompute: graph @%s cannot fit %d bytes: it peaks at %d, at %d with all %d recomputable "
         "activations recomputed, and at %d at best",
-        graph.name(), budget_bytes_, before->peak_bytes, all, n, floor));
+        graph.name(), options_.budget_bytes, before->peak_bytes, all, n, floor));
   }
   // Smallest prefix that fits (the peak falls as the prefix grows, up to the planner's
   // exact accounting; the final rewrite is checked below).
   int low = 1;
   while (low < high) {
     int mid = low + (high - low) / 2;
-    if (probe->Peak(prefix(mid)) <= budget_bytes_) {
+    if (probe->Peak(prefix(mid)) <= options_.budget_bytes) {
       high = mid;
     } else {
       low = mid + 1;
@@ -207,7 +209,7 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
     copies = RecomputeForBackward(graph, prefix(low), &rewrite);
     after = PlanMemory(graph, /*assign_buffers=*/false);
     if (!after.ok()) return after.status();
-    if (after->peak_bytes <= budget_bytes_ || low >= n) {
+    if (after->peak_bytes <= options_.budget_bytes || low >= n) {
       if (undo_ != nullptr) {
         undo_->copies.insert(undo_->copies.end(), rewrite.copies.begin(), rewrite.copies.end());
         undo_->uses.insert(undo_->uses.end(), rewrite.uses.begin(), rewrite.uses.end());
@@ -221,21 +223,54 @@ absl::StatusOr<bool> AutoRecompute::RunOnGraph(Module& module, Graph& graph) {
   report_.peak_after = after->peak_bytes;
   report_.recomputed = static_cast<int>(copies.size());
   for (const Node* copy : copies) report_.recompute_seconds += model_->NodeSeconds(*copy);
-  if (after->peak_bytes > budget_bytes_) {
+  if (after->peak_bytes > options_.budget_bytes) {
     return absl::InternalError(absl::StrFormat("auto-recompute: the chosen rewrite peaks at %d bytes, over %d",
-                                               after->peak_bytes, budget_bytes_));
+                                               after->peak_bytes, options_.budget_bytes));
   }
   return true;
 }
 
-absl::StatusOr<bool> AutoRecompute::RunImpl(Module& module) {
-  bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    absl::StatusOr<bool> graph_changed = RunOnGraph(module, *graph);
-    if (!graph_changed.ok()) return graph_changed.status();
-    changed |= *graph_changed;
-  }
-  return changed;
+namespace {
+
+// A budget in megabytes (`scale` 1e6) or gigabytes (1e9), held in bytes (rounded down).
+OptionCodec<int64_t> BudgetIn(double scale) {
+  OptionCodec<int64_t> codec;
+  codec.syntax = "X";
+  codec.expected = absl::StrCat("a positive, finite number of ", scale == 1e6 ? "megabytes" : "gigabytes",
+                                " (below 2^63 bytes)");
+  codec.parse = [scale](absl::string_view text, int64_t& value) {
+    double number = 0;
+    if (!ParseFiniteDouble(text, &number) || number <= 0) return false;
+    std::optional<int64_t> bytes = BytesFromDouble(number * scale);
+    if (!bytes) return false;
+    value = *bytes;
+    return true;
+  };
+  codec.print = [](const int64_t& bytes) { return absl::StrFormat("%.6f", bytes / 1e6); };
+  return codec;
+}
+
+}  // namespace
+
+AutoRecomputeOptions AutoRecomputeOptions::Budget(int64_t bytes, std::string profile) {
+  AutoRecomputeOptions options;
+  options.budget_bytes = bytes;
+  options.profile = std::move(profile);
+  return options;
+}
+
+const OptionSchema<AutoRecomputeOptions>& AutoRecomputeOptions::Schema() {
+  static const auto* schema = new OptionSchema<AutoRecomputeOptions>(
+      {
+          Field("budget_mb", &AutoRecomputeOptions::budget_bytes, BudgetIn(1e6)),
+          Field("budget_gb", &AutoRecomputeOptions::budget_bytes, BudgetIn(1e9), kParseOnly),
+          Field("profile", &AutoRecomputeOptions::profile, Text()),
+      },
+      [](const AutoRecomputeOptions& options) {
+        return options.budget_bytes > 0 ? absl::OkStatus()
+                                        : absl::InvalidArgumentError("needs budget_mb=N or budget_gb=X");
+      });
+  return *schema;
 }
 
 }  // namespace magi

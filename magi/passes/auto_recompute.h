@@ -20,7 +20,7 @@
 //
 // Registered (by the :auto_recompute_registration target, which links the cost model)
 // as "auto-recompute{budget_mb=N}" or "{budget_gb=X}", with "profile=cpu|h200|<path>"
-// for the ranking (default cpu).
+// for the ranking (default cpu). Printed as "auto-recompute{budget_mb=N.NNNNNN,profile=P}".
 #ifndef MAGI_PASSES_AUTO_RECOMPUTE_H_
 #define MAGI_PASSES_AUTO_RECOMPUTE_H_
 
@@ -32,6 +32,7 @@
 
 #include "magi/analysis/node_cost.h"
 #include "magi/passes/pass.h"
+#include "magi/passes/pass_options.h"
 
 namespace magi {
 
@@ -52,29 +53,47 @@ struct RecomputeReport {
   double recompute_seconds = 0;  // predicted time of the copies
 };
 
-class AutoRecompute : public Pass {
+struct AutoRecomputeOptions : PassOptions<AutoRecomputeOptions> {
+  // The budget: budget_mb=N (printed, "%.6f") or budget_gb=X in text; positive, required.
+  int64_t budget_bytes = 0;
+  // The device profile whose cost model ranks the candidates, as text names it ("" names
+  // none). The pass ranks with the model it is given; this records which that is, so a
+  // printed pipeline says it (the registered factory builds the model from it: cpu if "").
+  std::string profile;
+
+  static AutoRecomputeOptions Budget(int64_t bytes, std::string profile = "");
+  static const OptionSchema<AutoRecomputeOptions>& Schema();
+};
+
+class AutoRecompute : public GraphPass {
  public:
+  using Options = AutoRecomputeOptions;
+  static constexpr absl::string_view kName = "auto-recompute";
+
   // `model` ranks the candidates; never null.
-  AutoRecompute(int64_t budget_bytes, std::unique_ptr<const NodeCostOracle> model)
-      : budget_bytes_(budget_bytes), model_(std::move(model)) {}
-  // Takes a copy of any NodeCostOracle value: AutoRecompute(budget, CostModel(profile)).
+  AutoRecompute(Options options, std::unique_ptr<const NodeCostOracle> model)
+      : options_(std::move(options)), model_(std::move(model)) {}
+  // Takes a copy of any NodeCostOracle value: AutoRecompute(options, CostModel(profile)).
+  template <typename Model, typename = std::enable_if_t<std::is_base_of<NodeCostOracle, std::decay_t<Model>>::value>>
+  AutoRecompute(Options options, Model&& model)
+      : AutoRecompute(std::move(options), std::make_unique<const std::decay_t<Model>>(std::forward<Model>(model))) {}
+  // A budget alone (no profile named): AutoRecompute(budget, CostModel(profile)).
   template <typename Model, typename = std::enable_if_t<std::is_base_of<NodeCostOracle, std::decay_t<Model>>::value>>
   AutoRecompute(int64_t budget_bytes, Model&& model)
-      : AutoRecompute(budget_bytes, std::make_unique<const std::decay_t<Model>>(std::forward<Model>(model))) {}
+      : AutoRecompute(Options::Budget(budget_bytes), std::forward<Model>(model)) {}
 
-  absl::string_view name() const override { return "auto-recompute"; }
+  absl::string_view name() const override { return kName; }
+  std::string PrintOptions() const override { return options_.Print(); }
   const RecomputeReport& report() const { return report_; }
   // Records every change the next Run makes in `undo` (null: none), so a caller that
   // evaluates the result can take it back with UndoRecompute.
   void set_undo_log(RecomputeUndo* undo) { undo_ = undo; }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 
  private:
-  absl::StatusOr<bool> RunOnGraph(Module& module, Graph& graph);
-
-  int64_t budget_bytes_;
+  Options options_;
   std::unique_ptr<const NodeCostOracle> model_;
   RecomputeReport report_;
   RecomputeUndo* undo_ = nullptr;

@@ -16,7 +16,8 @@
 namespace magi {
 
 // An AutoRecompute from `options` (budget_mb=N or budget_gb=X, positive and finite;
-// profile=NAME is accepted and must name `model`'s profile) that ranks with `model`.
+// profile=NAME is accepted and must name `model`'s profile) that ranks with `model`; its
+// Options name `model`'s profile, so it prints as "auto-recompute{budget_mb=...,profile=P}".
 absl::StatusOr<std::unique_ptr<AutoRecompute>> MakeAutoRecompute(const ComponentOptions& options, CostModel model);
 
 // A PassManager::PassFactory that builds every auto-recompute of a pipeline with a copy of

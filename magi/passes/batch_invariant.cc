@@ -10,7 +10,7 @@
 #include "magi/analysis/op_traits.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/graph_utils.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -148,27 +148,24 @@ absl::StatusOr<bool> UnrollGraph(Graph& graph, int64_t batch) {
 
 }  // namespace
 
-absl::StatusOr<bool> BatchInvariant::RunImpl(Module& module) {
-  if (batch_ < 1) return absl::InvalidArgumentError(absl::StrCat("batch-invariant: batch must be >= 1, not ", batch_));
-  bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    MAGI_ASSIGN_OR_RETURN(bool graph_changed, UnrollGraph(*graph, batch_));
-    changed = changed || graph_changed;
-  }
-  return changed;
+const OptionSchema<BatchInvariantOptions>& BatchInvariantOptions::Schema() {
+  static const auto* schema = new OptionSchema<BatchInvariantOptions>(
+      {
+          Field("batch", &BatchInvariantOptions::batch, Integer(1)),
+      },
+      [](const BatchInvariantOptions& options) {
+        return options.batch >= 1 ? absl::OkStatus() : absl::InvalidArgumentError("needs batch=N (sequences per run)");
+      });
+  return *schema;
 }
 
-MAGI_REGISTER(Pass, "batch-invariant", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  int64_t batch = 0;
-  for (const auto& [key, value] : options) {
-    if (key != "batch") return absl::InvalidArgumentError(absl::StrCat("batch-invariant takes batch, not '", key, "'"));
-    if (!absl::SimpleAtoi(value, &batch) || batch < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batch-invariant: batch must be a whole number >= 1, not '", value, "'"));
-    }
+absl::StatusOr<bool> BatchInvariant::RunOnGraph(Graph& graph) {
+  if (options_.batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("batch-invariant: batch must be >= 1, not ", options_.batch));
   }
-  if (batch == 0) return absl::InvalidArgumentError("batch-invariant needs batch=N (sequences per run)");
-  return std::make_unique<BatchInvariant>(batch);
-});
+  return UnrollGraph(graph, options_.batch);
+}
+
+MAGI_REGISTER_PASS(BatchInvariant);
 
 }  // namespace magi

@@ -54,22 +54,32 @@
 #include <cstdint>
 
 #include "magi/passes/pass.h"
+#include "magi/passes/pass_options.h"
 
 namespace magi {
 
-class BatchInvariant : public Pass {
+struct BatchInvariantOptions : PassOptions<BatchInvariantOptions> {
+  int64_t batch = 0;  // the number of sequences the unrolled graphs take (>= 1; required)
+
+  static const OptionSchema<BatchInvariantOptions>& Schema();
+};
+
+class BatchInvariant : public GraphPass {
  public:
-  // `batch` >= 1: the number of sequences the unrolled graphs take.
-  explicit BatchInvariant(int64_t batch) : batch_(batch) {}
-  absl::string_view name() const override { return "batch-invariant"; }
-  int64_t batch() const { return batch_; }
+  using Options = BatchInvariantOptions;
+  static constexpr absl::string_view kName = "batch-invariant";
+
+  explicit BatchInvariant(Options options) : options_(options) {}
+  absl::string_view name() const override { return kName; }
+  std::string PrintOptions() const override { return options_.Print(); }
+  int64_t batch() const { return options_.batch; }
 
  protected:
-  // Unrolls every graph of `module` that has data inputs; graphs without any stay.
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  // Unrolls `graph` if it has data inputs; a graph without any stays.
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 
  private:
-  int64_t batch_;
+  Options options_;
 };
 
 }  // namespace magi

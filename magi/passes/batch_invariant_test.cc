@@ -155,7 +155,9 @@ TEST(BatchInvariantTest, DonatedInputsStayDonated) {
 absl::Status RunOn(const char* text, int64_t batch) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(text);
   if (!module.ok()) return module.status();
-  BatchInvariant pass(batch);
+  BatchInvariantOptions options;
+  options.batch = batch;
+  BatchInvariant pass(options);
   return pass.Run(**module).status();
 }
 
@@ -206,9 +208,9 @@ TEST(BatchInvariantTest, RefusesRandomOpsOnTheData) {
 
 TEST(BatchInvariantTest, OptionsAreChecked) {
   absl::StatusOr<std::unique_ptr<Pass>> missing = Registry<Pass>::Global().Create("batch-invariant");
-  EXPECT_EQ(missing.status().message(), "batch-invariant needs batch=N (sequences per run)");
+  EXPECT_EQ(missing.status().message(), "batch-invariant: needs batch=N (sequences per run)");
   absl::StatusOr<std::unique_ptr<Pass>> zero = Registry<Pass>::Global().Create("batch-invariant", {{"batch", "0"}});
-  EXPECT_EQ(zero.status().message(), "batch-invariant: batch must be a whole number >= 1, not '0'");
+  EXPECT_EQ(zero.status().message(), "batch-invariant: batch must be an integer >= 1, not '0'");
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include "magi/base/checked_math.h"
 #include "magi/base/numbers.h"
 #include "magi/passes/schedule_util.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -83,6 +83,17 @@ Node* Merge(Graph& graph, Node* a, Node* b, int64_t bucket, absl::flat_hash_set<
 
 }  // namespace
 
+const OptionSchema<BucketCollectivesOptions>& BucketCollectivesOptions::Schema() {
+  static const auto* schema = new OptionSchema<BucketCollectivesOptions>({
+      Field("max_mb", &BucketCollectivesOptions::max_mb, Number(0), kAlwaysPrinted),
+      Field("kinds", &BucketCollectivesOptions::kinds,
+            Choice<std::optional<CollectiveKind>>({{"all", std::nullopt},
+                                                   {"all_gather", CollectiveKind::kAllGather},
+                                                   {"reduce_scatter", CollectiveKind::kReduceScatter}})),
+  });
+  return *schema;
+}
+
 int64_t BucketCollectives::BucketBytes(const Node& start) {
   int64_t bytes = 0;
   bool gather = start.op() == kAllGatherStartOp;
@@ -93,61 +104,37 @@ int64_t BucketCollectives::BucketBytes(const Node& start) {
   return bytes;
 }
 
-absl::StatusOr<bool> BucketCollectives::RunImpl(Module& module) {
+absl::StatusOr<bool> BucketCollectives::RunOnGraph(Graph& graph) {
+  const double max_bytes = options_.max_mb * 1e6;
   bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    int64_t next_bucket = 0;
-    for (const Node* node : graph->nodes()) next_bucket = std::max(next_bucket, node->annotations().bucket + 1);
-    // The last start seen per key: the candidate to fuse with the next one.
-    std::map<BucketKey, Node*> open;
-    absl::flat_hash_set<const Node*> erased;  // nodes of the snapshot below that are gone
-    for (Node* node : graph->nodes()) {
-      if (erased.contains(node)) continue;
-      std::optional<BucketKey> key = KeyOf(*node);
-      if (!key || (only_ && std::get<0>(*key) != *only_)) continue;
-      auto it = open.find(*key);
-      if (it == open.end()) {
-        open[*key] = node;
+  int64_t next_bucket = 0;
+  for (const Node* node : graph.nodes()) next_bucket = std::max(next_bucket, node->annotations().bucket + 1);
+  // The last start seen per key: the candidate to fuse with the next one.
+  std::map<BucketKey, Node*> open;
+  absl::flat_hash_set<const Node*> erased;  // nodes of the snapshot below that are gone
+  for (Node* node : graph.nodes()) {
+    if (erased.contains(node)) continue;
+    std::optional<BucketKey> key = KeyOf(*node);
+    if (!key || (options_.kinds && std::get<0>(*key) != *options_.kinds)) continue;
+    auto it = open.find(*key);
+    if (it == open.end()) {
+      open[*key] = node;
+      continue;
+    }
+    Node* previous = it->second;
+    if (static_cast<double>(SaturatingAdd(BucketBytes(*previous), BucketBytes(*node))) <= max_bytes) {
+      int64_t bucket = previous->annotations().bucket >= 0 ? previous->annotations().bucket : next_bucket++;
+      if (Node* fused = Merge(graph, previous, node, bucket, erased)) {
+        it->second = fused;
+        changed = true;
         continue;
       }
-      Node* previous = it->second;
-      if (static_cast<double>(SaturatingAdd(BucketBytes(*previous), BucketBytes(*node))) <= max_bytes_) {
-        int64_t bucket = previous->annotations().bucket >= 0 ? previous->annotations().bucket : next_bucket++;
-        if (Node* fused = Merge(*graph, previous, node, bucket, erased)) {
-          it->second = fused;
-          changed = true;
-          continue;
-        }
-      }
-      it->second = node;
     }
+    it->second = node;
   }
   return changed;
 }
 
-MAGI_REGISTER(Pass, "bucket-collectives", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  double max_mb = 64;
-  std::optional<CollectiveKind> only;
-  for (const auto& [key, value] : options) {
-    if (key == "max_mb") {
-      if (!ParseFiniteDouble(value, &max_mb) || max_mb < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("bucket-collectives: max_mb must be a non-negative, finite number, not '", value, "'"));
-      }
-    } else if (key == "kinds") {
-      if (value == "all_gather") {
-        only = CollectiveKind::kAllGather;
-      } else if (value == "reduce_scatter") {
-        only = CollectiveKind::kReduceScatter;
-      } else if (value != "all") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("bucket-collectives: kinds is all, all_gather or reduce_scatter, not '", value, "'"));
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("bucket-collectives takes max_mb and kinds, not '", key, "'"));
-    }
-  }
-  return std::make_unique<BucketCollectives>(max_mb, only);
-});
+MAGI_REGISTER_PASS(BucketCollectives);
 
 }  // namespace magi

@@ -15,7 +15,8 @@
 // runs this pass on the same graph.
 //
 // Registered as "bucket-collectives{max_mb=N,kinds=all|all_gather|reduce_scatter}";
-// max_mb defaults to 64. Buckets are numbered in the nodes' `bucket` annotation.
+// max_mb defaults to 64 and is always printed. Buckets are numbered in the nodes' `bucket`
+// annotation.
 #ifndef MAGI_PASSES_BUCKET_COLLECTIVES_H_
 #define MAGI_PASSES_BUCKET_COLLECTIVES_H_
 
@@ -23,25 +24,34 @@
 
 #include "magi/ir/collectives.h"
 #include "magi/passes/pass.h"
+#include "magi/passes/pass_options.h"
 
 namespace magi {
 
-class BucketCollectives : public Pass {
+struct BucketCollectivesOptions : PassOptions<BucketCollectivesOptions> {
+  double max_mb = 64;                   // the fused buffer's limit in megabytes (>= 0)
+  std::optional<CollectiveKind> kinds;  // bucket just this kind; every kind when empty
+
+  static const OptionSchema<BucketCollectivesOptions>& Schema();
+};
+
+class BucketCollectives : public GraphPass {
  public:
-  // `only`: bucket just this kind (all kinds when empty).
-  explicit BucketCollectives(double max_mb = 64, std::optional<CollectiveKind> only = std::nullopt)
-      : max_bytes_(max_mb * 1e6), only_(only) {}
-  absl::string_view name() const override { return "bucket-collectives"; }
+  using Options = BucketCollectivesOptions;
+  static constexpr absl::string_view kName = "bucket-collectives";
+
+  explicit BucketCollectives(Options options = {}) : options_(options) {}
+  absl::string_view name() const override { return kName; }
+  std::string PrintOptions() const override { return options_.Print(); }
 
   // The bytes a start moves, as the bucket size limit counts them.
   static int64_t BucketBytes(const Node& start);
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 
  private:
-  double max_bytes_;
-  std::optional<CollectiveKind> only_;
+  Options options_;
 };
 
 }  // namespace magi

@@ -55,7 +55,9 @@ TEST(BucketCollectivesTest, ZeroLimitChangesNothing) {
   auto module = LoadTestdata("llama4_fsdp_step.mir");
   ASSERT_NE(module, nullptr);
   std::string before = PrintModule(*module);
-  BucketCollectives pass(/*max_mb=*/0);
+  BucketCollectivesOptions options;
+  options.max_mb = 0;
+  BucketCollectives pass(options);
   absl::StatusOr<bool> changed = pass.Run(*module);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);

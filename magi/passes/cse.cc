@@ -5,7 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "magi/analysis/op_traits.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -33,27 +33,22 @@ std::string Signature(const Node& node) {
 
 }  // namespace
 
-absl::StatusOr<bool> CommonSubexpressionElimination::RunImpl(Module& module) {
+absl::StatusOr<bool> CommonSubexpressionElimination::RunOnGraph(Graph& graph) {
   bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    absl::flat_hash_map<std::string, Node*> seen;
-    for (Node* node : graph->nodes()) {
-      // Never merge effects, random draws or communication (each pair is its own).
-      if (node->num_results() == 0 || !GetOpTraits(node->op()).movable()) continue;
-      auto [it, inserted] = seen.emplace(Signature(*node), node);
-      if (inserted) continue;
-      Node* kept = it->second;
-      for (int i = 0; i < node->num_results(); ++i) graph->ReplaceAllUsesWith(node->result(i), kept->result(i));
-      graph->EraseNode(node);
-      changed = true;
-    }
+  absl::flat_hash_map<std::string, Node*> seen;
+  for (Node* node : graph.nodes()) {
+    // Never merge effects, random draws or communication (each pair is its own).
+    if (node->num_results() == 0 || !GetOpTraits(node->op()).movable()) continue;
+    auto [it, inserted] = seen.emplace(Signature(*node), node);
+    if (inserted) continue;
+    Node* kept = it->second;
+    for (int i = 0; i < node->num_results(); ++i) graph.ReplaceAllUsesWith(node->result(i), kept->result(i));
+    graph.EraseNode(node);
+    changed = true;
   }
   return changed;
 }
 
-MAGI_REGISTER(Pass, "cse", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  if (!options.empty()) return absl::InvalidArgumentError("cse takes no options");
-  return std::make_unique<CommonSubexpressionElimination>();
-});
+MAGI_REGISTER_PASS(CommonSubexpressionElimination);
 
 }  // namespace magi

@@ -15,12 +15,13 @@
 
 namespace magi {
 
-class CommonSubexpressionElimination : public Pass {
+class CommonSubexpressionElimination : public GraphPass {
  public:
-  absl::string_view name() const override { return "cse"; }
+  static constexpr absl::string_view kName = "cse";
+  absl::string_view name() const override { return kName; }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 };
 
 }  // namespace magi

@@ -4,35 +4,30 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "magi/analysis/op_traits.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 
-absl::StatusOr<bool> DeadCodeElimination::RunImpl(Module& module) {
+absl::StatusOr<bool> DeadCodeElimination::RunOnGraph(Graph& graph) {
   bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    absl::flat_hash_set<const Value*> outputs;
-    for (const GraphOutput& output : graph->outputs()) outputs.insert(output.value);
-    std::vector<Node*> nodes = graph->nodes();
-    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-      Node* node = *it;
-      if (GetOpTraits(node->op()).side_effects) continue;
-      bool dead = true;
-      for (const Value* result : node->results()) {
-        if (result->has_uses() || outputs.contains(result)) dead = false;
-      }
-      // A start is dead only when its wait is already gone (it then has no uses).
-      if (!dead) continue;
-      graph->EraseNode(node);
-      changed = true;
+  absl::flat_hash_set<const Value*> outputs;
+  for (const GraphOutput& output : graph.outputs()) outputs.insert(output.value);
+  std::vector<Node*> nodes = graph.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    Node* node = *it;
+    if (GetOpTraits(node->op()).side_effects) continue;
+    bool dead = true;
+    for (const Value* result : node->results()) {
+      if (result->has_uses() || outputs.contains(result)) dead = false;
     }
+    // A start is dead only when its wait is already gone (it then has no uses).
+    if (!dead) continue;
+    graph.EraseNode(node);
+    changed = true;
   }
   return changed;
 }
 
-MAGI_REGISTER(Pass, "dce", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  if (!options.empty()) return absl::InvalidArgumentError("dce takes no options");
-  return std::make_unique<DeadCodeElimination>();
-});
+MAGI_REGISTER_PASS(DeadCodeElimination);
 
 }  // namespace magi

@@ -17,12 +17,13 @@
 
 namespace magi {
 
-class DeadCodeElimination : public Pass {
+class DeadCodeElimination : public GraphPass {
  public:
-  absl::string_view name() const override { return "dce"; }
+  static constexpr absl::string_view kName = "dce";
+  absl::string_view name() const override { return kName; }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 };
 
 }  // namespace magi

@@ -125,7 +125,7 @@ TEST(DceTest, DunderOpsAreInPlaceOnlyWhenTheTableSaysSo) {
 
 TEST(DceTest, RejectsOptions) {
   auto pass = Registry<Pass>::Global().Create("dce", {{"aggressive", "1"}});
-  EXPECT_EQ(pass.status().message(), "dce takes no options");
+  EXPECT_EQ(pass.status().message(), "dce: unknown option 'aggressive'; there are no options");
 }
 
 }  // namespace

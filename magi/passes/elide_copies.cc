@@ -1,7 +1,7 @@
 #include "magi/passes/elide_copies.h"
 
 #include "magi/analysis/op_traits.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -24,28 +24,23 @@ bool SameStorageSize(const Value* value) {
 
 }  // namespace
 
-absl::StatusOr<bool> ElideCopies::RunImpl(Module& module) {
+absl::StatusOr<bool> ElideCopies::RunOnGraph(Graph& graph) {
   bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    for (Node* node : graph->nodes()) {
-      // aten::copy(self, src, non_blocking): the functional form; its result is a new tensor.
-      if (node->op() != "aten::copy" || node->num_operands() != 2 || node->num_results() != 1) continue;
-      Value* result = node->result(0);
-      Value* source = node->operand(1);
-      if (!result->type().is_tensor() || !source->type().is_tensor()) continue;
-      if (!(result->type() == source->type())) continue;  // a cast, a layout change or a move
-      if (!SameStorageSize(source)) continue;
-      if (source->is_graph_input()) continue;  // an output must not start aliasing an input
-      graph->ReplaceAllUsesWith(result, source);
-      changed = true;
-    }
+  for (Node* node : graph.nodes()) {
+    // aten::copy(self, src, non_blocking): the functional form; its result is a new tensor.
+    if (node->op() != "aten::copy" || node->num_operands() != 2 || node->num_results() != 1) continue;
+    Value* result = node->result(0);
+    Value* source = node->operand(1);
+    if (!result->type().is_tensor() || !source->type().is_tensor()) continue;
+    if (!(result->type() == source->type())) continue;  // a cast, a layout change or a move
+    if (!SameStorageSize(source)) continue;
+    if (source->is_graph_input()) continue;  // an output must not start aliasing an input
+    graph.ReplaceAllUsesWith(result, source);
+    changed = true;
   }
   return changed;
 }
 
-MAGI_REGISTER(Pass, "elide-copies", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  if (!options.empty()) return absl::InvalidArgumentError("elide-copies takes no options");
-  return std::make_unique<ElideCopies>();
-});
+MAGI_REGISTER_PASS(ElideCopies);
 
 }  // namespace magi

@@ -18,12 +18,13 @@
 
 namespace magi {
 
-class ElideCopies : public Pass {
+class ElideCopies : public GraphPass {
  public:
-  absl::string_view name() const override { return "elide-copies"; }
+  static constexpr absl::string_view kName = "elide-copies";
+  absl::string_view name() const override { return kName; }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 };
 
 }  // namespace magi

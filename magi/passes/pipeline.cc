@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/verifier.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -96,19 +97,13 @@ std::string PrintPassPipeline(const PassPipeline& pipeline) {
 
 absl::Status PassManager::AddPipeline(const PassPipeline& pipeline, const PassFactory& factory) {
   for (const PassSpec& spec : pipeline) {
-    if (spec.name == "fixed-point") {
-      int max_iterations = 10;
-      for (const auto& [key, value] : spec.options) {
-        if (key != "max_iterations" || !absl::SimpleAtoi(value, &max_iterations) || max_iterations < 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("fixed-point takes max_iterations=N (N >= 1), not ", key, "=", value));
-        }
-      }
+    if (spec.name == FixedPointPass::kName) {
+      MAGI_ASSIGN_OR_RETURN(FixedPointOptions options, ParsePassOptions<FixedPointPass>(spec.options));
       if (spec.nested.empty())
         return absl::InvalidArgumentError("fixed-point needs an inner pipeline: fixed-point(a,b)");
       auto inner = std::make_unique<PassManager>(verify_each_);
       MAGI_RETURN_IF_ERROR(inner->AddPipeline(spec.nested, factory));
-      AddPass(std::make_unique<FixedPointPass>(std::move(inner), max_iterations));
+      AddPass(std::make_unique<FixedPointPass>(std::move(inner), options));
       continue;
     }
     if (!spec.nested.empty())
@@ -164,9 +159,24 @@ absl::StatusOr<bool> RunPassPipeline(absl::string_view spec, Module& module, boo
   return manager.Run(module);
 }
 
+std::string PassManager::Print() const {
+  return absl::StrJoin(passes_, ",", [](std::string* out, const std::unique_ptr<Pass>& pass) {
+    out->append(pass->Print());
+  });
+}
+
+const OptionSchema<FixedPointOptions>& FixedPointOptions::Schema() {
+  static const auto* schema = new OptionSchema<FixedPointOptions>({
+      Field("max_iterations", &FixedPointOptions::max_iterations, Integer(1)),
+  });
+  return *schema;
+}
+
+std::string FixedPointPass::Print() const { return absl::StrCat(Pass::Print(), "(", inner_->Print(), ")"); }
+
 absl::StatusOr<bool> FixedPointPass::RunImpl(Module& module) {
   bool changed = false;
-  for (int i = 0; i < max_iterations_; ++i) {
+  for (int i = 0; i < options_.max_iterations; ++i) {
     MAGI_ASSIGN_OR_RETURN(bool round_changed, inner_->Run(module));
     if (!round_changed) return changed;
     changed = true;

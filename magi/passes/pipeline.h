@@ -1,7 +1,16 @@
 // Pass pipelines: built in code or parsed from text, run with the verifier in between.
 //
-//   absl::StatusOr<PassPipeline> p = ParsePassPipeline("dce,cse,dce");
+// Code builds a pipeline from pass objects with typed options (what the strategy search
+// does); text is for `magi opt`, flags, reports and dumps:
+//
 //   PassManager manager;
+//   BucketCollectivesOptions buckets;
+//   buckets.max_mb = 2;
+//   manager.AddPass<BucketCollectives>(buckets);
+//   manager.AddPass<DeadCodeElimination>();
+//   manager.Print();                                         // "bucket-collectives{max_mb=2},dce"
+//
+//   absl::StatusOr<PassPipeline> p = ParsePassPipeline("dce,cse,dce");
 //   MAGI_RETURN_IF_ERROR(manager.AddPipeline(*p));           // looks names up in the registry
 //   absl::StatusOr<bool> changed = manager.Run(module);      // verifies after every pass
 //   manager.statistics();                                    // per pass: runs, changed, seconds
@@ -9,7 +18,8 @@
 // Text form (MLIR-style): passes separated by commas, options in braces,
 // `name{key=value,key=value}`; `fixed-point{max_iterations=N}(a,b)` repeats the inner
 // pipeline until it changes nothing (at most N times). Print(Parse(text)) == text for
-// canonical text (no spaces, keys in order).
+// canonical text (no spaces, keys in order), and a manager built from that text prints
+// it back (options at their defaults left out, except those a pass always prints).
 #ifndef MAGI_PASSES_PIPELINE_H_
 #define MAGI_PASSES_PIPELINE_H_
 
@@ -20,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "magi/passes/pass.h"
+#include "magi/passes/pass_options.h"
 #include "magi/registry/registry.h"
 
 namespace magi {
@@ -48,6 +59,7 @@ class PassManager {
   // `verify_each`: run VerifyModule after every pass (tests and tools do; it is cheap).
   explicit PassManager(bool verify_each = true) : verify_each_(verify_each) {}
 
+  // `pass` must not be null.
   void AddPass(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
   template <typename T, typename... Args>
   void AddPass(Args&&... args) {
@@ -67,6 +79,10 @@ class PassManager {
   absl::StatusOr<bool> Run(Module& module);
   const std::vector<PassStatistics>& statistics() const { return statistics_; }
 
+  // The passes as a textual pipeline: "reshard-after-forward{mode=reshard},dce" (each
+  // pass's Print(); "" when empty). For reports and dumps.
+  std::string Print() const;
+
   // Called after every pass (after verification) with the pass's position and name;
   // tools use it to dump the module between passes. An error stops the run.
   using AfterPassHook = std::function<absl::Status(int index, absl::string_view pass_name, const Module& module)>;
@@ -83,22 +99,35 @@ class PassManager {
 // verifier after each pass when `verify_each`); true if anything changed.
 absl::StatusOr<bool> RunPassPipeline(absl::string_view spec, Module& module, bool verify_each = true);
 
+struct FixedPointOptions : PassOptions<FixedPointOptions> {
+  int max_iterations = 10;  // runs of the inner pipeline, at most (>= 1)
+
+  static const OptionSchema<FixedPointOptions>& Schema();
+};
+
 // Repeats an inner pipeline until it changes nothing or `max_iterations` runs happened.
 // Textual pipelines spell it `fixed-point{max_iterations=N}(a,b)`; PassManager::AddPipeline
 // builds it itself (it takes an inner pipeline, which registry factories cannot), so it
 // is not in the registry.
 class FixedPointPass : public Pass {
  public:
-  FixedPointPass(std::unique_ptr<PassManager> inner, int max_iterations)
-      : inner_(std::move(inner)), max_iterations_(max_iterations) {}
-  absl::string_view name() const override { return "fixed-point"; }
+  using Options = FixedPointOptions;
+  static constexpr absl::string_view kName = "fixed-point";
+
+  // `inner` must not be null.
+  FixedPointPass(std::unique_ptr<PassManager> inner, Options options = {})
+      : inner_(std::move(inner)), options_(options) {}
+  absl::string_view name() const override { return kName; }
+  std::string PrintOptions() const override { return options_.Print(); }
+  // "fixed-point{...}(inner passes)".
+  std::string Print() const override;
 
  protected:
   absl::StatusOr<bool> RunImpl(Module& module) override;
 
  private:
   std::unique_ptr<PassManager> inner_;
-  int max_iterations_;
+  Options options_;
 };
 
 }  // namespace magi

@@ -92,10 +92,10 @@ TEST(PipelineTest, UnknownPassesAndBadOptions) {
   PassManager manager;
   EXPECT_EQ(manager.AddPipeline(*ParsePassPipeline("dce,nope")).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(manager.AddPipeline(*ParsePassPipeline("fixed-point{max_iterations=0}(dce)")).message(),
-            "fixed-point takes max_iterations=N (N >= 1), not max_iterations=0");
+            "fixed-point: max_iterations must be an integer >= 1, not '0'");
   EXPECT_EQ(manager.AddPipeline(*ParsePassPipeline("fixed-point")).message(),
             "fixed-point needs an inner pipeline: fixed-point(a,b)");
-  EXPECT_EQ(manager.AddPipeline(*ParsePassPipeline("cse{aggressive=1}")).message(), "cse takes no options");
+  EXPECT_EQ(manager.AddPipeline(*ParsePassPipeline("cse{aggressive=1}")).message(), "cse: unknown option 'aggressive'; there are no options");
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include "magi/passes/auto_recompute.h"
 #include "magi/passes/phase_util.h"
 #include "magi/passes/schedule_util.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -100,18 +100,8 @@ int RecomputeFusible(Graph& graph, const DeclinedByBackend& declined, RecomputeU
   return static_cast<int>(chosen.size());
 }
 
-absl::StatusOr<bool> RecomputeFusiblePass::RunImpl(Module& module) {
-  bool changed = false;
-  for (Graph* graph : module.graphs()) changed = RecomputeFusible(*graph) > 0 || changed;
-  return changed;
-}
+absl::StatusOr<bool> RecomputeFusiblePass::RunOnGraph(Graph& graph) { return RecomputeFusible(graph) > 0; }
 
-MAGI_REGISTER(Pass, "recompute-fusible", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  if (!options.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("recompute-fusible takes no options, not '", options.begin()->first, "'"));
-  }
-  return std::make_unique<RecomputeFusiblePass>();
-});
+MAGI_REGISTER_PASS(RecomputeFusiblePass);
 
 }  // namespace magi

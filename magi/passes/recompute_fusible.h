@@ -53,12 +53,13 @@ std::vector<Node*> ChooseFusibleRecompute(const Graph& graph, const DeclinedByBa
 // nodes were chosen. With `undo`, records the rewrite for UndoRecompute (auto_recompute.h).
 int RecomputeFusible(Graph& graph, const DeclinedByBackend& declined = nullptr, RecomputeUndo* undo = nullptr);
 
-class RecomputeFusiblePass : public Pass {
+class RecomputeFusiblePass : public GraphPass {
  public:
-  absl::string_view name() const override { return "recompute-fusible"; }
+  static constexpr absl::string_view kName = "recompute-fusible";
+  absl::string_view name() const override { return kName; }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 };
 
 }  // namespace magi

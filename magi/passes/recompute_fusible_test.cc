@@ -138,7 +138,7 @@ TEST(RecomputeFusibleTest, TakesNoOptions) {
   absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(kSwiGlu);
   ASSERT_TRUE(module.ok());
   absl::StatusOr<bool> ran = RunPassPipeline("recompute-fusible{x=1}", **module);
-  EXPECT_EQ(ran.status().message(), "recompute-fusible takes no options, not 'x'");
+  EXPECT_EQ(ran.status().message(), "recompute-fusible: unknown option 'x'; there are no options");
 }
 
 }  // namespace

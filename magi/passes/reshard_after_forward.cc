@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
@@ -13,7 +14,7 @@
 #include "magi/analysis/op_traits.h"
 #include "magi/passes/phase_util.h"
 #include "magi/passes/schedule_util.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -54,11 +55,33 @@ std::vector<Value*> RegatherOperands(Graph& graph, const Node& start, Node* befo
   return operands;
 }
 
+// A set of FSDP groups by module path: "layers.0+root" ("" is the root group).
+OptionCodec<std::set<std::string>> ModulePaths() {
+  OptionCodec<std::set<std::string>> codec;
+  codec.syntax = "a+b+root";
+  codec.expected = "module paths joined by + (root for the root group)";
+  codec.parse = [](absl::string_view text, std::set<std::string>& value) {
+    std::set<std::string> paths;
+    for (absl::string_view path : absl::StrSplit(text, '+')) {
+      if (path.empty()) return false;
+      paths.insert(path == "root" ? "" : std::string(path));
+    }
+    value = std::move(paths);
+    return true;
+  };
+  codec.print = [](const std::set<std::string>& value) {
+    return absl::StrJoin(value, "+", [](std::string* out, const std::string& path) {
+      out->append(path.empty() ? "root" : path);
+    });
+  };
+  return codec;
+}
+
 }  // namespace
 
 bool ReshardAfterForward::Selected(const Node& start) const {
   const std::string& group = start.annotations().module_path;
-  return (groups_.empty() || groups_.count(group) > 0) && excluded_.count(group) == 0;
+  return (options_.groups.empty() || options_.groups.count(group) > 0) && options_.except.count(group) == 0;
 }
 
 bool ReshardAfterForward::Keep(Graph& graph) const {
@@ -191,32 +214,20 @@ bool ReshardAfterForward::Reshard(Graph& graph) const {
   return changed;
 }
 
-absl::StatusOr<bool> ReshardAfterForward::RunImpl(Module& module) {
-  bool changed = false;
-  for (Graph* graph : module.graphs()) changed |= reshard_ ? Reshard(*graph) : Keep(*graph);
-  return changed;
+absl::StatusOr<bool> ReshardAfterForward::RunOnGraph(Graph& graph) {
+  return options_.reshard ? Reshard(graph) : Keep(graph);
 }
 
-MAGI_REGISTER(Pass, "reshard-after-forward",
-              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-                bool reshard = true;
-                std::set<std::string> groups;
-                std::set<std::string> excluded;
-                for (const auto& [key, value] : options) {
-                  if (key == "mode" && (value == "keep" || value == "reshard")) {
-                    reshard = value == "reshard";
-                  } else if (key == "groups" || key == "except") {
-                    for (absl::string_view group : absl::StrSplit(value, '+')) {
-                      (key == "groups" ? groups : excluded).insert(group == "root" ? "" : std::string(group));
-                    }
-                  } else {
-                    return absl::InvalidArgumentError(
-                        absl::StrCat("reshard-after-forward takes mode=keep|reshard, groups=a+b+root and except=a+b+root, "
-                                     "not ",
-                                     key, "=", value));
-                  }
-                }
-                return std::make_unique<ReshardAfterForward>(reshard, std::move(groups), std::move(excluded));
-              });
+const OptionSchema<ReshardAfterForwardOptions>& ReshardAfterForwardOptions::Schema() {
+  static const auto* schema = new OptionSchema<ReshardAfterForwardOptions>({
+      Field("mode", &ReshardAfterForwardOptions::reshard, Choice<bool>({{"keep", false}, {"reshard", true}}),
+            kAlwaysPrinted),
+      Field("groups", &ReshardAfterForwardOptions::groups, ModulePaths()),
+      Field("except", &ReshardAfterForwardOptions::except, ModulePaths()),
+  });
+  return *schema;
+}
+
+MAGI_REGISTER_PASS(ReshardAfterForward);
 
 }  // namespace magi

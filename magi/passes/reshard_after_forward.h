@@ -16,7 +16,8 @@
 // "reshard-after-forward{mode=reshard,except=layers.3},reshard-after-forward{groups=layers.3,mode=keep}"
 // keeps the last layer gathered without first resharding it (resharding adds copies of
 // forward views that a later keep would not remove). Registered as
-// "reshard-after-forward{mode=keep|reshard,groups=layers.0+root,except=layers.3}".
+// "reshard-after-forward{mode=keep|reshard,groups=layers.0+root,except=layers.3}" (mode
+// reshard by default, and always printed).
 #ifndef MAGI_PASSES_RESHARD_AFTER_FORWARD_H_
 #define MAGI_PASSES_RESHARD_AFTER_FORWARD_H_
 
@@ -24,26 +25,36 @@
 #include <string>
 
 #include "magi/passes/pass.h"
+#include "magi/passes/pass_options.h"
 
 namespace magi {
 
-class ReshardAfterForward : public Pass {
+struct ReshardAfterForwardOptions : PassOptions<ReshardAfterForwardOptions> {
+  bool reshard = true;          // mode=reshard (true) or mode=keep
+  std::set<std::string> groups;  // module paths ("" is the root group, `root` in text); all when empty
+  std::set<std::string> except;  // module paths left out
+
+  static const OptionSchema<ReshardAfterForwardOptions>& Schema();
+};
+
+class ReshardAfterForward : public GraphPass {
  public:
-  ReshardAfterForward(bool reshard, std::set<std::string> groups, std::set<std::string> excluded = {})
-      : reshard_(reshard), groups_(std::move(groups)), excluded_(std::move(excluded)) {}
-  absl::string_view name() const override { return "reshard-after-forward"; }
+  using Options = ReshardAfterForwardOptions;
+  static constexpr absl::string_view kName = "reshard-after-forward";
+
+  explicit ReshardAfterForward(Options options = {}) : options_(std::move(options)) {}
+  absl::string_view name() const override { return kName; }
+  std::string PrintOptions() const override { return options_.Print(); }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 
  private:
   bool Selected(const Node& start) const;
   bool Keep(Graph& graph) const;
   bool Reshard(Graph& graph) const;
 
-  bool reshard_;
-  std::set<std::string> groups_;    // module paths; "" is the root
-  std::set<std::string> excluded_;  // module paths left out
+  Options options_;
 };
 
 }  // namespace magi

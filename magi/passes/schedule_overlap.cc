@@ -12,12 +12,27 @@
 #include "magi/passes/bucket_collectives.h"
 #include "magi/passes/program_order.h"
 #include "magi/passes/schedule_util.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
 
-constexpr int kMaxPrefetch = 64;
+constexpr int kMaxPrefetch = ScheduleOverlapOptions::kMaxPrefetch;
+
+OptionCodec<PerGatherPrefetch> PerGatherCodec() {
+  OptionCodec<PerGatherPrefetch> codec;
+  codec.syntax = "GROUP.fwd.N+GROUP.bwd.N+...";
+  codec.expected = absl::StrCat("entries GROUP.fwd.N or GROUP.bwd.N joined by + (GROUP a module path or root, N in 0..",
+                                kMaxPrefetch, ", each GROUP.PHASE once)");
+  codec.parse = [](absl::string_view text, PerGatherPrefetch& value) {
+    absl::StatusOr<PerGatherPrefetch> parsed = ParsePerGatherPrefetch(text);
+    if (!parsed.ok()) return false;
+    value = *std::move(parsed);
+    return true;
+  };
+  codec.print = FormatPerGatherPrefetch;
+  return codec;
+}
 
 }  // namespace
 
@@ -27,14 +42,15 @@ std::string GatherKey(const Node& start) {
 }
 
 int ScheduleOverlap::DistanceOf(const Node& start) const {
-  if (!per_gather_.empty()) {
-    auto it = per_gather_.find(GatherKey(start));
-    if (it != per_gather_.end()) return it->second;
+  if (!options_.per_gather.empty()) {
+    auto it = options_.per_gather.find(GatherKey(start));
+    if (it != options_.per_gather.end()) return it->second;
   }
-  return prefetch_;
+  return options_.prefetch;
 }
 
 bool ScheduleOverlap::PrefetchGathers(ProgramOrder& order) const {
+  const double max_inflight_bytes = options_.max_inflight_mb * 1e6;  // 0: no limit
   bool changed = false;
   std::vector<Node*> gathers, waits;
   std::vector<int64_t> bytes;
@@ -65,8 +81,8 @@ bool ScheduleOverlap::PrefetchGathers(ProgramOrder& order) const {
       }
       if (target == nullptr || target == start) break;
       if (order.Position(target) >= order.Position(start)) break;  // already at least this early
-      if (max_inflight_bytes_ > 0 &&
-          static_cast<double>(SaturatingAdd(inflight(order.Position(target)), bytes[i])) > max_inflight_bytes_) {
+      if (max_inflight_bytes > 0 &&
+          static_cast<double>(SaturatingAdd(inflight(order.Position(target)), bytes[i])) > max_inflight_bytes) {
         continue;  // too much in flight there: try a shorter distance
       }
       if (order.HoistBefore(start, target)) {
@@ -112,32 +128,30 @@ bool ScheduleOverlap::SinkWaits(ProgramOrder& order) const {
   return changed;
 }
 
-absl::StatusOr<bool> ScheduleOverlap::RunImpl(Module& module) {
+absl::StatusOr<bool> ScheduleOverlap::RunOnGraph(Graph& graph) {
   bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    ProgramOrder order(*graph);
-    bool moved = false;
-    if (prefetch_ > 0 || !per_gather_.empty()) moved |= PrefetchGathers(order);
-    moved |= SinkWaits(order);
-    if (moved) order.Apply(*graph);
-    changed |= moved;
-    int64_t position = 0;
-    for (Node* node : order.nodes()) {
-      NodeAnnotations& annotations = node->mutable_annotations();
-      int stream = 0;
-      if (std::optional<CollectiveKind> kind = GetCollectiveKind(node->op())) {
-        stream = DefaultCollectiveStream(*kind);
-      }
-      if (IsCollectiveStart(node->op()) && annotations.stream != stream) {
-        annotations.stream = stream;
-        changed = true;
-      }
-      if (annotations.schedule != position) {
-        annotations.schedule = position;
-        changed = true;
-      }
-      ++position;
+  ProgramOrder order(graph);
+  bool moved = false;
+  if (options_.prefetch > 0 || !options_.per_gather.empty()) moved |= PrefetchGathers(order);
+  moved |= SinkWaits(order);
+  if (moved) order.Apply(graph);
+  changed |= moved;
+  int64_t position = 0;
+  for (Node* node : order.nodes()) {
+    NodeAnnotations& annotations = node->mutable_annotations();
+    int stream = 0;
+    if (std::optional<CollectiveKind> kind = GetCollectiveKind(node->op())) {
+      stream = DefaultCollectiveStream(*kind);
     }
+    if (IsCollectiveStart(node->op()) && annotations.stream != stream) {
+      annotations.stream = stream;
+      changed = true;
+    }
+    if (annotations.schedule != position) {
+      annotations.schedule = position;
+      changed = true;
+    }
+    ++position;
   }
   return changed;
 }
@@ -169,31 +183,15 @@ std::string FormatPerGatherPrefetch(const PerGatherPrefetch& distances) {
   return text;
 }
 
-MAGI_REGISTER(Pass, "schedule-overlap", [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-  int prefetch = 1;
-  double max_inflight_mb = 0;
-  PerGatherPrefetch per_gather;
-  for (const auto& [key, value] : options) {
-    if (key == "prefetch") {
-      if (!absl::SimpleAtoi(value, &prefetch) || prefetch < 0 || prefetch > kMaxPrefetch) {
-        return absl::InvalidArgumentError(absl::StrCat("schedule-overlap: prefetch must be an integer in 0..",
-                                                       kMaxPrefetch, ", not '", value, "'"));
-      }
-    } else if (key == "max_inflight_mb") {
-      if (!ParseFiniteDouble(value, &max_inflight_mb) || max_inflight_mb < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "schedule-overlap: max_inflight_mb must be a non-negative, finite number, not '", value, "'"));
-      }
-    } else if (key == "per_gather") {
-      absl::StatusOr<PerGatherPrefetch> parsed = ParsePerGatherPrefetch(value);
-      if (!parsed.ok()) return parsed.status();
-      per_gather = *std::move(parsed);
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("schedule-overlap takes prefetch, max_inflight_mb and per_gather, not '", key, "'"));
-    }
-  }
-  return std::make_unique<ScheduleOverlap>(prefetch, max_inflight_mb, std::move(per_gather));
-});
+const OptionSchema<ScheduleOverlapOptions>& ScheduleOverlapOptions::Schema() {
+  static const auto* schema = new OptionSchema<ScheduleOverlapOptions>({
+      Field("prefetch", &ScheduleOverlapOptions::prefetch, Integer(0, kMaxPrefetch), kAlwaysPrinted),
+      Field("max_inflight_mb", &ScheduleOverlapOptions::max_inflight_mb, Number(0)),
+      Field("per_gather", &ScheduleOverlapOptions::per_gather, PerGatherCodec()),
+  });
+  return *schema;
+}
+
+MAGI_REGISTER_PASS(ScheduleOverlap);
 
 }  // namespace magi

@@ -21,7 +21,8 @@
 // than the casts that feed a gather it issues earlier.
 //
 // Registered as "schedule-overlap{prefetch=N,max_inflight_mb=M,per_gather=G.PHASE.N+...}"
-// (defaults 1, no limit, none), e.g. per_gather=root.bwd.0+layers.31.bwd.1.
+// (defaults 1, no limit, none; prefetch is always printed), e.g.
+// per_gather=root.bwd.0+layers.31.bwd.1.
 #ifndef MAGI_PASSES_SCHEDULE_OVERLAP_H_
 #define MAGI_PASSES_SCHEDULE_OVERLAP_H_
 
@@ -30,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "magi/passes/pass.h"
+#include "magi/passes/pass_options.h"
 
 namespace magi {
 
@@ -46,23 +48,33 @@ std::string GatherKey(const Node& start);
 absl::StatusOr<PerGatherPrefetch> ParsePerGatherPrefetch(absl::string_view text);
 std::string FormatPerGatherPrefetch(const PerGatherPrefetch& distances);
 
-class ScheduleOverlap : public Pass {
+struct ScheduleOverlapOptions : PassOptions<ScheduleOverlapOptions> {
+  static constexpr int kMaxPrefetch = 64;
+  int prefetch = 1;             // gathers ahead, 0..kMaxPrefetch
+  double max_inflight_mb = 0;   // gathered megabytes in flight, at most; 0: no limit
+  PerGatherPrefetch per_gather;  // distances by GatherKey that differ from `prefetch`
+
+  static const OptionSchema<ScheduleOverlapOptions>& Schema();
+};
+
+class ScheduleOverlap : public GraphPass {
  public:
-  explicit ScheduleOverlap(int prefetch = 1, double max_inflight_mb = 0, PerGatherPrefetch per_gather = {})
-      : prefetch_(prefetch), max_inflight_bytes_(max_inflight_mb * 1e6), per_gather_(std::move(per_gather)) {}
-  absl::string_view name() const override { return "schedule-overlap"; }
+  using Options = ScheduleOverlapOptions;
+  static constexpr absl::string_view kName = "schedule-overlap";
+
+  explicit ScheduleOverlap(Options options = {}) : options_(std::move(options)) {}
+  absl::string_view name() const override { return kName; }
+  std::string PrintOptions() const override { return options_.Print(); }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 
  private:
   int DistanceOf(const Node& start) const;
   bool PrefetchGathers(ProgramOrder& order) const;
   bool SinkWaits(ProgramOrder& order) const;
 
-  int prefetch_;
-  double max_inflight_bytes_;  // 0: no limit
-  PerGatherPrefetch per_gather_;
+  Options options_;
 };
 
 }  // namespace magi

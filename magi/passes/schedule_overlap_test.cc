@@ -151,8 +151,9 @@ TEST(ScheduleOverlapTest, PerGatherTextRoundTripsAndBadEntriesAreRefused) {
   absl::StatusOr<std::unique_ptr<Pass>> pass =
       Registry<Pass>::Global().Create("schedule-overlap", {{"per_gather", "layers.1.fwd"}});
   ASSERT_FALSE(pass.ok());
-  EXPECT_NE(pass.status().message().find("per_gather entries are GROUP.fwd.N or GROUP.bwd.N"), std::string::npos)
-      << pass.status();
+  EXPECT_EQ(pass.status().message(),
+            "schedule-overlap: per_gather must be entries GROUP.fwd.N or GROUP.bwd.N joined by + (GROUP a module "
+            "path or root, N in 0..64, each GROUP.PHASE once), not 'layers.1.fwd'");
 }
 
 TEST(ScheduleOverlapTest, Deterministic) {

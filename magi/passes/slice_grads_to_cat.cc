@@ -4,8 +4,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
-
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -99,65 +98,59 @@ bool OnlyReadBy(const Value* value, const Node* reader) {
 
 }  // namespace
 
-absl::StatusOr<bool> SliceGradsToCat::RunImpl(Module& module) {
+absl::StatusOr<bool> SliceGradsToCat::RunOnGraph(Graph& graph) {
   bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    absl::flat_hash_set<const Value*> outputs;
-    for (const GraphOutput& output : graph->outputs()) outputs.insert(output.value);
-    for (Node* add : graph->nodes()) {
-      if (add->op() != "aten::add.Tensor" || add->num_operands() != 2 || add->num_results() != 1) continue;
-      if (add->operand(0) == add->operand(1) || !AlphaIsOne(*add)) continue;
-      std::optional<SliceFill> x = AsSliceFill(add->operand(0));
-      std::optional<SliceFill> y = AsSliceFill(add->operand(1));
-      if (!x || !y || x->sizes != y->sizes || x->dim != y->dim) continue;
-      if (x->start > y->start) std::swap(x, y);
-      const int64_t n = x->sizes[x->dim];
-      if (x->start != 0 || x->end != y->start || y->end != n) continue;  // the halves must tile the dim
-      const Type& result_type = add->result(0)->type();
-      const TensorType& lo = x->grad->type().tensor();
-      const TensorType& hi = y->grad->type().tensor();
-      if (!result_type.is_tensor() || lo.dtype != hi.dtype || lo.device != hi.device) continue;
-      TensorType cat_type = result_type.tensor();
-      if (cat_type.dtype != lo.dtype || cat_type.device != lo.device || cat_type.sizes != x->sizes ||
-          !cat_type.IsContiguous()) {
-        continue;
-      }
-      Value* a = add->operand(0);
-      Value* b = add->operand(1);
-      if (outputs.contains(a) || outputs.contains(b) || !OnlyReadBy(a, add) || !OnlyReadBy(b, add)) continue;
-      // aten::cat lays its result out as its inputs suggest: channels last when every
-      // input's strides are like channels last (a rank-4 gradient of a transposed view
-      // can be), contiguous otherwise. The add's result, and what reads it (views with
-      // explicit strides such as _reshape_alias), are contiguous: then a clone to
-      // contiguous follows the cat (a fusing backend writes the cat so at once).
-      const bool channels_last = StridesLikeChannelsLast(lo) && StridesLikeChannelsLast(hi);
-      TensorType cat_layout = cat_type;
-      if (channels_last) cat_layout.strides = ChannelsLastStrides(cat_type.sizes);
-      Node* cat = graph->AddNode("aten::cat", {NodeArg(std::vector<Value*>{x->grad, y->grad}), NodeArg(Attribute(x->dim))},
-                                 {Type::Tensor(cat_layout)}, add);
-      cat->mutable_annotations() = add->annotations();
-      Node* result = cat;
-      if (channels_last) {
-        result = graph->AddNode("aten::clone", {NodeArg(cat->result(0)), NodeArg(Attribute(int64_t{0}), "memory_format")},
-                                {result_type}, add);
-        result->mutable_annotations() = add->annotations();
-      }
-      graph->ReplaceAllUsesWith(add->result(0), result->result(0));  // outputs too
-      Node* fill_a = a->producer();
-      Node* fill_b = b->producer();
-      graph->EraseNode(add);
-      graph->EraseNode(fill_a);
-      graph->EraseNode(fill_b);
-      changed = true;
+  absl::flat_hash_set<const Value*> outputs;
+  for (const GraphOutput& output : graph.outputs()) outputs.insert(output.value);
+  for (Node* add : graph.nodes()) {
+    if (add->op() != "aten::add.Tensor" || add->num_operands() != 2 || add->num_results() != 1) continue;
+    if (add->operand(0) == add->operand(1) || !AlphaIsOne(*add)) continue;
+    std::optional<SliceFill> x = AsSliceFill(add->operand(0));
+    std::optional<SliceFill> y = AsSliceFill(add->operand(1));
+    if (!x || !y || x->sizes != y->sizes || x->dim != y->dim) continue;
+    if (x->start > y->start) std::swap(x, y);
+    const int64_t n = x->sizes[x->dim];
+    if (x->start != 0 || x->end != y->start || y->end != n) continue;  // the halves must tile the dim
+    const Type& result_type = add->result(0)->type();
+    const TensorType& lo = x->grad->type().tensor();
+    const TensorType& hi = y->grad->type().tensor();
+    if (!result_type.is_tensor() || lo.dtype != hi.dtype || lo.device != hi.device) continue;
+    TensorType cat_type = result_type.tensor();
+    if (cat_type.dtype != lo.dtype || cat_type.device != lo.device || cat_type.sizes != x->sizes ||
+        !cat_type.IsContiguous()) {
+      continue;
     }
+    Value* a = add->operand(0);
+    Value* b = add->operand(1);
+    if (outputs.contains(a) || outputs.contains(b) || !OnlyReadBy(a, add) || !OnlyReadBy(b, add)) continue;
+    // aten::cat lays its result out as its inputs suggest: channels last when every
+    // input's strides are like channels last (a rank-4 gradient of a transposed view
+    // can be), contiguous otherwise. The add's result, and what reads it (views with
+    // explicit strides such as _reshape_alias), are contiguous: then a clone to
+    // contiguous follows the cat (a fusing backend writes the cat so at once).
+    const bool channels_last = StridesLikeChannelsLast(lo) && StridesLikeChannelsLast(hi);
+    TensorType cat_layout = cat_type;
+    if (channels_last) cat_layout.strides = ChannelsLastStrides(cat_type.sizes);
+    Node* cat = graph.AddNode("aten::cat", {NodeArg(std::vector<Value*>{x->grad, y->grad}), NodeArg(Attribute(x->dim))},
+                              {Type::Tensor(cat_layout)}, add);
+    cat->mutable_annotations() = add->annotations();
+    Node* result = cat;
+    if (channels_last) {
+      result = graph.AddNode("aten::clone", {NodeArg(cat->result(0)), NodeArg(Attribute(int64_t{0}), "memory_format")},
+                             {result_type}, add);
+      result->mutable_annotations() = add->annotations();
+    }
+    graph.ReplaceAllUsesWith(add->result(0), result->result(0));  // outputs too
+    Node* fill_a = a->producer();
+    Node* fill_b = b->producer();
+    graph.EraseNode(add);
+    graph.EraseNode(fill_a);
+    graph.EraseNode(fill_b);
+    changed = true;
   }
   return changed;
 }
 
-MAGI_REGISTER(Pass, "slice-grads-to-cat",
-              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-                if (!options.empty()) return absl::InvalidArgumentError("slice-grads-to-cat takes no options");
-                return std::make_unique<SliceGradsToCat>();
-              });
+MAGI_REGISTER_PASS(SliceGradsToCat);
 
 }  // namespace magi

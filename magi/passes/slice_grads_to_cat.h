@@ -23,12 +23,13 @@
 
 namespace magi {
 
-class SliceGradsToCat : public Pass {
+class SliceGradsToCat : public GraphPass {
  public:
-  absl::string_view name() const override { return "slice-grads-to-cat"; }
+  static constexpr absl::string_view kName = "slice-grads-to-cat";
+  absl::string_view name() const override { return kName; }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 };
 
 }  // namespace magi

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/ir/magi_ops.h"
-#include "magi/registry/registry.h"
+#include "magi/passes/pass_registration.h"
 
 namespace magi {
 namespace {
@@ -69,61 +69,55 @@ bool Qualifies(const Graph& graph, Value* param, Candidate& candidate) {
 
 }  // namespace
 
-absl::StatusOr<bool> SplitMasterWeights::RunImpl(Module& module) {
+absl::StatusOr<bool> SplitMasterWeights::RunOnGraph(Graph& graph) {
   bool changed = false;
-  for (Graph* graph : module.graphs()) {
-    std::vector<Candidate> candidates;
-    for (Value* input : graph->inputs()) {
-      Candidate candidate;
-      if (Qualifies(*graph, input, candidate)) candidates.push_back(std::move(candidate));
+  std::vector<Candidate> candidates;
+  for (Value* input : graph.inputs()) {
+    Candidate candidate;
+    if (Qualifies(graph, input, candidate)) candidates.push_back(std::move(candidate));
+  }
+  for (Candidate& c : candidates) {
+    const std::string name = c.param->name();
+    TensorType hi_type = c.param->type().tensor();
+    hi_type.dtype = DType::kBFloat16;
+    TensorType lo_type = c.param->type().tensor();
+    lo_type.dtype = DType::kInt16;
+    for (const std::string& half : {name + ".hi", name + ".lo"}) {
+      if (graph.FindValue(half) != nullptr) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("split-master-weights: @", graph.name(), " already has a value %", half));
+      }
     }
-    for (Candidate& c : candidates) {
-      const std::string name = c.param->name();
-      TensorType hi_type = c.param->type().tensor();
-      hi_type.dtype = DType::kBFloat16;
-      TensorType lo_type = c.param->type().tensor();
-      lo_type.dtype = DType::kInt16;
-      for (const std::string& half : {name + ".hi", name + ".lo"}) {
-        if (graph->FindValue(half) != nullptr) {
-          return absl::AlreadyExistsError(
-              absl::StrCat("split-master-weights: @", graph->name(), " already has a value %", half));
-        }
-      }
-      Value* hi = graph->AddInput(name + ".hi", Type::Tensor(hi_type), InputRole::kParam);
-      Value* lo = graph->AddInput(name + ".lo", Type::Tensor(lo_type), InputRole::kParam);
-      for (Node* cast : c.casts) {
-        graph->ReplaceAllUsesWith(cast->result(0), hi);
-        graph->EraseNode(cast);
-      }
-      MAGI_ASSIGN_OR_RETURN(Node * split, AddAdamWSplit(*graph, hi, lo, *c.adamw, name, c.adamw));
-      split->mutable_annotations() = c.adamw->annotations();
-      graph->ReplaceAllUsesWith(c.adamw->result(1), split->result(2));
-      graph->ReplaceAllUsesWith(c.adamw->result(2), split->result(3));
-      // Each output of the new parameter becomes its two halves, in its place.
-      std::vector<GraphOutput> outputs;
-      for (const GraphOutput& output : graph->outputs()) {
-        if (output.value != c.adamw->result(0)) {
-          outputs.push_back(output);
-          continue;
-        }
-        const bool donated = output.aliases == c.param;
-        outputs.push_back({output.name + ".hi", split->result(0), donated ? hi : nullptr});
-        outputs.push_back({output.name + ".lo", split->result(1), donated ? lo : nullptr});
-      }
-      while (!graph->outputs().empty()) graph->RemoveOutput(static_cast<int>(graph->outputs().size()) - 1);
-      for (GraphOutput& output : outputs) graph->AddOutput(std::move(output.name), output.value, output.aliases);
-      graph->EraseNode(c.adamw);
-      graph->EraseInput(c.param);
-      changed = true;
+    Value* hi = graph.AddInput(name + ".hi", Type::Tensor(hi_type), InputRole::kParam);
+    Value* lo = graph.AddInput(name + ".lo", Type::Tensor(lo_type), InputRole::kParam);
+    for (Node* cast : c.casts) {
+      graph.ReplaceAllUsesWith(cast->result(0), hi);
+      graph.EraseNode(cast);
     }
+    MAGI_ASSIGN_OR_RETURN(Node * split, AddAdamWSplit(graph, hi, lo, *c.adamw, name, c.adamw));
+    split->mutable_annotations() = c.adamw->annotations();
+    graph.ReplaceAllUsesWith(c.adamw->result(1), split->result(2));
+    graph.ReplaceAllUsesWith(c.adamw->result(2), split->result(3));
+    // Each output of the new parameter becomes its two halves, in its place.
+    std::vector<GraphOutput> outputs;
+    for (const GraphOutput& output : graph.outputs()) {
+      if (output.value != c.adamw->result(0)) {
+        outputs.push_back(output);
+        continue;
+      }
+      const bool donated = output.aliases == c.param;
+      outputs.push_back({output.name + ".hi", split->result(0), donated ? hi : nullptr});
+      outputs.push_back({output.name + ".lo", split->result(1), donated ? lo : nullptr});
+    }
+    while (!graph.outputs().empty()) graph.RemoveOutput(static_cast<int>(graph.outputs().size()) - 1);
+    for (GraphOutput& output : outputs) graph.AddOutput(std::move(output.name), output.value, output.aliases);
+    graph.EraseNode(c.adamw);
+    graph.EraseInput(c.param);
+    changed = true;
   }
   return changed;
 }
 
-MAGI_REGISTER(Pass, "split-master-weights",
-              [](const ComponentOptions& options) -> absl::StatusOr<std::unique_ptr<Pass>> {
-                if (!options.empty()) return absl::InvalidArgumentError("split-master-weights takes no options");
-                return std::make_unique<SplitMasterWeights>();
-              });
+MAGI_REGISTER_PASS(SplitMasterWeights);
 
 }  // namespace magi

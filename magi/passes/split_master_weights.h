@@ -18,7 +18,7 @@
 //
 // Whoever feeds the step must then hold the parameter split (SplitToBf16 of the fp32
 // master; JoinSplit gives it back, e.g. for checkpoints): FsdpTrainer does with
-// StepOptimization::split_master_weights, which appends this pass ("split-master-weights",
+// TrainingOptions::split_master_weights, which appends this pass ("split-master-weights",
 // no options) to canonicalization. The interpreter runs magi::adamw_split op by op
 // (AdamWSplitReference), nccl_stream in its multi-tensor AdamW kernel. In no default
 // pipeline: the step's signature changes, so only a caller that feeds it asks for it.
@@ -29,12 +29,13 @@
 
 namespace magi {
 
-class SplitMasterWeights : public Pass {
+class SplitMasterWeights : public GraphPass {
  public:
-  absl::string_view name() const override { return "split-master-weights"; }
+  static constexpr absl::string_view kName = "split-master-weights";
+  absl::string_view name() const override { return kName; }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Module& module) override;
+  absl::StatusOr<bool> RunOnGraph(Graph& graph) override;
 };
 
 }  // namespace magi

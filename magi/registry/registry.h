@@ -18,6 +18,9 @@
 //   });
 //   absl::StatusOr<std::unique_ptr<Pass>> pass = Registry<Pass>::Global().Create("dce");
 //
+// (Passes write MAGI_REGISTER_PASS(DeadCodeElimination) instead, which makes this factory
+// from the pass's typed options: magi/passes/pass_registration.h.)
+//
 // A duplicate name is a programmer error (MAGI_CHECK). An unknown name is NotFound
 // and lists the registered names.
 #ifndef MAGI_REGISTRY_REGISTRY_H_

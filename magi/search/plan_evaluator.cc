@@ -26,7 +26,8 @@ struct PlanEvaluator::Scratch {
 };
 
 struct PlanEvaluator::Variant {
-  std::string pipeline;
+  std::string pipeline;  // StructuralPipeline(knobs)
+  StrategyKnobs knobs;   // the first setting that asked for this variant
   absl::Mutex mutex;
   std::vector<std::unique_ptr<Scratch>> idle;
 };
@@ -52,12 +53,14 @@ int PlanEvaluator::variants_built() const {
   return variants_built_;
 }
 
-PlanEvaluator::Variant& PlanEvaluator::VariantFor(const std::string& structural) {
+PlanEvaluator::Variant& PlanEvaluator::VariantFor(const StrategyKnobs& knobs) {
+  const std::string structural = StructuralPipeline(knobs);
   absl::MutexLock lock(&mutex_);
   std::unique_ptr<Variant>& variant = variants_[structural];
   if (variant == nullptr) {
     variant = std::make_unique<Variant>();
     variant->pipeline = structural;
+    variant->knobs = knobs;
   }
   return *variant;
 }
@@ -73,7 +76,9 @@ absl::StatusOr<std::unique_ptr<PlanEvaluator::Scratch>> PlanEvaluator::Acquire(V
   }
   auto scratch = std::make_unique<Scratch>();
   scratch->module = CloneModule(module_);
-  absl::StatusOr<bool> changed = RunPassPipeline(variant.pipeline, *scratch->module, /*verify_each=*/false);
+  PassManager structural(/*verify_each=*/false);
+  AddStructuralPasses(variant.knobs, structural);
+  absl::StatusOr<bool> changed = structural.Run(*scratch->module);
   if (!changed.ok()) return changed.status();
   scratch->graph = scratch->module->FindGraph(graph_name_);
   if (scratch->graph == nullptr) return absl::NotFoundError(absl::StrCat("no graph @", graph_name_));
@@ -172,7 +177,7 @@ PlanEvaluation PlanEvaluator::Evaluate(const StrategyKnobs& knobs, int64_t budge
 
   PlanEvaluation evaluation;
   evaluation.pipeline = pipeline;
-  Variant& variant = VariantFor(StructuralPipeline(knobs));
+  Variant& variant = VariantFor(knobs);
   absl::StatusOr<std::unique_ptr<Scratch>> acquired = Acquire(variant);
   if (!acquired.ok()) {
     evaluation.status = acquired.status();
@@ -185,7 +190,7 @@ PlanEvaluation PlanEvaluator::Evaluate(const StrategyKnobs& knobs, int64_t budge
   simulate.node_times = &scratch.times;
   auto run = [&]() -> absl::Status {
     if (knobs.prefetch >= 0) {
-      ScheduleOverlap schedule(knobs.prefetch, knobs.max_inflight_mb, knobs.per_gather);
+      ScheduleOverlap schedule(ScheduleOptions(knobs));
       MAGI_RETURN_IF_ERROR(schedule.Run(*scratch.module).status());
     }
     // Settings that schedule the same variant into the same order are the same plan
@@ -218,7 +223,8 @@ PlanEvaluation PlanEvaluator::Evaluate(const StrategyKnobs& knobs, int64_t budge
       evaluation = *std::move(decided);
       return absl::OkStatus();
     }
-    AutoRecompute recompute(budget_bytes, std::make_unique<CachedTimes>(model_, scratch.times));
+    AutoRecompute recompute(AutoRecomputeOptions::Budget(budget_bytes, model_.profile().name),
+                            std::make_unique<CachedTimes>(model_, scratch.times));
     RecomputeUndo undo;
     recompute.set_undo_log(&undo);
     absl::StatusOr<bool> changed = recompute.Run(*scratch.module);

@@ -1,8 +1,9 @@
 // Evaluates strategy settings (StrategyKnobs) on a step graph with the simulator as the
 // oracle, quickly enough for a search to try hundreds of them on a 10k-node step.
 //
-// What runs is the real thing: the knobs' passes, then the simulator, then (over budget)
-// auto-recompute to the budget and the simulator again. What makes it cheap:
+// What runs is the real thing: the knobs' passes (AddKnobsPasses, built in code with typed
+// options), then the simulator, then (over budget) auto-recompute to the budget and the
+// simulator again. What makes it cheap:
 //  - each structural variant (resharding and bucketing: the passes that change nodes) is
 //    built once per worker and kept; only schedule-overlap (a reordering) and
 //    auto-recompute run per evaluation, on that copy, and are taken back afterwards
@@ -11,9 +12,9 @@
 //  - node times are cached per copy (NodeTimes), and the simulator records only the
 //    communication events the search reads;
 //  - settings already evaluated (same pipeline text, same budget) come from a cache.
-// The result is what the pipeline text would give on a fresh copy of the module: the
-// search re-runs the chosen text on one (StrategyPlan::optimized) and tests check that
-// the two predictions agree exactly.
+// The result is what the setting's passes (AddPlanPasses) give on a fresh copy of the
+// module: the search runs the chosen plan's passes on one (StrategyPlan::optimized) and
+// checks that the two predictions agree exactly.
 //
 // Thread-safe: EvaluateAll spreads a batch over threads; results come back in batch
 // order and do not depend on the thread count.
@@ -37,7 +38,7 @@ namespace magi {
 
 struct PlanEvaluation {
   absl::Status status;           // an error of a pass or the simulator (not "does not fit")
-  std::string pipeline;          // the knobs' pipeline (without auto-recompute)
+  std::string pipeline;          // the knobs' pipeline, printed (without auto-recompute)
   SimulationResult before_recompute;
   SimulationResult prediction;   // after auto-recompute where it ran (events: communication only)
   bool fits = false;
@@ -78,7 +79,7 @@ class PlanEvaluator {
   PlanEvaluation Evaluate(const StrategyKnobs& knobs, int64_t budget_bytes, double bound_seconds);
   absl::StatusOr<std::unique_ptr<Scratch>> Acquire(Variant& variant);
   void Release(Variant& variant, std::unique_ptr<Scratch> scratch);
-  Variant& VariantFor(const std::string& structural);
+  Variant& VariantFor(const StrategyKnobs& knobs);
 
   const Module& module_;
   const std::string graph_name_;

@@ -1,11 +1,25 @@
 #include "magi/search/strategy_knobs.h"
 
-#include <vector>
+#include <memory>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "magi/passes/auto_recompute.h"
+#include "magi/passes/bucket_collectives.h"
+#include "magi/passes/reshard_after_forward.h"
 
 namespace magi {
+namespace {
+
+// The caller's model, not owned: plan passes never outlive the search that built them.
+class ModelReference : public NodeCostOracle {
+ public:
+  explicit ModelReference(const CostModel& model) : model_(model) {}
+  double NodeSeconds(const Node& node) const override { return model_.NodeSeconds(node); }
+
+ private:
+  const CostModel& model_;
+};
+
+}  // namespace
 
 int StrategyKnobs::DistanceOf(const std::string& gather_key) const {
   auto it = per_gather.find(gather_key);
@@ -20,37 +34,67 @@ void StrategyKnobs::SetDistance(const std::string& gather_key, int distance) {
   }
 }
 
-std::string StructuralPipeline(const StrategyKnobs& knobs) {
-  std::string text = "reshard-after-forward{mode=reshard}";
-  if (!knobs.keep.empty()) {
+void AddStructuralPasses(const StrategyKnobs& knobs, PassManager& manager) {
+  if (knobs.keep.empty()) {
+    manager.AddPass<ReshardAfterForward>();  // mode=reshard
+  } else {
     // Kept groups are never resharded: resharding them first would leave copies of forward
     // views in backward that keeping does not remove (0.6% of the 4-layer step).
-    std::vector<std::string> groups;
-    for (const std::string& group : knobs.keep) groups.push_back(group.empty() ? "root" : group);
-    const std::string kept = absl::StrJoin(groups, "+");
-    text = absl::StrCat("reshard-after-forward{except=", kept, ",mode=reshard},reshard-after-forward{groups=", kept,
-                        ",mode=keep}");
+    ReshardAfterForwardOptions reshard;
+    reshard.except = knobs.keep;
+    manager.AddPass<ReshardAfterForward>(reshard);
+    ReshardAfterForwardOptions keep;
+    keep.reshard = false;
+    keep.groups = knobs.keep;
+    manager.AddPass<ReshardAfterForward>(keep);
   }
-  if (knobs.bucket_all_gather_mb > 0) {
-    absl::StrAppend(&text, ",bucket-collectives{kinds=all_gather,max_mb=", knobs.bucket_all_gather_mb, "}");
+  for (auto [kind, max_mb] : {std::make_pair(CollectiveKind::kAllGather, knobs.bucket_all_gather_mb),
+                              std::make_pair(CollectiveKind::kReduceScatter, knobs.bucket_reduce_scatter_mb)}) {
+    if (max_mb <= 0) continue;
+    BucketCollectivesOptions buckets;
+    buckets.kinds = kind;
+    buckets.max_mb = max_mb;
+    manager.AddPass<BucketCollectives>(buckets);
   }
-  if (knobs.bucket_reduce_scatter_mb > 0) {
-    absl::StrAppend(&text, ",bucket-collectives{kinds=reduce_scatter,max_mb=", knobs.bucket_reduce_scatter_mb, "}");
-  }
-  return text;
 }
 
-std::string SchedulePipeline(const StrategyKnobs& knobs) {
-  if (knobs.prefetch < 0) return "";
-  std::string options;
-  if (knobs.max_inflight_mb > 0) absl::StrAppend(&options, "max_inflight_mb=", knobs.max_inflight_mb, ",");
-  if (!knobs.per_gather.empty()) absl::StrAppend(&options, "per_gather=", FormatPerGatherPrefetch(knobs.per_gather), ",");
-  return absl::StrCat("schedule-overlap{", options, "prefetch=", knobs.prefetch, "}");
+ScheduleOverlapOptions ScheduleOptions(const StrategyKnobs& knobs) {
+  ScheduleOverlapOptions options;
+  options.prefetch = knobs.prefetch;
+  options.max_inflight_mb = knobs.max_inflight_mb;
+  options.per_gather = knobs.per_gather;
+  return options;
+}
+
+void AddKnobsPasses(const StrategyKnobs& knobs, PassManager& manager) {
+  AddStructuralPasses(knobs, manager);
+  if (knobs.prefetch >= 0) manager.AddPass<ScheduleOverlap>(ScheduleOptions(knobs));
+}
+
+void AddPlanPasses(const StrategyKnobs& knobs, int64_t recompute_budget_bytes, const CostModel& model,
+                   PassManager& manager) {
+  AddKnobsPasses(knobs, manager);
+  if (recompute_budget_bytes <= 0) return;
+  manager.AddPass<AutoRecompute>(AutoRecomputeOptions::Budget(recompute_budget_bytes, model.profile().name),
+                                 std::make_unique<ModelReference>(model));
+}
+
+std::string StructuralPipeline(const StrategyKnobs& knobs) {
+  PassManager manager;
+  AddStructuralPasses(knobs, manager);
+  return manager.Print();
 }
 
 std::string KnobsPipeline(const StrategyKnobs& knobs) {
-  std::string schedule = SchedulePipeline(knobs);
-  return schedule.empty() ? StructuralPipeline(knobs) : absl::StrCat(StructuralPipeline(knobs), ",", schedule);
+  PassManager manager;
+  AddKnobsPasses(knobs, manager);
+  return manager.Print();
+}
+
+std::string PlanPipeline(const StrategyKnobs& knobs, int64_t recompute_budget_bytes, const CostModel& model) {
+  PassManager manager;
+  AddPlanPasses(knobs, recompute_budget_bytes, model, manager);
+  return manager.Print();
 }
 
 }  // namespace magi

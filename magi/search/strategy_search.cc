@@ -15,7 +15,6 @@
 #include "magi/base/status_macros.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/graph_utils.h"
-#include "magi/passes/auto_recompute_registration.h"
 #include "magi/passes/bucket_collectives.h"
 #include "magi/passes/pipeline.h"
 #include "magi/search/plan_evaluator.h"
@@ -24,12 +23,6 @@ namespace magi {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
-// Pipelines name builtin profiles; a profile loaded from a file is named by its `name`.
-std::string RecomputeSpec(int64_t budget_bytes, const CostModel& model) {
-  return absl::StrCat("auto-recompute{budget_mb=", absl::StrFormat("%.6f", budget_bytes / 1e6),
-                      ",profile=", model.profile().name, "}");
-}
 
 // What the search knows about the graph's FSDP structure.
 struct GraphFacts {
@@ -236,7 +229,8 @@ std::vector<Move> Neighbours(const StrategyKnobs& knobs, const PlanEvaluation& e
 StrategyCandidate ToCandidate(const Tried& tried, int64_t budget, const CostModel& model) {
   StrategyCandidate candidate;
   const PlanEvaluation& e = tried.evaluation;
-  candidate.pipeline = e.recomputed ? absl::StrCat(e.pipeline, ",", RecomputeSpec(budget, model)) : e.pipeline;
+  // Pipelines name builtin profiles; a profile loaded from a file is named by its `name`.
+  candidate.pipeline = PlanPipeline(tried.knobs, e.recomputed ? budget : 0, model);
   candidate.origin = tried.origin;
   candidate.evaluated = e.status.ok();
   candidate.prediction = e.prediction;
@@ -259,14 +253,15 @@ StrategyCandidate ToCandidate(const Tried& tried, int64_t budget, const CostMode
 // `seeds` join the grid (the frontier passes the plans chosen at smaller budgets, which
 // fit this one too); the chosen setting is stored in `chosen_knobs` when given.
 absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& module, const Graph& graph,
-                                        const CostModel& model, const SearchOptions& options, const GraphFacts& facts,
+                                        const CostModel& model, int64_t memory_budget_bytes,
+                                        const SearchOptions& options, const GraphFacts& facts,
                                         const SimulationResult& baseline, bool materialize,
                                         const std::vector<StrategyKnobs>& seeds = {},
                                         StrategyKnobs* chosen_knobs = nullptr) {
   auto begin = std::chrono::steady_clock::now();
   StrategyPlan plan;
   plan.baseline = baseline;
-  plan.budget_bytes = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : model.profile().memory_bytes;
+  plan.budget_bytes = memory_budget_bytes > 0 ? memory_budget_bytes : model.profile().memory_bytes;
   const int64_t budget = plan.budget_bytes;
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, threads);
@@ -414,17 +409,12 @@ absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& 
   }
 
   for (const Tried& t : tried) plan.candidates.push_back(ToCandidate(t, budget, model));
-  // A pipeline's text run for real on a fresh copy, and the copy's prediction.
-  auto apply = [&](const std::string& text) -> absl::StatusOr<std::pair<std::unique_ptr<Module>, SimulationResult>> {
+  // A plan's passes run for real on a fresh copy, and the copy's prediction.
+  auto apply = [&](const StrategyKnobs& knobs, int64_t recompute_budget)
+      -> absl::StatusOr<std::pair<std::unique_ptr<Module>, SimulationResult>> {
     std::unique_ptr<Module> copy = CloneModule(module);
-    MAGI_ASSIGN_OR_RETURN(PassPipeline pipeline, ParsePassPipeline(text));
     PassManager manager(/*verify_each=*/false);
-    MAGI_RETURN_IF_ERROR(manager.AddPipeline(pipeline, [&model](const PassSpec& spec)
-                                                           -> absl::StatusOr<std::unique_ptr<Pass>> {
-      if (spec.name != "auto-recompute") return std::unique_ptr<Pass>();
-      MAGI_ASSIGN_OR_RETURN(std::unique_ptr<AutoRecompute> pass, MakeAutoRecompute(spec.options, model));
-      return std::unique_ptr<Pass>(std::move(pass));
-    }));
+    AddPlanPasses(knobs, recompute_budget, model, manager);
     MAGI_RETURN_IF_ERROR(manager.Run(*copy).status());
     MAGI_ASSIGN_OR_RETURN(SimulationResult simulated, Simulate(*copy->FindGraph(graph.name()), model));
     return std::make_pair(std::move(copy), std::move(simulated));
@@ -441,17 +431,10 @@ absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& 
     }
     if (closest == nullptr) return absl::InternalError("the strategy search evaluated no setting");
     const PlanEvaluation& e = closest->evaluation;
-    std::string text = e.pipeline;
-    if (e.peak_floor > 0) {
-      absl::StrAppend(&text, text.empty() ? "" : ",", RecomputeSpec(e.peak_floor, model));
-    } else if (e.recomputed) {
-      absl::StrAppend(&text, text.empty() ? "" : ",", RecomputeSpec(budget, model));
-    }
-    SimulationResult reached = e.prediction;
-    if (!text.empty()) {
-      MAGI_ASSIGN_OR_RETURN(auto applied, apply(text));
-      reached = std::move(applied.second);
-    }
+    const int64_t recompute_budget = e.peak_floor > 0 ? e.peak_floor : e.recomputed ? budget : 0;
+    const std::string text = PlanPipeline(closest->knobs, recompute_budget, model);
+    MAGI_ASSIGN_OR_RETURN(auto applied, apply(closest->knobs, recompute_budget));
+    const SimulationResult reached = std::move(applied.second);
     return absl::FailedPreconditionError(absl::StrFormat(
         "no strategy fits %d bytes per rank: the smallest predicted peak the search reached is %d bytes (%.6f MB), "
         "with %s (graph as given: %d bytes)",
@@ -462,8 +445,9 @@ absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& 
   plan.pipeline = plan.chosen.pipeline;
   if (chosen_knobs != nullptr) *chosen_knobs = tried[current].knobs;
   if (materialize) {
-    // The chosen text, run for real on a fresh copy: what the caller compiles.
-    MAGI_ASSIGN_OR_RETURN(auto result, apply(plan.pipeline));
+    // The chosen plan's passes, run for real on a fresh copy: what the caller compiles.
+    MAGI_ASSIGN_OR_RETURN(auto result,
+                          apply(tried[current].knobs, tried[current].evaluation.recomputed ? budget : 0));
     std::unique_ptr<Module> optimized = std::move(result.first);
     SimulationResult applied = std::move(result.second);
     if (applied.step_seconds != plan.chosen.prediction.step_seconds ||
@@ -487,7 +471,7 @@ absl::StatusOr<StrategyPlan> SearchWith(PlanEvaluator& evaluator, const Module& 
 }  // namespace
 
 absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name, const CostModel& model,
-                                            const SearchOptions& options) {
+                                            int64_t memory_budget_bytes, const SearchOptions& options) {
   auto begin = std::chrono::steady_clock::now();
   const Graph* graph = module.FindGraph(graph_name);
   if (graph == nullptr) return absl::NotFoundError(absl::StrCat("no graph @", graph_name));
@@ -495,7 +479,8 @@ absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::str
   GraphFacts facts = ReadFacts(*graph, options);
   PlanEvaluator evaluator(module, graph_name, model, options.allow_recompute);
   MAGI_ASSIGN_OR_RETURN(StrategyPlan plan,
-                        SearchWith(evaluator, module, *graph, model, options, facts, baseline, /*materialize=*/true));
+                        SearchWith(evaluator, module, *graph, model, memory_budget_bytes, options, facts, baseline,
+                                   /*materialize=*/true));
   plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   return plan;
 }
@@ -517,13 +502,12 @@ absl::StatusOr<std::vector<FrontierPoint>> SearchFrontier(const Module& module, 
   std::vector<FrontierPoint> points(budgets.size());
   std::vector<StrategyKnobs> seeds;
   for (size_t index : order) {
-    SearchOptions at = options;
-    at.memory_budget_bytes = budgets[index];
     FrontierPoint& point = points[index];
     point.budget_bytes = budgets[index];
     StrategyKnobs chosen;
     absl::StatusOr<StrategyPlan> plan =
-        SearchWith(evaluator, module, *graph, model, at, facts, baseline, /*materialize=*/true, seeds, &chosen);
+        SearchWith(evaluator, module, *graph, model, budgets[index], options, facts, baseline, /*materialize=*/true,
+                   seeds, &chosen);
     if (plan.ok()) {
       point.plan = *std::move(plan);
       point.plan.optimized.reset();

@@ -25,12 +25,14 @@
 // Deterministic: the same module, options and cost model give the same plan whatever
 // the thread count (ties go to the earlier candidate; batches come back in order).
 //
-// The plan carries what was evaluated: `optimized` is the module the chosen pipeline
-// text produces on a fresh copy of the input (auto-recompute built against the caller's
-// CostModel, calibration table included), and `chosen.prediction` is its simulation, so
-// compiling it compiles exactly the graph that was predicted. The pipeline text is the
-// report, and the recipe to reproduce the graph with `magi opt --passes=...` (exact for
-// builtin profiles without calibration: the text names the profile, not the table).
+// The search composes pass objects with typed options (AddPlanPasses, strategy_knobs.h);
+// it never parses text. The plan carries what was evaluated: `optimized` is the module
+// the chosen plan's passes produce on a fresh copy of the input (auto-recompute ranking
+// with the caller's CostModel, calibration table included), and `chosen.prediction` is
+// its simulation, so compiling it compiles exactly the graph that was predicted. The
+// pipeline text, printed from those passes, is the report, and the recipe to reproduce
+// the graph with `magi opt --passes=...` (exact for builtin profiles without calibration:
+// the text names the profile, not the table).
 #ifndef MAGI_SEARCH_STRATEGY_SEARCH_H_
 #define MAGI_SEARCH_STRATEGY_SEARCH_H_
 
@@ -46,8 +48,9 @@
 
 namespace magi {
 
+// The search space and effort. The budget is not here: it is SearchStrategy's argument (and
+// CompileOptions::optimization.memory_budget_bytes, the one field that holds it for a compile).
 struct SearchOptions {
-  int64_t memory_budget_bytes = 0;  // 0: the device profile's memory
   // Grid: bucket size limits (applied to both kinds); empty: 0 (none) and 2x the median
   // collective of the graph (so neighbouring groups can fuse whatever the model's size).
   std::vector<double> bucket_mb;
@@ -93,12 +96,13 @@ struct StrategyPlan {
   double search_seconds = 0;                  // wall time
 };
 
-// Searches over `graph_name` of `module` (unchanged). FailedPrecondition if no
+// Searches over `graph_name` of `module` (unchanged) for the fastest pipeline whose predicted
+// peak fits `memory_budget_bytes` per rank (0: the device profile's memory). FailedPrecondition if no
 // candidate fits the budget, naming the smallest peak a pipeline of the search reaches
 // (with every activation recomputed, where recompute applies) and that pipeline: a
 // budget of that many bytes is met, one byte less is not.
 absl::StatusOr<StrategyPlan> SearchStrategy(const Module& module, const std::string& graph_name, const CostModel& model,
-                                            const SearchOptions& options = {});
+                                            int64_t memory_budget_bytes, const SearchOptions& options = {});
 
 // A table of every candidate with its prediction, the chosen one marked.
 std::string FormatStrategyPlan(const StrategyPlan& plan);

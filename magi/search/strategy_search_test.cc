@@ -26,9 +26,8 @@ using testing::LoadTestdata;
 CostModel H200() { return CostModel(*LoadDeviceProfile("h200")); }
 
 // A smaller grid than the default keeps the test quick in unoptimized builds.
-SearchOptions SmallSpace(int64_t budget = 0) {
+SearchOptions SmallSpace() {
   SearchOptions options;
-  options.memory_budget_bytes = budget;
   options.bucket_mb = {0, 1};
   options.prefetch = {-1, 0, 2};
   return options;
@@ -50,7 +49,7 @@ void ExpectPlanReproduces(const Module& input, const StrategyPlan& plan) {
 TEST(StrategySearchTest, PicksTheFastestPlanThatFitsAndBeatsTheGraphAsGiven) {
   auto module = LoadTestdata("llama4_fsdp_step.mir");
   ASSERT_NE(module, nullptr);
-  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", H200(), SmallSpace());
+  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", H200(), 0, SmallSpace());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->chosen.fits);
   EXPECT_LT(plan->chosen.prediction.step_seconds, plan->baseline.step_seconds);
@@ -80,9 +79,7 @@ TEST(StrategySearchTest, WithRoomKeepingEveryGroupMatchesThePlainKeepPlan) {
   ASSERT_TRUE(RunPassPipeline("reshard-after-forward{mode=keep},schedule-overlap{prefetch=1}", *keep).ok());
   absl::StatusOr<SimulationResult> keep_time = Simulate(*keep->graphs()[0], H200());
   ASSERT_TRUE(keep_time.ok());
-  SearchOptions options;
-  options.memory_budget_bytes = 2'600'000;
-  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", H200(), options);
+  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", H200(), 2'600'000);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_LE(plan->chosen.prediction.step_seconds, keep_time->step_seconds) << plan->pipeline;
   ExpectPlanReproduces(*module, *plan);
@@ -100,7 +97,7 @@ TEST(StrategySearchTest, TightBudgetTradesTimeForMemory) {
   auto module = LoadTestdata("llama4_fsdp_step.mir");
   ASSERT_NE(module, nullptr);
   // Below every plan without recompute (1,808,304 bytes at best).
-  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", H200(), SmallSpace(1750000));
+  absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", H200(), 1750000, SmallSpace());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_LE(plan->chosen.prediction.peak_bytes, 1750000);
   EXPECT_GT(plan->chosen.recomputed_nodes, 0);
@@ -120,11 +117,8 @@ TEST(StrategySearchTest, LocalSearchBeatsTheGridWherePrefetchDoesNotFit) {
   const int64_t budget = 10000000000;
   SearchOptions grid_only;
   grid_only.local_search = false;
-  grid_only.memory_budget_bytes = budget;
-  SearchOptions full;
-  full.memory_budget_bytes = budget;
-  absl::StatusOr<StrategyPlan> grid = SearchStrategy(*module, "train_step", H200(), grid_only);
-  absl::StatusOr<StrategyPlan> searched = SearchStrategy(*module, "train_step", H200(), full);
+  absl::StatusOr<StrategyPlan> grid = SearchStrategy(*module, "train_step", H200(), budget, grid_only);
+  absl::StatusOr<StrategyPlan> searched = SearchStrategy(*module, "train_step", H200(), budget);
   ASSERT_TRUE(grid.ok() && searched.ok());
   EXPECT_NE(grid->pipeline.find("prefetch=0"), std::string::npos) << grid->pipeline;
   EXPECT_LT(searched->chosen.prediction.step_seconds, 0.9 * grid->chosen.prediction.step_seconds)
@@ -138,12 +132,12 @@ TEST(StrategySearchTest, LocalSearchBeatsTheGridWherePrefetchDoesNotFit) {
 TEST(StrategySearchTest, SameInputSamePlanWhateverTheThreads) {
   auto module = LoadTestdata("llama4_fsdp_step.mir");
   ASSERT_NE(module, nullptr);
-  SearchOptions one = SmallSpace(1790000), three = SmallSpace(1790000);
+  SearchOptions one = SmallSpace(), three = SmallSpace();
   one.threads = 1;
   three.threads = 3;
-  auto a = SearchStrategy(*module, "train_step", H200(), one);
-  auto b = SearchStrategy(*module, "train_step", H200(), three);
-  auto c = SearchStrategy(*module, "train_step", H200(), three);
+  auto a = SearchStrategy(*module, "train_step", H200(), 1790000, one);
+  auto b = SearchStrategy(*module, "train_step", H200(), 1790000, three);
+  auto c = SearchStrategy(*module, "train_step", H200(), 1790000, three);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(a->pipeline, b->pipeline);
   EXPECT_EQ(b->pipeline, c->pipeline);
@@ -155,11 +149,11 @@ TEST(StrategySearchTest, SameInputSamePlanWhateverTheThreads) {
 TEST(StrategySearchTest, ImpossibleBudgetIsAClearError) {
   auto module = LoadTestdata("llama4_fsdp_step.mir");
   ASSERT_NE(module, nullptr);
-  auto plan = SearchStrategy(*module, "train_step", H200(), SmallSpace(100000));
+  auto plan = SearchStrategy(*module, "train_step", H200(), 100000, SmallSpace());
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(plan.status().message().find("no strategy fits 100000 bytes"), std::string::npos) << plan.status();
-  EXPECT_EQ(SearchStrategy(*module, "nope", H200()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(SearchStrategy(*module, "nope", H200(), 0).status().code(), absl::StatusCode::kNotFound);
 }
 
 // The error names the least peak the search can reach and the pipeline that reaches it
@@ -168,7 +162,7 @@ TEST(StrategySearchTest, ImpossibleBudgetIsAClearError) {
 TEST(StrategySearchTest, ImpossibleBudgetNamesTheLeastPeakAPipelineReaches) {
   auto module = LoadTestdata("llama4_fsdp_step.mir");
   ASSERT_NE(module, nullptr);
-  auto plan = SearchStrategy(*module, "train_step", H200(), SmallSpace(100000));
+  auto plan = SearchStrategy(*module, "train_step", H200(), 100000, SmallSpace());
   ASSERT_FALSE(plan.ok());
   const std::string message(plan.status().message());
   const std::string lead = "the smallest predicted peak the search reached is ";
@@ -190,10 +184,10 @@ TEST(StrategySearchTest, ImpossibleBudgetNamesTheLeastPeakAPipelineReaches) {
   ASSERT_TRUE(simulated.ok());
   EXPECT_EQ(simulated->peak_bytes, reached);
   // ... a budget of exactly that figure is met, and one byte less is not.
-  auto at_figure = SearchStrategy(*module, "train_step", H200(), SmallSpace(reached));
+  auto at_figure = SearchStrategy(*module, "train_step", H200(), reached, SmallSpace());
   ASSERT_TRUE(at_figure.ok()) << at_figure.status();
   EXPECT_LE(at_figure->chosen.prediction.peak_bytes, reached);
-  auto below = SearchStrategy(*module, "train_step", H200(), SmallSpace(reached - 1));
+  auto below = SearchStrategy(*module, "train_step", H200(), reached - 1, SmallSpace());
   ASSERT_FALSE(below.ok());
   EXPECT_NE(below.status().message().find(absl::StrCat("reached is ", reached, " bytes")), std::string::npos)
       << below.status();
@@ -212,7 +206,7 @@ TEST(StrategySearchTest, FrontierHasAPlanPerBudgetAndNoTimeGoesDownAsMemoryShrin
     ASSERT_TRUE(point.status.ok()) << point.status;
     EXPECT_LE(point.plan.chosen.prediction.peak_bytes, budgets[i]);
     // At least as good as searching that budget alone, and no slower than at a smaller budget.
-    absl::StatusOr<StrategyPlan> alone = SearchStrategy(*module, "train_step", H200(), SmallSpace(budgets[i]));
+    absl::StatusOr<StrategyPlan> alone = SearchStrategy(*module, "train_step", H200(), budgets[i], SmallSpace());
     ASSERT_TRUE(alone.ok());
     EXPECT_LE(point.plan.chosen.prediction.step_seconds, alone->chosen.prediction.step_seconds);
     if (i + 2 < budgets.size()) {
@@ -240,8 +234,7 @@ TEST(StrategySearchTest, FrontierOfTheFourLayer8BStepIsMonotoneAndNoWorseThanAlo
     const FrontierPoint& point = (*frontier)[i];
     ASSERT_TRUE(point.status.ok()) << point.status;
     EXPECT_LE(point.plan.chosen.prediction.peak_bytes, budgets[i]);
-    options.memory_budget_bytes = budgets[i];
-    absl::StatusOr<StrategyPlan> alone = SearchStrategy(*module, "train_step", model, options);
+    absl::StatusOr<StrategyPlan> alone = SearchStrategy(*module, "train_step", model, budgets[i], options);
     ASSERT_TRUE(alone.ok()) << alone.status();
     EXPECT_LE(point.plan.chosen.prediction.step_seconds, alone->chosen.prediction.step_seconds)
         << budgets[i] << ": frontier " << point.plan.pipeline << " alone " << alone->pipeline;
@@ -274,9 +267,8 @@ TEST(StrategySearchTest, WithinFivePercentOfExhaustiveOnTheFourLayer8BStep) {
     absl::StatusOr<ExhaustiveResult> best = ExhaustiveBest(evaluator, settings, budget, /*threads=*/2);
     ASSERT_TRUE(best.ok()) << best.status();
     SearchOptions options;
-    options.memory_budget_bytes = budget;
     options.threads = 2;
-    absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", model, options);
+    absl::StatusOr<StrategyPlan> plan = SearchStrategy(*module, "train_step", model, budget, options);
     if (!best->found) continue;
     ASSERT_TRUE(plan.ok()) << plan.status();
     ++compared;

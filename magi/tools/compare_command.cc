@@ -17,7 +17,7 @@ absl::StatusOr<int> CompareTensorFiles(const std::string& a, const std::string& 
   for (const std::string& path : {a, b}) {
     if (absl::EndsWith(path, ".pt")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, " is a LibTorch archive; compare checkpoints with: bazel run //magi/frontend/fsdp:compare_checkpoints "
+          path, " is a LibTorch archive; compare checkpoints with: bazel run //magi/training:compare_checkpoints "
                 "-- A B"));
     }
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<TensorFile> file, ReadTensorFile(path));

@@ -12,7 +12,7 @@ namespace magi {
 
 // Prints "identical: ..." or the first differing tensor and element to stdout; returns
 // the exit status (0 identical, 3 different). Unreadable files, or a LibTorch archive
-// (*.pt, compared by //magi/frontend/fsdp:compare_checkpoints), are an error.
+// (*.pt, compared by //magi/training:compare_checkpoints), are an error.
 absl::StatusOr<int> CompareTensorFiles(const std::string& a, const std::string& b);
 
 }  // namespace magi

@@ -75,7 +75,7 @@ check "simulate lists what is live at the peak" grep -q '^peak at node [0-9]* (.
 check "simulate lists the 3 largest storages there" test "$(grep -c '^  .* MB  %' "$TMP/live.txt")" -eq 3
 $MAGI simulate "$TMP/sched.mir" --device=h200 --world=8 > "$TMP/sim2.txt"
 check "scheduling hides communication" test "$(grep -o '[0-9.]*% hidden' "$TMP/sim2.txt" | tr -d '% hidden')" != "0.0"
-$MAGI plan $STEP --budget_gb=0.00175 -o "$TMP/planned.mir" > "$TMP/plan.txt"
+$MAGI plan $STEP --memory_budget_gb=0.00175 -o "$TMP/planned.mir" > "$TMP/plan.txt"
 check "plan prints the chosen pipeline" grep -q '^chosen: reshard-after-forward' "$TMP/plan.txt"
 check "plan recomputes under a tight budget" grep -q 'auto-recompute{budget_mb=1.75' "$TMP/plan.txt"
 check "planned module verifies" test "$($MAGI verify "$TMP/planned.mir")" = "ok"
@@ -83,7 +83,7 @@ check "planned module verifies" test "$($MAGI verify "$TMP/planned.mir")" = "ok"
 # profile read from a file (whose name no builtin knows) and a calibration table.
 sed 's/^name: cpu$/name: my-cpu/' magi/cost/profiles/cpu.profile > "$TMP/my.profile"
 printf '0.001,3,aten::mm(f32[32,64], f32[64,64]strides[1,64]) -> f32[32,64]\n' > "$TMP/calibration.csv"
-$MAGI plan $STEP --budget_gb=0.00175 --device="$TMP/my.profile" --calibration="$TMP/calibration.csv" \
+$MAGI plan $STEP --memory_budget_gb=0.00175 --device="$TMP/my.profile" --calibration="$TMP/calibration.csv" \
   -o "$TMP/planned_file.mir" > "$TMP/plan_file.txt"
 check "plan with a file profile recomputes" grep -q 'auto-recompute{budget_mb=1.75.*profile=my-cpu' "$TMP/plan_file.txt"
 reproduce=$(sed -n 's/^reproduce: magi opt //p' "$TMP/plan_file.txt")
@@ -91,10 +91,14 @@ eval "$MAGI opt $reproduce -o \"$TMP/reproduced.mir\""
 check "magi opt reproduces the planned module" cmp -s "$TMP/planned_file.mir" "$TMP/reproduced.mir"
 expect_failure "the file profile's name alone is not a cost model" 1 "no device profile 'my-cpu'" -- \
   $MAGI opt $STEP --passes="$(sed -n 's/^chosen: //p' "$TMP/plan_file.txt")"
-expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $MAGI plan $STEP --budget_gb=0.000001
-expect_failure "bad budget" 1 "--budget_gb must be a positive, finite number" -- $MAGI plan $STEP --budget_gb=lots
+expect_failure "impossible budget" 1 "no strategy fits 1000 bytes per rank" -- $MAGI plan $STEP --memory_budget_gb=0.000001
+expect_failure "bad budget" 1 "--memory_budget_gb must be a positive, finite number" -- $MAGI plan $STEP --memory_budget_gb=lots
 expect_failure "unknown device" 1 "no device profile 'tpu'; built in: cpu, h200" -- $MAGI simulate $STEP --device=tpu
-expect_failure "plan needs a budget" 2 "'plan' needs --budget_gb=..." -- $MAGI plan $STEP
+# --budget_gb, the budget's old name, is still taken.
+$MAGI plan $STEP --budget_gb=0.00175 > "$TMP/plan_old_name.txt"
+check "plan takes --budget_gb" grep -q 'auto-recompute{budget_mb=1.75' "$TMP/plan_old_name.txt"
+expect_failure "plan: both budget names" 2 "--budget_gb is the old name of --memory_budget_gb" -- $MAGI plan $STEP --budget_gb=1 --memory_budget_gb=1
+expect_failure "plan needs a budget" 2 "'plan' needs --memory_budget_gb=..." -- $MAGI plan $STEP
 # The budget frontier: a row per budget (the plan of each), nothing fitting shown as such,
 # and the chart written whole.
 $MAGI plan $STEP --frontier=0.0017:0.0019:0.0001,0.001 --svg="$TMP/f.svg" > /dev/null 2>&1 && frontier_rc=0 || frontier_rc=$?
@@ -108,8 +112,8 @@ check "frontier SVG marks every plan" test "$(grep -c '<circle' "$TMP/frontier.s
 check "frontier leaves no temp file" test "$(ls "$TMP" | grep -c 'frontier.svg')" = 1
 expect_failure "frontier range backwards" 1 "--frontier=2:1:0.5: needs 0 < LO <= HI and STEP > 0" -- $MAGI plan $STEP --frontier=2:1:0.5
 expect_failure "frontier bad list" 1 "--frontier=1,x: 'x' is not a positive, finite number of GB" -- $MAGI plan $STEP --frontier=1,x
-expect_failure "frontier or budget" 2 "'plan' takes --budget_gb=... or --frontier=..., not both" -- $MAGI plan $STEP --frontier=1 --budget_gb=1
-expect_failure "svg needs frontier" 2 "'plan' takes --svg and --exhaustive only with --frontier" -- $MAGI plan $STEP --budget_gb=1 --svg=x.svg
+expect_failure "frontier or budget" 2 "'plan' takes --memory_budget_gb=... or --frontier=..., not both" -- $MAGI plan $STEP --frontier=1 --memory_budget_gb=1
+expect_failure "svg needs frontier" 2 "'plan' takes --svg and --exhaustive only with --frontier" -- $MAGI plan $STEP --memory_budget_gb=1 --svg=x.svg
 check "no temp files left" test -z "$(ls "$TMP" | grep '\.tmp\.' || true)"
 
 printf 'module @m {\n  graph @g {\n    %%y = aten::relu(%%x) : f32[2]\n  }\n}\n' > "$TMP/bad.mir"
@@ -120,7 +124,7 @@ expect_failure "missing file" 1 "cannot open $TMP/none.mir: No such file or dire
 printf 'garbage' > "$TMP/bad.pb"
 expect_failure "bad protobuf" 1 "bad.pb: not a valid magi.proto.ModuleProto" -- $MAGI verify "$TMP/bad.pb"
 expect_failure "unknown extension" 1 "unknown IR file extension" -- $MAGI verify "$TMP/file.txt"
-expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: align-collectives, auto-recompute, batch-invariant, bucket-collectives, cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
+expect_failure "unknown pass" 1 "unknown pass 'nope'; registered: align-collectives, auto-recompute, batch-invariant, bucket-collectives, concat-matmuls, cse, dce" -- $MAGI opt $SAMPLE --passes=dce,nope
 expect_failure "bad pipeline" 1 "pass pipeline, column 5: expected a pass name" -- $MAGI opt $SAMPLE --passes=dce,
 expect_failure "unknown graph" 1 "no graph @nope" -- $MAGI dot $SAMPLE --graph=nope
 expect_failure "unknown command" 2 "unknown command 'frob'" -- $MAGI frob
@@ -137,7 +141,7 @@ expect_failure "an element count past int64 names the value and line" 1 \
 printf 'module @m {\n  graph @g {\n    input %%x: f32[1152921504606846976]\n    input %%y: f32[1152921504606846976]\n    output y = %%y\n  }\n}\n' > "$TMP/sum.mir"
 check "tensors that each fit verify" test "$($MAGI verify "$TMP/sum.mir")" = "ok"
 expect_failure "simulate: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI simulate "$TMP/sum.mir"
-expect_failure "plan: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI plan "$TMP/sum.mir" --budget_gb=1000
+expect_failure "plan: live bytes past int64" 1 "the bytes live at the start (graph inputs) add up to more than int64" -- $MAGI plan "$TMP/sum.mir" --memory_budget_gb=1000
 
 # Invalid UTF-8 in a quoted name (issue 14): rejected at parse time with line:col, so
 # nothing protobuf cannot carry is ever written.
@@ -152,9 +156,9 @@ check "valid UTF-8 survives protobuf" test "$($MAGI verify "$TMP/utf8_ok.pb")" =
 # Numbers (issue 14): NaN and infinity are refused by every numeric flag and pass
 # option, as 0 and -1 are where they were.
 for budget in nan NaN inf -inf infinity 1e999 0 -1; do
-  expect_failure "--budget_gb=$budget" 1 "--budget_gb must be a positive, finite number, not '$budget'" -- $MAGI plan $STEP --budget_gb=$budget
+  expect_failure "--memory_budget_gb=$budget" 1 "--memory_budget_gb must be a positive, finite number, not '$budget'" -- $MAGI plan $STEP --memory_budget_gb=$budget
 done
-expect_failure "--budget_gb past int64 bytes" 1 "--budget_gb=1e300 is more bytes than int64 can hold" -- $MAGI plan $STEP --budget_gb=1e300
+expect_failure "--memory_budget_gb past int64 bytes" 1 "--memory_budget_gb=1e300 is more bytes than int64 can hold" -- $MAGI plan $STEP --memory_budget_gb=1e300
 for world in nan inf 0 -1 2.5; do
   expect_failure "--world=$world" 1 "--world must be a positive integer, not '$world'" -- $MAGI simulate $STEP --world=$world
   expect_failure "--live_at_peak=$world" 1 "--live_at_peak must be a positive integer, not '$world'" -- $MAGI simulate $STEP --live_at_peak=$world
@@ -198,7 +202,7 @@ write(sys.argv[1] + "/run3", [1, 2, 3, 4.5], 2.5)
 PY
 check "compare: identical dumps" test "$($MAGI compare "$TMP/run1" "$TMP/run2.json")" = "identical: 2 tensors, 0.000 MB"
 expect_failure "compare: the first differing element" 3 "first difference: tensor 'w' (float32[2,2]) element [1,1] (flat 3): $TMP/run1 4 (0x40800000), $TMP/run3 4.5 (0x40900000); 1 of 4 elements differ" -- $MAGI compare "$TMP/run1" "$TMP/run3"
-expect_failure "compare: checkpoints need LibTorch" 1 "a.pt is a LibTorch archive; compare checkpoints with: bazel run //magi/frontend/fsdp:compare_checkpoints" -- $MAGI compare "$TMP/a.pt" "$TMP/b.pt"
+expect_failure "compare: checkpoints need LibTorch" 1 "a.pt is a LibTorch archive; compare checkpoints with: bazel run //magi/training:compare_checkpoints" -- $MAGI compare "$TMP/a.pt" "$TMP/b.pt"
 expect_failure "compare: a missing dump" 1 "cannot open $TMP/none.json" -- $MAGI compare "$TMP/none" "$TMP/run1"
 # magi_compare, the same command without Protobuf (built on the GPU machine), says the same.
 check "magi_compare: identical dumps" test "$(magi/tools/magi_compare "$TMP/run1" "$TMP/run2")" = "identical: 2 tensors, 0.000 MB"
@@ -222,7 +226,7 @@ for cmd in "${COMMANDS[@]}"; do
   done
 done
 check "opt --help explains --passes" grep -q -- '--passes=SPEC' <($MAGI opt --help)
-check "--help wins over other arguments" test "$($MAGI plan $STEP --budget_gb=1 --help | head -n 1)" = "usage: magi plan IN (--budget_gb=B | --frontier=LO:HI:STEP [--svg=OUT.svg] [--exhaustive=true]) [--device=...] [--calibration=CSV] [--graph=NAME] [--threads=N] [-o OUT]"
+check "--help wins over other arguments" test "$($MAGI plan $STEP --memory_budget_gb=1 --help | head -n 1)" = "usage: magi plan IN (--memory_budget_gb=B | --frontier=LO:HI:STEP [--svg=OUT.svg] [--exhaustive=true]) [--device=...] [--calibration=CSV] [--graph=NAME] [--threads=N] [-o OUT]"
 check "magi help opt is opt's usage" test "$($MAGI help opt)" = "$($MAGI opt --help)"
 check "magi -h lists the commands" test "$($MAGI -h)" = "$help_out"
 expect_failure "unknown command with --help" 2 "unknown command 'frob'" -- $MAGI frob --help

@@ -10,7 +10,7 @@
 //   magi simulate IN [--device=h200] [--world=N] [--trace=trace.json] [--calibration=CSV]
 //                                        predicted step time, exposed communication and peak
 //                                        memory; the timeline as Chrome trace JSON (Perfetto)
-//   magi plan IN --budget_gb=B [--device=h200] [-o OUT]
+//   magi plan IN --memory_budget_gb=B [--device=h200] [-o OUT]
 //                                        strategy search: the fastest pipeline that fits B GB
 //                                        per rank, with every candidate's prediction; -o writes
 //                                        the optimized module
@@ -166,13 +166,14 @@ const std::vector<CommandSpec>& CommandSpecs() {
        "                       node allocates while it runs)\n"},
       {"plan",
        1,
-       {"o", "budget_gb", "frontier", "svg", "exhaustive", "threads", "device", "calibration", "graph"},
+       {"o", "memory_budget_gb", "budget_gb", "frontier", "svg", "exhaustive", "threads", "device", "calibration", "graph"},
        {},
-       "IN (--budget_gb=B | --frontier=LO:HI:STEP [--svg=OUT.svg] [--exhaustive=true]) [--device=...] [--calibration=CSV] "
+       "IN (--memory_budget_gb=B | --frontier=LO:HI:STEP [--svg=OUT.svg] [--exhaustive=true]) [--device=...] [--calibration=CSV] "
        "[--graph=NAME] [--threads=N] [-o OUT]",
        "Strategy search: the fastest pass pipeline whose predicted peak fits B GB per rank,\n"
        "with every candidate's prediction.\n"
-       "  --budget_gb=B        the memory budget per rank (a positive, finite number of GB)\n"
+       "  --memory_budget_gb=B the memory budget per rank (a positive, finite number of GB; --budget_gb, its\n"
+       "                       old name, is taken too)\n"
        "  --frontier=LO:HI:STEP  instead of one budget: search every budget from LO to HI GB in\n"
        "                       steps of STEP (or a list: --frontier=38,40,45) and print the\n"
        "                       predicted step time, peak and plan of each\n"
@@ -192,7 +193,7 @@ const std::vector<CommandSpec>& CommandSpecs() {
        "Compares two magi-tensors-v1 dumps bitwise (examples:train --dump_dir, examples:generate --logits_out;\n"
        "A and B are PREFIX, PREFIX.json or PREFIX.bin). Prints \"identical: ...\" (exit 0) or the first\n"
        "differing tensor and element with both values and their bits (exit 3). Checkpoints (LibTorch\n"
-       "archives) are compared by //magi/frontend/fsdp:compare_checkpoints.\n"},
+       "archives) are compared by //magi/training:compare_checkpoints.\n"},
   };
   return *specs;
 }
@@ -235,10 +236,16 @@ absl::Status ValidateUsage(const CommandLine& line) {
         return absl::InvalidArgumentError(
             absl::StrCat("'", line.command, "' does not take ", flag == "o" ? "-o" : "--" + flag));
     }
-    if (line.command == std::string("plan") && line.flags.count("budget_gb") == line.flags.count("frontier")) {
-      return absl::InvalidArgumentError(line.flags.count("budget_gb")
-                                            ? "'plan' takes --budget_gb=... or --frontier=..., not both"
-                                            : "'plan' needs --budget_gb=... (or --frontier=LO:HI:STEP)");
+    if (line.flags.count("budget_gb")) {  // the deprecated name of --memory_budget_gb
+      if (line.flags.count("memory_budget_gb")) {
+        return absl::InvalidArgumentError("--budget_gb is the old name of --memory_budget_gb: give one of them");
+      }
+      return absl::OkStatus();  // checked again under its new name (main renames it)
+    }
+    if (line.command == std::string("plan") && line.flags.count("memory_budget_gb") == line.flags.count("frontier")) {
+      return absl::InvalidArgumentError(line.flags.count("memory_budget_gb")
+                                            ? "'plan' takes --memory_budget_gb=... or --frontier=..., not both"
+                                            : "'plan' needs --memory_budget_gb=... (or --frontier=LO:HI:STEP)");
     }
     if (line.command == std::string("plan") && !line.flags.count("frontier") &&
         (line.flags.count("svg") || line.flags.count("exhaustive"))) {
@@ -418,12 +425,10 @@ absl::Status RunFrontier(const CommandLine& line, const Module& module, const Gr
       }
       const double search_ms = point.plan.chosen.prediction.step_seconds * 1e3;
       const double exhaustive_ms = best.best.prediction.step_seconds * 1e3;
-      const std::string recompute =
-          best.best.recomputed ? absl::StrFormat(",auto-recompute{budget_mb=%.6f,profile=%s}",
-                                                 point.budget_bytes / 1e6, model.profile().name)
-                               : "";
-      std::printf("%10.6g %10.3f %14.3f %+7.2f%% %9.2f  %s%s\n", point.budget_bytes / 1e9, search_ms, exhaustive_ms,
-                  100 * (search_ms / exhaustive_ms - 1), seconds, best.best.pipeline.c_str(), recompute.c_str());
+      const std::string pipeline =
+          PlanPipeline(best.knobs, best.best.recomputed ? point.budget_bytes : 0, model);
+      std::printf("%10.6g %10.3f %14.3f %+7.2f%% %9.2f  %s\n", point.budget_bytes / 1e9, search_ms, exhaustive_ms,
+                  100 * (search_ms / exhaustive_ms - 1), seconds, pipeline.c_str());
     }
   }
   if (!line.flags.count("svg")) return absl::OkStatus();
@@ -450,19 +455,18 @@ absl::Status RunPlan(const CommandLine& line) {
     return RunFrontier(line, *module, *graph, model, options);
   }
   double budget_gb = 0;
-  if (!ParseFiniteDouble(line.flags.at("budget_gb"), &budget_gb) || budget_gb <= 0) {
+  if (!ParseFiniteDouble(line.flags.at("memory_budget_gb"), &budget_gb) || budget_gb <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--budget_gb must be a positive, finite number, not '", line.flags.at("budget_gb"), "'"));
+        absl::StrCat("--memory_budget_gb must be a positive, finite number, not '", line.flags.at("memory_budget_gb"), "'"));
   }
   std::optional<int64_t> budget_bytes = BytesFromDouble(budget_gb * 1e9);
   if (!budget_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--budget_gb=", line.flags.at("budget_gb"), " is more bytes than int64 can hold"));
+        absl::StrCat("--memory_budget_gb=", line.flags.at("memory_budget_gb"), " is more bytes than int64 can hold"));
   }
   std::unique_ptr<CalibrationTable> calibration;
   MAGI_ASSIGN_OR_RETURN(CostModel model, MakeCostModel(line, calibration));
-  options.memory_budget_bytes = *budget_bytes;
-  MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, options));
+  MAGI_ASSIGN_OR_RETURN(StrategyPlan plan, SearchStrategy(*module, graph->name(), model, *budget_bytes, options));
   std::printf("%s", FormatStrategyPlan(plan).c_str());
   std::printf("reproduce: magi opt %s --passes='%s' --device=%s%s\n", line.positional[0].c_str(), plan.pipeline.c_str(),
               FlagOr(line, "device", "h200").c_str(),
@@ -579,6 +583,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   absl::Status usage = magi::ValidateUsage(*line);
+  if (usage.ok() && line->flags.count("budget_gb")) {  // the deprecated name of --memory_budget_gb
+    line->flags["memory_budget_gb"] = line->flags["budget_gb"];
+    line->flags.erase("budget_gb");
+    usage = magi::ValidateUsage(*line);
+  }
   if (!usage.ok()) {
     std::fprintf(stderr, "magi: %s\n%s", std::string(usage.message()).c_str(), magi::GeneralUsage().c_str());
     return 2;

@@ -54,11 +54,12 @@ Trained Train(const std::string& backend, const std::vector<std::string>& partit
   };
   AdamWOptions adamw;
   adamw.lr = 3e-3;
-  StepOptimization optimization;
-  optimization.device_profile = "h200";
-  optimization.partition_backends = partition_backends;
+  CompileOptions compile;
+  compile.backend = backend;
+  compile.cost_model.device_profile = "h200";
+  compile.partitioning.backends = partition_backends;
   testing::internal::CaptureStderr();
-  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, backend, optimization);
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, compile);
   Trained out;
   if (trainer.ok()) {
     for (int step = 0; step < steps; ++step) {

@@ -59,10 +59,12 @@ Trained Train(const std::string& backend, bool bf16, int steps, const std::strin
   };
   AdamWOptions adamw;
   adamw.lr = 3e-3;
-  StepOptimization optimization;
-  optimization.device_profile = "h200";
-  optimization.split_master_weights = split_master_weights;
-  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, backend, optimization);
+  CompileOptions compile;
+  compile.backend = backend;
+  compile.cost_model.device_profile = "h200";
+  TrainingOptions training;
+  training.split_master_weights = split_master_weights;
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, compile, training);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   Trained out;

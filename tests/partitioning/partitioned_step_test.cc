@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "magi/backend/interpreter/kernel_calibrator.h"
 #include "magi/backend/torch_executable.h"
+#include "magi/calibration/torch_kernel_calibrator.h"
 #include "magi/compiler/compiler.h"
 #include "magi/cost/simulator.h"
 #include "magi/frontend/capture/capture.h"

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Draws the 953M-Llama H200 benchmark (docs/benchmarks/fsdp_1b_h200_results.json) as SVG bars.
+"""Draws the 953M-Llama H200 benchmark (docs/benchmarks/fsdp_1b_h200/2026-12-01_0907817.json) as SVG bars.
 
 One row per run: measured ms/step as a bar, the cost model's uncalibrated prediction as a tick
 (Magi rows only), peak GiB as text. The JSON is the raw output of benchmarks/fsdp_1b.py; nothing
 here is typed in by hand.
-  python3 docs/blog/figures/bench_bars.py docs/benchmarks/fsdp_1b_h200_results.json -o out.svg
+  python3 docs/blog/figures/bench_bars.py docs/benchmarks/fsdp_1b_h200/2026-12-01_0907817.json -o out.svg
 Standard library only; writes the SVG atomically.
 """
 import argparse

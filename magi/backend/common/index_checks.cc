@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
+#include "magi/compat/torch_status.h"
 
 namespace magi {
 
@@ -438,12 +439,9 @@ IndexCheck FindIndexCheck(absl::string_view op) {
 absl::Status RunIndexCheck(IndexCheck check, const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
   if (check == nullptr) return absl::OkStatus();
   absl::Status status;
-  try {
-    status = check(IndexArgs(schema, stack));
-  } catch (const c10::Error& error) {  // a bug of the check: refuse rather than risk the kernel
-    return absl::InternalError(absl::StrCat("the index check of ", schema.name(), " failed: ",
-                                            error.what_without_backtrace()));
-  }
+  // An exception is a bug of the check: refuse rather than risk the kernel.
+  MAGI_RETURN_IF_ERROR(compat::CallTorchLazy([&] { return absl::StrCat("the index check of ", schema.name(), " failed"); },
+                                             [&] { status = check(IndexArgs(schema, stack)); }));
   if (status.ok() || status.code() != absl::StatusCode::kInvalidArgument) return status;
   return absl::InvalidArgumentError(
       absl::StrCat(status.message(), "; LibTorch's CPU kernel does not check this (it would read or write memory "

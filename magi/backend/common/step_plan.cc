@@ -18,6 +18,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
+#include "magi/compat/torch_status.h"
 
 namespace magi {
 namespace {
@@ -342,22 +343,17 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
     absl::Status checked = RunIndexCheck(plan.index_check, plan.op->schema(), stack);
     if (!checked.ok()) return absl::Status(checked.code(), absl::StrCat(Where(*plan.node), ": ", checked.message()));
   }
-  try {
+  auto where = [&] { return Where(*plan.node); };  // made only for an error: this runs for every op of a step
+  MAGI_RETURN_IF_ERROR(compat::CallTorchLazy(where, [&] {
     std::optional<compat::DeterministicAlgorithmsSuspended> suspended;  // for this call only
     if (plan.scatter_src && compat::DeterministicAlgorithmsOn() && OneIndexEntryAlongDim(stack)) suspended.emplace();
     (in_place && plan.in_place_op ? *plan.in_place_op : *plan.op).callBoxed(&stack);
-  } catch (const c10::Error& error) {
-    return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-  } catch (const std::exception& error) {
-    return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what()));
-  }
+  }));
   std::vector<at::Tensor> results = ResultTensors(stack);
   if (plan.uninitialized && compat::DeterministicAlgorithmsOn()) {
-    try {
+    MAGI_RETURN_IF_ERROR(compat::CallTorchLazy(where, [&] {
       for (at::Tensor& result : results) compat::FillUninitialized(result);
-    } catch (const c10::Error& error) {
-      return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-    }
+    }));
   }
   return results;
 }
@@ -431,13 +427,10 @@ absl::Status SetGeneratorState(const StepPlan& plan, const at::Tensor& state) {
       break;
     }
   }
-  try {
+  return compat::CallTorch(absl::StatusCode::kInvalidArgument, "rng.state", [&] {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(state);
-  } catch (const c10::Error& error) {
-    return absl::InvalidArgumentError(absl::StrCat("rng.state: ", error.what_without_backtrace()));
-  }
-  return absl::OkStatus();
+  });
 }
 
 std::vector<at::Tensor> AdamWReference(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,

@@ -15,6 +15,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/compat/deterministic.h"
 #include "magi/compat/torch_compat.h"
+#include "magi/compat/torch_status.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
 #include "magi/registry/registry.h"
@@ -219,12 +220,10 @@ class InterpreterExecutable : public TorchExecutable {
   absl::Status RunAdamW(const NodePlan& plan) {
     std::vector<at::Tensor> o = Operands(plan);
     std::vector<at::Tensor> results;
-    try {
+    MAGI_RETURN_IF_ERROR(compat::CallTorchLazy([&] { return Where(*plan.node); }, [&] {
       // In place only over donated inputs: a caller of Run keeps its tensors unchanged.
       results = AdamWReferenceOf(plan.adamw_split, o, plan.adamw, donated_ ? plan.adamw_in_place : nullptr);
-    } catch (const c10::Error& error) {
-      return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-    }
+    }));
     return TakeResults(plan, results);
   }
 
@@ -232,11 +231,9 @@ class InterpreterExecutable : public TorchExecutable {
   absl::Status RunLocalShard(const NodePlan& plan) {
     const Communicator& communicator = *communicators_.at(plan.group);
     at::Tensor piece;
-    try {
+    MAGI_RETURN_IF_ERROR(compat::CallTorchLazy([&] { return Where(*plan.node); }, [&] {
       piece = LocalShardOf(slots_[plan.args[0].slots[0]], communicator.rank(), communicator.size());
-    } catch (const c10::Error& error) {
-      return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-    }
+    }));
     return TakeResults(plan, {piece});
   }
 

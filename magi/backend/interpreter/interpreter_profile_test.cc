@@ -11,8 +11,8 @@
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
-#include "magi/backend/communicator.h"
 #include "magi/backend/torch_executable.h"
+#include "magi/comm/communicator.h"
 #include "magi/ir/parser.h"
 
 namespace magi {

@@ -25,13 +25,14 @@
 #include "magi/backend/torch_executable.h"
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
+#include "magi/comm/nccl.h"
 #include "magi/compat/cuda_graph.h"
 #include "magi/compat/deterministic.h"
 #include "magi/compat/gemm_workspace.h"
 #include "magi/compat/torch_compat.h"
+#include "magi/compat/torch_status.h"
 #include "magi/ir/collectives.h"
 #include "magi/ir/magi_ops.h"
-#include "magi/runtime/nccl/nccl_communicator.h"
 
 namespace magi {
 namespace {
@@ -332,12 +333,9 @@ class NcclStreamExecutable : public TorchExecutable {
             return absl::FailedPreconditionError(absl::StrCat(Where(*plan.node), ": no communicator is bound to group '",
                                                               plan.group, "'"));
           }
-          try {
-            MAGI_RETURN_IF_ERROR(Hold(plan, {LocalShardOf(slots_[plan.args[0].slots[0]], it->second->rank(),
-                                                           it->second->size())}));
-          } catch (const c10::Error& error) {
-            return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-          }
+          MAGI_RETURN_IF_ERROR(compat::CallTorchLazy([&] { return Where(*plan.node); }, [&] {
+            return Hold(plan, {LocalShardOf(slots_[plan.args[0].slots[0]], it->second->rank(), it->second->size())});
+          }));
           break;
         }
         case NodePlan::Kind::kCollectiveStart:
@@ -458,13 +456,11 @@ class NcclStreamExecutable : public TorchExecutable {
       for (int member : members) {
         const NodePlan& plan = step_.nodes[member];
         std::vector<at::Tensor> o = Operands(plan);
-        try {
+        MAGI_RETURN_IF_ERROR(compat::CallTorchLazy([&] { return Where(*plan.node); }, [&] {
           at::Tensor& grad = o[AdamWOperandIndex(*plan.node, kAdamWGrad)];
           if (grad.scalar_type() == at::kBFloat16) grad = grad.to(at::kFloat);
-          MAGI_RETURN_IF_ERROR(Hold(plan, AdamWReferenceOf(plan.adamw_split, o, plan.adamw, nullptr)));
-        } catch (const c10::Error& error) {
-          return absl::InternalError(absl::StrCat(Where(*plan.node), ": ", error.what_without_backtrace()));
-        }
+          return Hold(plan, AdamWReferenceOf(plan.adamw_split, o, plan.adamw, nullptr));
+        }));
       }
       return absl::OkStatus();
     }
@@ -740,7 +736,7 @@ class NcclStreamExecutable : public TorchExecutable {
     std::string failure;
     {
       c10::cuda::CUDAStreamGuard on_capture_stream(capture_stream);
-      try {
+      absl::Status captured = compat::CallTorch("", [&] {
         graph->capture_begin();
         outputs = RunStreams(inputs, /*capturing=*/true, /*timed=*/false);
         graph->capture_end();
@@ -748,9 +744,8 @@ class NcclStreamExecutable : public TorchExecutable {
           if (edit) RewriteMemsets(*graph);
           compat::InstantiateCudaGraph(*graph, edit);
         }
-      } catch (const c10::Error& error) {
-        failure = error.what_without_backtrace();
-      }
+      });
+      if (!captured.ok()) failure = std::string(captured.message());
       if (failure.empty() && !outputs.ok()) failure = std::string(outputs.status().message());
       if (!failure.empty()) {
         // Leave capture mode whatever state the failure left it in.
@@ -810,18 +805,11 @@ class NcclStreamExecutable : public TorchExecutable {
         return absl::InvalidArgumentError(absl::StrCat("input ", i, " (%", graph_ir_->inputs()[i]->name(),
                                                        ") changed shape or dtype since the CUDA graph was captured"));
       }
-      try {
-        static_inputs_[i].copy_(given, /*non_blocking=*/true);
-      } catch (const c10::Error& error) {
-        return absl::InternalError(absl::StrCat("input %", graph_ir_->inputs()[i]->name(), ": ",
-                                                error.what_without_backtrace()));
-      }
+      MAGI_RETURN_IF_ERROR(
+          compat::CallTorchLazy([&] { return absl::StrCat("input %", graph_ir_->inputs()[i]->name()); },
+                                [&] { static_inputs_[i].copy_(given, /*non_blocking=*/true); }));
     }
-    try {
-      graph_->replay();
-    } catch (const c10::Error& error) {
-      return absl::InternalError(absl::StrCat("CUDA graph replay: ", error.what_without_backtrace()));
-    }
+    MAGI_RETURN_IF_ERROR(compat::CallTorch("CUDA graph replay", [&] { graph_->replay(); }));
     return static_outputs_;
   }
 

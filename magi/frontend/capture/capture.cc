@@ -12,6 +12,7 @@
 #include "magi/base/status_macros.h"
 #include "magi/compat/attention.h"
 #include "magi/compat/torch_compat.h"
+#include "magi/compat/torch_status.h"
 #include "magi/frontend/capture/capture_session.h"
 
 namespace magi {
@@ -144,16 +145,18 @@ absl::Status AddMutatedInputOutputs(CaptureSession& session, torch::nn::Module& 
 // (the session's own, more precise error when it raised it).
 absl::Status RunCaptured(CaptureSession& session, const std::function<absl::Status()>& body) {
   absl::Status status;
-  try {
-    CaptureScope scope(&session);
-    status = body();
-  } catch (const c10::Error& error) {
-    absl::Status recorded = session.status();
-    if (!recorded.ok()) return recorded;
-    return absl::InternalError(absl::StrCat("the captured code raised: ", error.what_without_backtrace()));
-  } catch (const std::exception& error) {
-    return absl::InternalError(absl::StrCat("the captured code raised: ", error.what()));
-  }
+  MAGI_RETURN_IF_ERROR(compat::CallTorchWith(
+      [&] {
+        CaptureScope scope(&session);
+        status = body();
+      },
+      [&](const compat::CaughtException& caught) -> absl::Status {
+        if (caught.from_torch()) {
+          absl::Status recorded = session.status();
+          if (!recorded.ok()) return recorded;
+        }
+        return absl::InternalError(absl::StrCat("the captured code raised: ", caught.message));
+      }));
   MAGI_RETURN_IF_ERROR(session.status());
   return status;
 }

@@ -11,7 +11,7 @@
 #include "magi/compat/torch_compat.h"
 #include "magi/frontend/common/aten_arguments.h"
 #include "magi/frontend/common/functional_variants.h"
-#include "magi/frontend/module_scope.h"
+#include "magi/module_api/module_scope.h"
 
 namespace magi {
 namespace {

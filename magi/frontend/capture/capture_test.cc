@@ -7,18 +7,19 @@
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "magi/analysis/memory_plan.h"
 #include "magi/backend/interpreter/interpreter.h"
-#include "magi/compat/torch_compat.h"
+#include "magi/backend/torch_executable.h"
 #include "magi/base/gtest_printers.h"
-#include "magi/frontend/module_scope.h"
+#include "magi/compat/torch_compat.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
 #include "magi/ir/verifier.h"
 #include "magi/models/llama.h"
 #include "magi/models/mlp.h"
-#include "magi/analysis/memory_plan.h"
-#include "magi/backend/torch_executable.h"
+#include "magi/module_api/module_scope.h"
 
 namespace magi {
 namespace {
@@ -446,6 +447,81 @@ TEST(CaptureTest, InferenceMatchesEagerForward) {
     eager = model->forward(tokens);
   }
   ExpectSameTensors({{"output.0", eager}}, RunCaptured(*captured, *model, {tokens}));
+}
+
+// Grouped-query attention (2 kv heads for 4 query heads; the repeat per group is
+// unsqueeze + expand + reshape): the training step captured on real tensors matches eager
+// bitwise, and the one captured on meta computes it on real weights.
+TEST(CaptureTest, GroupedQueryLlamaTrainingStepMatchesEager) {
+  models::LlamaConfig config = models::LlamaConfig::Tiny();
+  config.n_kv_heads = 2;
+  torch::manual_seed(8);
+  models::Llama model(config);
+  at::Tensor tokens = torch::randint(0, 256, {2, 16});
+  at::Tensor targets = torch::randint(0, 256, {2, 16});
+  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(model->forward(in[0]), in[1]);
+  };
+  absl::StatusOr<CapturedGraph> captured = CaptureTrainingStep(*model, loss_fn, {tokens, targets});
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  EXPECT_NE(PrintModule(*captured->module).find("f32[2,2,2,16,16]"), std::string::npos);  // the expanded kv heads
+  NamedTensors eager = EagerStep(*model, loss_fn, {tokens, targets});
+  EXPECT_EQ(eager.at("layers.0.attention.wk.weight.grad").sizes(), (std::vector<int64_t>{32, 64}));
+  ExpectSameTensors(eager, RunCaptured(*captured, *model, {tokens, targets}));
+
+  models::Llama meta_model(config, torch::TensorOptions().device(torch::kMeta));
+  auto meta_long = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
+  LossFunction meta_loss = [&](const std::vector<at::Tensor>& in) {
+    return models::LanguageModelLoss(meta_model->forward(in[0]), in[1]);
+  };
+  CaptureOptions options;
+  options.device = Device{DeviceType::kCpu, -1};
+  absl::StatusOr<CapturedGraph> on_meta = CaptureTrainingStep(
+      *meta_model, meta_loss, {torch::empty({2, 16}, meta_long), torch::empty({2, 16}, meta_long)}, options);
+  ASSERT_TRUE(on_meta.ok()) << on_meta.status();
+  ExpectWellFormed(*on_meta);
+  ExpectSameTensors(eager, RunCaptured(*on_meta, *model, {tokens, targets}), /*bitwise=*/compat::kTorchVersion < 200);
+}
+
+// A grouped-query decode step (ForwardWithCache: one token per row at different
+// positions against a 2-kv-head cache) captured and run by the interpreter gives eager's
+// logits and new cache, bitwise.
+TEST(CaptureTest, GroupedQueryLlamaCachedDecodeStepMatchesEager) {
+  models::LlamaConfig config = models::LlamaConfig::Tiny();
+  config.n_kv_heads = 2;
+  config.max_seq_len = 16;
+  torch::manual_seed(9);
+  models::Llama model(config);
+  model->eval();
+  ForwardFunction step = [&](const std::vector<at::Tensor>& in) {
+    models::LlamaImpl::CachedOutput out = model->ForwardWithCache(in[0], in[1], models::KvCache::FromFlat(in, 2));
+    std::vector<at::Tensor> outputs{out.logits};
+    for (const at::Tensor& t : out.cache.Flat()) outputs.push_back(t);
+    return outputs;
+  };
+  std::vector<at::Tensor> inputs{torch::randint(0, 256, {2, 1}), torch::tensor({3, 7}, torch::kLong)};
+  {
+    torch::NoGradGuard no_grad;
+    at::Tensor prompt = torch::randint(0, 256, {2, 16});
+    models::KvCache prefilled =
+        model->ForwardWithCache(prompt, torch::zeros({2}, torch::kLong), models::KvCache::Zeros(config, 2, 16, {}))
+            .cache;
+    for (const at::Tensor& t : prefilled.Flat()) inputs.push_back(t);
+  }
+  ASSERT_EQ(inputs[2].sizes(), (std::vector<int64_t>{2, 2, 16, 16}));
+  absl::StatusOr<CapturedGraph> captured = CaptureForward(*model, step, inputs);
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ExpectWellFormed(*captured);
+  std::vector<at::Tensor> eager;
+  {
+    torch::NoGradGuard no_grad;
+    eager = step(inputs);
+  }
+  NamedTensors expected;
+  for (size_t i = 0; i < eager.size(); ++i) expected[absl::StrCat("output.", i)] = eager[i];
+  ASSERT_EQ(expected.size(), 5u);  // logits, then keys and values of 2 layers
+  ExpectSameTensors(expected, RunCaptured(*captured, *model, inputs));
 }
 
 TEST(CaptureTest, MetaCaptureAllocatesNothingAndRunsOnRealWeights) {

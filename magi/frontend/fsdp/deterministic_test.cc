@@ -79,11 +79,11 @@ int RunBatchInvariance(const DistributedEnv& env, std::shared_ptr<Communicator> 
     return std::vector<at::Tensor>{model->forward(in[0])};
   };
   InferenceOptions options;
-  options.deterministic = Deterministic();
+  options.compile.deterministic = Deterministic();
   auto run_with = [&](const at::Tensor& batch) -> absl::StatusOr<at::Tensor> {
     auto inference = FsdpInference::Create(*model, forward, {batch}, communicator, options);
     if (!inference.ok()) return inference.status();
-    if (options.deterministic) {
+    if (options.compile.deterministic) {
       int gathers = 0;
       for (const Node* node : (*inference)->graph().nodes()) gathers += node->op() == kAllGatherStartOp;
       if (gathers != 3) return absl::InternalError("the sequences must share one all-gather per group");
@@ -116,7 +116,7 @@ int RunBatchInvariance(const DistributedEnv& env, std::shared_ptr<Communicator> 
   double diff = (*all - eager).abs().max().item<double>();
   if (diff > 1e-5) return Fail("batched inference differs from eager by " + std::to_string(diff));
   if (env.rank == 0) {
-    std::cout << (options.deterministic ? "deterministic" : "plain") << ": " << differing
+    std::cout << (options.compile.deterministic ? "deterministic" : "plain") << ": " << differing
               << " of 11 sequences differ bitwise from their one-by-one logits; eager within " << diff << "\n";
   }
   return Report("differing.rank" + std::to_string(env.rank), std::to_string(differing));
@@ -143,14 +143,13 @@ absl::Status RunTraining(const DistributedEnv& env, std::shared_ptr<Communicator
   };
   AdamWOptions adamw;
   adamw.lr = 1e-2;
-  StepOptimization optimization;
-  optimization.deterministic = Deterministic();
+  CompileOptions compile;
+  compile.deterministic = Deterministic();
   // A pipeline for rank 1 only (every rank gets the same environment).
   if (const char* passes = std::getenv("MAGI_TEST_PASSES_RANK1"); passes != nullptr && env.rank == 1) {
-    optimization.passes = passes;
+    compile.optimization.passes = passes;
   }
-  auto trainer = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw, {}, "interpreter",
-                                     optimization);
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw, {}, compile);
   if (!trainer.ok()) return trainer.status();
   std::string losses;
   for (int step = 0; step < 20; ++step) {

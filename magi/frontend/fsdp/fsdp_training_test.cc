@@ -181,10 +181,10 @@ int RunOptimizedAgrees(const DistributedEnv& env, const std::shared_ptr<Communic
   adamw.lr = 1e-2;
   auto plain = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw);
   if (!plain.ok()) return Fail(std::string(plain.status().message()));
-  StepOptimization scheduled;
-  scheduled.passes =
+  CompileOptions scheduled;
+  scheduled.optimization.passes =
       "reshard-after-forward{mode=keep},bucket-collectives{kinds=all_gather,max_mb=1},schedule-overlap{prefetch=2}";
-  auto b = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw, {}, "interpreter", scheduled);
+  auto b = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw, {}, scheduled);
   if (!b.ok()) return Fail(std::string(b.status().message()));
 
   // A budget halfway between the plain step's predicted peak and the least recompute can reach.
@@ -193,9 +193,9 @@ int RunOptimizedAgrees(const DistributedEnv& env, const std::shared_ptr<Communic
   if (floor_finder.Run(*probe).ok()) return Fail("a 1-byte budget cannot be met");
   const int64_t plain_peak = (*plain)->prediction().peak_bytes;
   const int64_t budget = (plain_peak + floor_finder.report().peak_floor) / 2;
-  StepOptimization budgeted;
-  budgeted.memory_budget_bytes = budget;
-  auto c = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw, {}, "interpreter", budgeted);
+  CompileOptions budgeted;
+  budgeted.optimization.memory_budget_bytes = budget;
+  auto c = FsdpTrainer::Create(*model, loss_fn, local_batch(0), communicator, adamw, {}, budgeted);
   if (!c.ok()) return Fail(std::string(c.status().message()));
   if ((*c)->applied_pipeline().find("auto-recompute") == std::string::npos) {
     return Fail("the search should recompute under " + std::to_string(budget) + " bytes: " + (*c)->applied_pipeline());
@@ -494,7 +494,7 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
   const int world = static_cast<int>(mesh.size());
   std::vector<at::Tensor> example = LocalRows(GlobalBatch(0, world, local), env.rank, local);
   for (at::Tensor& t : example) t = t.narrow(0, 0, micro);
-  auto trainer = FsdpTrainer::Create(*model, loss_fn, example, communicators, adamw, {}, "interpreter", {}, training);
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, example, communicators, adamw, {}, {}, training);
   if (!trainer.ok()) return Fail(Message(trainer.status()));
   // One reduce-scatter per group in the step, none in the micro-batch graph.
   auto count = [](const Graph& graph, absl::string_view op) {
@@ -519,7 +519,7 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
       other.reshard_after_forward = keep == 1 ? false : true;
       shard_all(other);
       auto variant =
-          FsdpTrainer::Create(*model, loss_fn, example, communicators, adamw, {}, "interpreter", {}, training);
+          FsdpTrainer::Create(*model, loss_fn, example, communicators, adamw, {}, {}, training);
       if (!variant.ok()) return Fail(Message(variant.status()));
       peaks[keep] = (*variant)->prediction().peak_bytes;
     }
@@ -577,8 +577,10 @@ int RunParity(const DistributedEnv& env, const MeshCommunicators& communicators,
     return Fail("unexpected schedule");
   }
   // AdamW divides by sqrt(v): a last-ulp difference in a gradient near zero moves its parameter by a
-  // visible fraction of lr (one rank, CI: 8.4e-6 on LibTorch 1.13, 1.1e-5 on 2.12; 4 steps at lr 0.01).
-  double worst = CompareParameters(**trainer, NamedParameters(*reference), world == 1 ? 5e-5 : 1e-4, &failure);
+  // visible fraction of lr (4 steps at lr 0.01), by how much depends on the BLAS's blocking: one rank
+  // gave 8.4e-6 (LibTorch 1.13) and 1.1e-5 (2.12) on the CI machine of 2026-12-01, 5.9e-5 (1.13) and
+  // 4.9e-5 (2.12) on an AMD EPYC host of 2026-12-07; more ranks up to 6.6e-6 there.
+  double worst = CompareParameters(**trainer, NamedParameters(*reference), 1e-4, &failure);
   if (worst < 0) return Fail(failure);
   if (env.rank == 0) {
     std::cout << "parity (world " << world << ", mesh " << mesh.num_axes() << "-D, reshard_after_forward="
@@ -619,7 +621,7 @@ int RunOffload(const DistributedEnv& env, const std::shared_ptr<Communicator>& c
     options.cpu_offload = offload == 1;
     for (auto& layer : model->layers) FullyShard(*layer, *mesh, options);
     FullyShard(*model, *mesh, options);
-    auto created = FsdpTrainer::Create(*model, loss_fn, example, communicator, adamw, {}, "interpreter", {}, training);
+    auto created = FsdpTrainer::Create(*model, loss_fn, example, communicator, adamw, {}, {}, training);
     if (!created.ok()) return Fail(Message(created.status()));
     trainers[offload] = *std::move(created);
   }
@@ -849,7 +851,7 @@ int RunBig(const DistributedEnv& env) {
   training.init_seed = 11;
   AdamWOptions adamw;
   adamw.lr = 1e-3;
-  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, "interpreter", {}, training);
+  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, {}, training);
   if (!trainer.ok()) return Fail(Message(trainer.status()));
   std::vector<double> losses;
   for (int step = 0; step < 2; ++step) {

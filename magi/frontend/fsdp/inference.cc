@@ -4,9 +4,10 @@
 #include "absl/strings/str_cat.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/base/status_macros.h"
-#include "magi/frontend/fsdp/checkpoint.h"
-#include "magi/frontend/fsdp/plan_check.h"
-#include "magi/frontend/fsdp/step_inputs.h"
+#include "magi/training/checkpoint.h"
+#include "magi/training/plan_check.h"
+#include "magi/training/step_calibration.h"
+#include "magi/training/step_inputs.h"
 #include "magi/frontend/fsdp/trainer.h"
 
 namespace magi {
@@ -54,6 +55,133 @@ absl::Status MarkDonatedInputs(Graph& graph, const std::vector<std::pair<int, in
   return absl::OkStatus();
 }
 
+// How a preparation graph computes its output `index` from its inputs: op, operand names,
+// constants and type; "" when it is not one node on the inputs (then it is not shared).
+std::string PreparedRecipe(const Graph& prep, size_t index) {
+  const Value* value = prep.outputs()[index].value;
+  const Node* node = value->producer();
+  if (node == nullptr) return "";
+  std::string recipe = absl::StrCat(node->op(), ":", value->type().ToString());
+  for (const Value* operand : node->operands()) {
+    if (!operand->is_graph_input()) return "";
+    absl::StrAppend(&recipe, ",%", operand->name());
+  }
+  for (const Argument& arg : node->args()) {
+    if (!arg.value.is_operand_ref()) absl::StrAppend(&recipe, ",", arg.name, "=", arg.value.ToString());
+  }
+  return recipe;
+}
+
+// The operands of `output` (a preparation graph's output) when it is aten::cat along dim 0
+// of inputs of the graph, else empty.
+std::vector<const Value*> ConcatenatedInputs(const Value* output) {
+  const Node* node = output->producer();
+  if (node == nullptr || node->op() != "aten::cat") return {};
+  for (const Argument& arg : node->args()) {
+    if (arg.value.kind() == AttrKind::kInt && arg.value.as_int() != 0) return {};
+  }
+  std::vector<const Value*> parts;
+  for (const Value* operand : node->operands()) {
+    if (!operand->is_graph_input()) return {};
+    parts.push_back(operand);
+  }
+  return parts;
+}
+
+}  // namespace
+
+const Graph* FsdpInference::prep_graph() const {
+  const std::string& name = compiled_.optimized.prep_graph_name;
+  return name.empty() ? nullptr : module().FindGraph(name);
+}
+
+absl::Status FsdpInference::PrepareWeights() {
+  const Graph* prep = prep_graph();
+  if (prep == nullptr) return absl::OkStatus();
+  std::vector<at::Tensor> inputs;
+  for (const Value* input : prep->inputs()) {
+    const std::string& name = input->name();
+    at::Tensor tensor;
+    for (const auto& [constant_name, constant] : constants_) {
+      if (constant_name == name) tensor = constant;
+    }
+    if (!tensor.defined()) {
+      if (auto it = buffers_.find(name); it != buffers_.end()) {
+        tensor = it->second;
+      } else if (auto it = shards_.find(name); it != shards_.end()) {
+        tensor = it->second;
+      } else {
+        return absl::InternalError(absl::StrCat("the weight preparation @", prep->name(), " reads %", name,
+                                                ", which is no shard, buffer or constant"));
+      }
+    }
+    inputs.push_back(std::move(tensor));
+  }
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, prep_executable_->Run(inputs));
+  if (outputs.size() != prep->outputs().size()) {
+    return absl::InternalError(absl::StrCat("the weight preparation gave ", outputs.size(), " outputs, not ",
+                                            prep->outputs().size()));
+  }
+  inputs.clear();
+  for (size_t i = 0; i < outputs.size(); ++i) prepared_[prep->outputs()[i].name] = outputs[i];
+  // One copy of the weights: a shard concatenated whole becomes its rows of the result.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::vector<const Value*> parts = ConcatenatedInputs(prep->outputs()[i].value);
+    int64_t offset = 0;
+    for (const Value* part : parts) {
+      auto it = shards_.find(part->name());
+      if (it == shards_.end()) break;  // a buffer or a constant: not the shards'
+      const int64_t rows = it->second.size(0);
+      it->second = outputs[i].narrow(0, offset, rows);
+      offset += rows;
+    }
+  }
+  if (prepared_inputs_.size() != prepared_.size()) {
+    for (auto& [name, tensor] : prepared_) prepared_inputs_[name] = &tensor;
+    bindings_.reset();
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, at::Tensor> FsdpInference::WholeParameters() const {
+  std::map<std::string, at::Tensor> whole;
+  if (communicator_ == nullptr || communicator_->size() != 1) return whole;
+  constexpr absl::string_view kSuffix = ".shard";
+  for (const auto& [name, shard] : shards_) {
+    if (!absl::EndsWith(name, kSuffix) || shard.sizes() != at::IntArrayRef(full_shapes_.at(name))) continue;
+    whole[name.substr(0, name.size() - kSuffix.size())] = shard;
+  }
+  return whole;
+}
+
+namespace {
+
+// The CompileOptions fields FsdpInference sets itself, refused (InvalidArgument naming the
+// field and where the setting goes) rather than overwritten.
+absl::Status CheckInferenceCompileOptions(const CompileOptions& compile) {
+  auto refused = [](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("FsdpInference does not take CompileOptions::", field, ": ", why));
+  };
+  if (compile.sharding) return refused("sharding", "the plan comes from the module's FullyShard calls");
+  if (compile.batch_invariant_sequences > 1) {
+    return refused("batch_invariant_sequences",
+                   "set compile.deterministic (and InferenceOptions::batch_invariance): the batch comes from the "
+                   "example");
+  }
+  if (compile.optimization.weight_preparation) {
+    return refused("optimization.weight_preparation", "set InferenceOptions::weight_preparation (on by default)");
+  }
+  if (!compile.cost_model.calibration_csv.empty()) {
+    return refused("cost_model.calibration_csv",
+                   absl::StrCat("give the table as InferenceOptions::calibration (\"",
+                                compile.cost_model.calibration_csv, "\")"));
+  }
+  if (compile.cost_model.calibrator != nullptr) {
+    return refused("cost_model.calibrator", "set InferenceOptions::calibration = \"auto\"");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::Module& root,
@@ -69,13 +197,28 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   }
   plan.optimizer = false;
   plan.cpu_offload = false;  // offload is about optimizer state: inference keeps its shards on the device
-  CompileOptions options;
+  // No fp32 masters: the shards are held in the parameters' own dtype, so the graph gathers
+  // and computes with them as they are (fp32 shards of a bf16 model cost twice the memory
+  // and a cast of every weight in every run).
+  plan.master_dtype = std::nullopt;
+  MAGI_RETURN_IF_ERROR(CheckInferenceCompileOptions(inference_options.compile));
+  CompileOptions options = inference_options.compile;
   options.sharding = plan;
-  options.backend = inference_options.backend;
-  options.deterministic = inference_options.deterministic;
-  options.expected_plan_hash = inference_options.expected_plan_hash;
+  options.optimization.weight_preparation = inference_options.weight_preparation;
+  if (options.deterministic && inference_options.batch_invariance == BatchInvariance::kUnrolled) {
+    // The unrolled copies share each gathered weight, which concat-matmuls leaves alone,
+    // while a one-sequence graph has it concatenated: their bits would differ.
+    options.optimization.weight_preparation = false;
+  }
+  {
+    // Calibration runs where the forward will: the parameters' device.
+    at::Device device = at::kCPU;
+    for (const auto& item : root.named_parameters()) device = item.value().device();
+    MAGI_RETURN_IF_ERROR(SetStepCalibration(inference_options.calibration, {{plan.process_group, communicator}}, device,
+                                            options.cost_model));
+  }
   std::vector<at::Tensor> capture_inputs = example_inputs;
-  if (inference_options.deterministic) {
+  if (options.deterministic) {
     MAGI_ASSIGN_OR_RETURN(int64_t batch, BatchOf(example_inputs));
     if (inference_options.batch_invariance == BatchInvariance::kUnrolled) {
       // Capture one sequence (row 0), compile it unrolled to the batch.
@@ -91,16 +234,26 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
                         CompileCapturedForTorch(std::move(captured), options, &inference->executable_));
   MAGI_RETURN_IF_ERROR(inference->executable_->BindCommunicator(plan.process_group, communicator));
   inference->buffers_ = BuffersTheGraphReads(inference->graph(), root);
+  if (const Graph* prep = inference->prep_graph()) {
+    inference->prep_executable_ = dynamic_cast<TorchExecutable*>(inference->compiled_.prep_executable.get());
+    if (inference->prep_executable_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("backend '", options.backend,
+                                                        "' compiled no LibTorch executable of @", prep->name()));
+    }
+    inference->buffers_.merge(BuffersTheGraphReads(*prep, root));
+  }
   inference->communicator_ = communicator;
   std::map<std::string, at::Tensor> params;
   for (const auto& item : root.named_parameters()) params[item.key()] = item.value();
   for (const FsdpGroupPlan& group : plan.groups) {
     for (const std::string& name : group.params) {
-      inference->shards_[name + ".shard"] = ShardOf(params.at(name), plan.world_size, communicator->rank());
+      const at::Tensor& param = params.at(name);
+      inference->shards_[name + ".shard"] = ShardOf(param, plan.world_size, communicator->rank()).to(param.scalar_type());
       inference->full_shapes_[name + ".shard"] = params.at(name).sizes().vec();
     }
   }
-  if (inference_options.deterministic && !inference->shards_.empty()) {
+  MAGI_RETURN_IF_ERROR(inference->PrepareWeights());
+  if (options.deterministic && !inference->shards_.empty()) {
     MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*communicator, inference->plan_hash(),
                                                inference->shards_.begin()->second.device()));
   }
@@ -108,16 +261,20 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
 }
 
 absl::Status FsdpInference::LoadShardsFromCheckpoint(const std::string& root) {
+  // Checkpoints hold fp32 master shards (FsdpTrainer's); they are loaded as such and cast
+  // to the dtype the graph computes in.
   RankState like;
-  like.sharded = shards_;
+  for (const auto& [name, shard] : shards_) like.sharded[name] = shard.to(at::kFloat);
   like.full_shapes = full_shapes_;
   for (const auto& [name, tensor] : buffers_) like.per_rank["buffer." + name] = tensor;
   const at::Device device = shards_.empty() ? at::Device(at::kCPU) : shards_.begin()->second.device();
   MAGI_ASSIGN_OR_RETURN(RankState loaded, LoadCommittedCheckpoint(root, like, /*config=*/std::nullopt, *communicator_,
                                                                   device, CheckpointUse::kReadOnly));
+  for (auto& [name, shard] : loaded.sharded) shard = shard.to(shards_.at(name).scalar_type());
   shards_ = std::move(loaded.sharded);
+  bindings_.reset();  // they point into the maps' entries
   for (auto& [name, tensor] : buffers_) tensor = loaded.per_rank.at("buffer." + name);
-  return absl::OkStatus();
+  return PrepareWeights();
 }
 
 absl::Status FsdpInference::ShareWeightsWith(const FsdpInference& other) {
@@ -140,6 +297,25 @@ absl::Status FsdpInference::ShareWeightsWith(const FsdpInference& other) {
   MAGI_RETURN_IF_ERROR(check(buffers_, other.buffers_, "buffer"));
   for (auto& [name, tensor] : shards_) tensor = other.shards_.at(name);
   for (auto& [name, tensor] : buffers_) tensor = other.buffers_.at(name);
+  const Graph* prep = prep_graph();
+  if (prep == nullptr) return absl::OkStatus();
+  // The other forward's prepared tensors where it prepares the same ones from the same
+  // weights (its shards are views of them), else this forward's own.
+  const Graph* theirs = other.prep_graph();
+  bool same = theirs != nullptr;
+  for (size_t i = 0; same && i < prep->outputs().size(); ++i) {
+    const std::string& name = prep->outputs()[i].name;
+    const int index = theirs->FindOutput(name);
+    const std::string recipe = PreparedRecipe(*prep, i);
+    same = index >= 0 && !recipe.empty() && recipe == PreparedRecipe(*theirs, index) &&
+           other.prepared_.count(name) > 0;
+  }
+  if (!same) return PrepareWeights();
+  for (const GraphOutput& output : prep->outputs()) prepared_[output.name] = other.prepared_.at(output.name);
+  if (prepared_inputs_.size() != prepared_.size()) {
+    for (auto& [name, tensor] : prepared_) prepared_inputs_[name] = &tensor;
+    bindings_.reset();
+  }
   return absl::OkStatus();
 }
 
@@ -164,11 +340,16 @@ absl::StatusOr<MemoryPlan> FsdpInference::PlannedMemory(bool donated) const {
 }
 
 absl::StatusOr<std::vector<at::Tensor>> FsdpInference::RunImpl(std::vector<at::Tensor> inputs, bool donate) {
-  std::map<std::string, at::Tensor> named = shards_;
-  AddBuffersAndConstants(buffers_, constants_, named);
-  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, GatherStepInputs(graph(), named, inputs));
+  // Bound once: a decode step's host work is per input a pointer read, not a name lookup.
+  if (!bindings_) {
+    // The prepared weights are bound by pointer, as a trainer's step scalars are.
+    MAGI_ASSIGN_OR_RETURN(StepBindings bound,
+                          StepBindings::Bind(graph(), shards_, buffers_, constants_, prepared_inputs_));
+    bindings_ = std::move(bound);
+  }
+  std::map<std::string, at::Tensor> no_per_step_tensors;
+  MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> bound, bindings_->Gather(inputs, no_per_step_tensors));
   inputs.clear();  // donated: the bound copies are the only references left
-  named.clear();
   MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs,
                         donate ? executable_->RunDonating(std::move(bound)) : executable_->Run(bound));
   TakeUpdatedBuffers(graph(), outputs, buffers_);  // a forward in training mode updates statistics

@@ -5,7 +5,7 @@
 //   auto inference = magi::FsdpInference::Create(*model, forward, {tokens}, communicator);
 //   std::vector<at::Tensor> logits = *(*inference)->Run({tokens});
 //
-// Deterministic mode (InferenceOptions::deterministic, docs/deterministic.md) adds batch
+// Deterministic mode (InferenceOptions::compile.deterministic, docs/deterministic.md) adds batch
 // invariance: the forward is captured for ONE sequence and unrolled to the batch of the
 // example inputs (the batch-invariant pass), so each sequence's outputs are bitwise those
 // of a run holding it alone, whatever the batch size and the other sequences. Every
@@ -32,6 +32,19 @@
 //
 //   options.donated_inputs = {{1, 2}, {2, 3}};  // output.1 over input.2, output.2 over input.3
 //   std::vector<at::Tensor> out = *(*inference)->RunDonating({tokens, positions, std::move(k), std::move(v)});
+//
+// Weight preparation (InferenceOptions::weight_preparation, on by default): the compile
+// concatenates linears that read one activation (q/k/v, gate/up: concat-matmuls,
+// magi/passes/concat_matmuls.h) and moves what depends only on the weights (the
+// concatenation of their shards) into a graph of its own (CompiledStep::prep_executable),
+// which runs at Create, after LoadShardsFromCheckpoint and after ShareWeightsWith; the step
+// reads its outputs as inputs ("<first part>.shard.concat"), so a decode step launches one
+// GEMM per group and reads each weight once. To keep one copy of the weights, each shard a
+// prepared tensor concatenates whole along dim 0 is then held as a view (narrow on dim 0)
+// of it: the shards keep their names and shapes, so checkpoint loading and ShareWeightsWith
+// work on them as before. ShareWeightsWith takes the other forward's prepared tensors
+// where both prepare them alike (a prefill and a decode graph of one model), else prepares
+// its own from the shared shards (a copy of those weights).
 #ifndef MAGI_FRONTEND_FSDP_INFERENCE_H_
 #define MAGI_FRONTEND_FSDP_INFERENCE_H_
 
@@ -39,16 +52,18 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "magi/analysis/memory_plan.h"
-#include "magi/backend/communicator.h"
+#include "magi/comm/communicator.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/compiler/compiler.h"
 #include "magi/frontend/capture/capture.h"
 #include "magi/frontend/fsdp/fully_shard.h"
+#include "magi/training/step_inputs.h"
 
 namespace magi {
 
@@ -59,17 +74,32 @@ enum class BatchInvariance {
 };
 
 struct InferenceOptions {
-  std::string backend = "interpreter";  // the primary backend (see `magi registry`)
-  // Deterministic and batch-invariant (see above). The process must have called
-  // magi::EnableDeterministicMode() first; the ranks check they compiled one plan.
-  bool deterministic = false;
-  // Only read when deterministic.
+  // How the forward is compiled: the options the trainers compile with (the primary
+  // backend spec, e.g. "nccl_stream{cuda_graph=true}"; a pass pipeline or a memory
+  // budget; partition backends such as inductor; the cost model's profile; deterministic
+  // mode; the expected plan hash). The fields FsdpInference sets itself are refused
+  // (InvalidArgument naming the field) when given: `sharding` (the module's FullyShard plan,
+  // without the optimizer), `batch_invariant_sequences` (from `deterministic` and
+  // batch_invariance below), `optimization.weight_preparation` (weight_preparation below)
+  // and the cost model's `calibration_csv` and `calibrator` (calibration below).
+  // Deterministic mode (see above) needs magi::EnableDeterministicMode() called first; the
+  // ranks check they compiled one plan.
+  CompileOptions compile;
+  // The cost model's measured times (step_calibration.h): "none" (the default: a forward
+  // without a memory budget plans nothing from them), "auto" (measured and cached), or a
+  // CalibrationTable CSV.
+  std::string calibration = "none";
+  // Only read when compile.deterministic.
   BatchInvariance batch_invariance = BatchInvariance::kUnrolled;
-  // Non-empty: the plan hash the forward must compile to, else Create fails.
-  std::string expected_plan_hash;
   // {i, j}: the forward function's output i reuses the storage of its input j (same
   // dtype and shape), which a caller of RunDonating gives up. Run still writes nothing.
   std::vector<std::pair<int, int>> donated_inputs;
+  // Weight preparation (see above); compile.optimization.weight_preparation must stay unset.
+  // Off: every linear is its own matmul on its own gathered weight. Not applied in
+  // deterministic mode with BatchInvariance::kUnrolled: the unrolled sequences share each
+  // gathered weight, which concat-matmuls does not concatenate, while a one-sequence graph
+  // would be concatenated, and batch invariance needs both to compute alike.
+  bool weight_preparation = true;
 };
 
 class FsdpInference {
@@ -85,7 +115,7 @@ class FsdpInference {
                                                                std::shared_ptr<Communicator> communicator,
                                                                const std::string& backend = "interpreter") {
     InferenceOptions options;
-    options.backend = backend;
+    options.compile.backend = backend;
     return Create(root, forward_fn, example_inputs, std::move(communicator), options);
   }
   // Collective: replaces the shards (and buffers) with those of the newest committed step
@@ -97,6 +127,10 @@ class FsdpInference {
   // two forwards of one model (a prefill graph and a decode graph) hold one copy of the
   // weights. InvalidArgument naming the first shard or buffer whose name or shape differs.
   absl::Status ShareWeightsWith(const FsdpInference& other);
+  // Where this rank's shard of a parameter is the whole parameter (world 1): the weights
+  // the graph runs on as parameters, by the module's parameter name, views of this
+  // object's tensors. Empty at world > 1.
+  std::map<std::string, at::Tensor> WholeParameters() const;
   // Runs the forward on `inputs` (the example's shapes); returns its outputs (the forward
   // function's, in order; buffers it updates are kept for the next run).
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
@@ -115,17 +149,30 @@ class FsdpInference {
   const Module& module() const { return compiled_.module(); }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h).
   const std::string& plan_hash() const { return compiled_.plan_hash; }
+  // The weight preparation graph of module() (see above), or null when there is none.
+  const Graph* prep_graph() const;
+  // Its outputs as last computed, by name (the step's inputs of those names).
+  const std::map<std::string, at::Tensor>& prepared_weights() const { return prepared_; }
 
  private:
   FsdpInference() = default;
   absl::StatusOr<std::vector<at::Tensor>> RunImpl(std::vector<at::Tensor> inputs, bool donate);
+  // Runs the weight preparation on the current shards and buffers into prepared_, then
+  // makes the shards it concatenates whole views of the result; nothing without one.
+  absl::Status PrepareWeights();
   std::vector<std::pair<std::string, at::Tensor>> constants_;
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;
   std::map<std::string, at::Tensor> shards_;  // "<param>.shard"
   std::map<std::string, at::Tensor> buffers_;  // the module buffers the graph reads
   std::map<std::string, std::vector<int64_t>> full_shapes_;  // of each shard, by shard name
+  TorchExecutable* prep_executable_ = nullptr;  // compiled_.prep_executable, or null
+  std::map<std::string, at::Tensor> prepared_;  // the preparation's outputs, by name
+  std::map<std::string, at::Tensor*> prepared_inputs_;  // into prepared_, for StepBindings
   std::shared_ptr<Communicator> communicator_;
+  // The graph's inputs bound to the entries above (StepBindings); reset when the maps'
+  // entries are replaced.
+  std::optional<StepBindings> bindings_;
 };
 
 }  // namespace magi

@@ -6,9 +6,10 @@
 #include <mutex>
 #include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "magi/frontend/reset_parameters.h"
+#include "magi/base/status_macros.h"
+#include "magi/compat/torch_status.h"
+#include "magi/module_api/reset_parameters.h"
 
 namespace magi {
 namespace {
@@ -67,7 +68,7 @@ absl::StatusOr<MaterializedShards> MaterializeShards(torch::nn::Module& root, co
   at::NoGradGuard no_grad;
   SeededGenerator seeded(seed);
   std::string current = "(none)";
-  try {
+  auto materialize = [&]() -> absl::Status {
     for (const auto& item : root.named_modules("", /*include_self=*/true)) {
       torch::nn::Module& module = *item.value();
       auto params = module.named_parameters(/*recurse=*/false);
@@ -96,15 +97,17 @@ absl::StatusOr<MaterializedShards> MaterializeShards(torch::nn::Module& root, co
         out.buffers[name] = full;
       }
     }
-  } catch (const c10::Error& error) {
-    std::string message = error.what_without_backtrace();
-    if (absl::StrContains(message, "can't allocate memory")) {
-      return absl::ResourceExhaustedError(absl::StrCat("materializing ", current, ": ", message));
+    return absl::OkStatus();
+  };
+  // A failed allocation (LibTorch's, or the host's std::bad_alloc) is ResourceExhausted.
+  MAGI_RETURN_IF_ERROR(compat::CallTorchWith(materialize, [&](const compat::CaughtException& caught) {
+    const std::string what = absl::StrCat("materializing ", current, ": ");
+    if (caught.kind == compat::CaughtException::Kind::kBadAlloc) {
+      return absl::ResourceExhaustedError(absl::StrCat(what, "out of memory"));
     }
-    return absl::InternalError(absl::StrCat("materializing ", current, ": ", message));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("materializing ", current, ": out of memory"));
-  }
+    if (caught.out_of_memory()) return absl::ResourceExhaustedError(absl::StrCat(what, caught.message));
+    return absl::InternalError(absl::StrCat(what, caught.message));
+  }));
   for (const std::string& name : planned) {
     if (out.shards.count(name) == 0) {
       return absl::NotFoundError(absl::StrCat("the FSDP plan names parameter ", name, ", which the module lacks"));

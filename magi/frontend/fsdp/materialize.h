@@ -1,7 +1,7 @@
 // Sharded materialization of a model built on the meta device (FSDP2's
 // `fully_shard` on meta, then `to_empty` + `reset_parameters`, without ever holding the
 // whole model): each parameter in turn is initialized at full size by its module
-// (magi/frontend/reset_parameters.h), this rank's rows are kept as an fp32 shard and the
+// (magi/module_api/reset_parameters.h), this rank's rows are kept as an fp32 shard and the
 // full tensor is freed, so the transient cost is one parameter, never the model.
 // Buffers (RoPE tables, running statistics) are materialized whole: every rank keeps them.
 //

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "magi/backend/communicator.h"
+#include "magi/comm/communicator.h"
 #include "magi/frontend/fsdp/fully_shard.h"
 
 namespace magi {

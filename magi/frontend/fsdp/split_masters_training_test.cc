@@ -1,4 +1,4 @@
-// Split fp32 master weights (StepOptimization::split_master_weights) on real processes (CPU
+// Split fp32 master weights (TrainingOptions::split_master_weights) on real processes (CPU
 // + Gloo): a bf16 Llama trained with split masters against the same trainer with fp32
 // masters, same model, data and process; with gradient accumulation (whose micro-batch
 // graph takes the joined masters); and checkpoints that move between the two.
@@ -64,13 +64,11 @@ absl::StatusOr<Run> Make(const DistributedEnv& env, const std::shared_ptr<Commun
   };
   AdamWOptions adamw;
   adamw.lr = 1e-2;
-  StepOptimization optimization;
-  optimization.split_master_weights = split;
-  optimization.calibration = "none";
   TrainingOptions training;
+  training.split_master_weights = split;
+  training.calibration = "none";
   training.grad_accum = grad_accum;
-  auto trainer = FsdpTrainer::Create(*run.model, loss_fn, example, communicator, adamw, {}, "interpreter",
-                                     optimization, training);
+  auto trainer = FsdpTrainer::Create(*run.model, loss_fn, example, communicator, adamw, {}, {}, training);
   if (!trainer.ok()) return trainer.status();
   run.trainer = *std::move(trainer);
   return run;

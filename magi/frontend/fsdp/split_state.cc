@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "magi/backend/common/split_tensor.h"
+#include "magi/base/status_macros.h"
+#include "magi/compat/torch_status.h"
 
 namespace magi {
 
@@ -27,11 +29,8 @@ absl::Status SplitStateEntries(const std::vector<std::string>& names, std::map<s
                                                      it == state.end() ? "no such entry" : "not float32"));
     }
     std::pair<at::Tensor, at::Tensor> halves;
-    try {
-      halves = SplitTensorToBf16(it->second);
-    } catch (const c10::Error& error) {
-      return absl::InternalError(absl::StrCat("splitting state entry ", name, ": ", error.what_without_backtrace()));
-    }
+    MAGI_RETURN_IF_ERROR(compat::CallTorch(absl::StrCat("splitting state entry ", name),
+                                           [&] { halves = SplitTensorToBf16(it->second); }));
     // One entry at a time: the fp32 tensor goes before the next is split, so the state
     // never needs more than one tensor's worth of extra memory.
     state.erase(it);
@@ -45,13 +44,12 @@ absl::StatusOr<std::map<std::string, at::Tensor>> JoinedState(const std::vector<
                                                               const std::map<std::string, at::Tensor>& state) {
   std::map<std::string, at::Tensor> joined = state;
   for (const std::string& name : names) {
-    try {
+    // c10::Error, or std::out_of_range for a missing half.
+    MAGI_RETURN_IF_ERROR(compat::CallTorch(absl::StrCat("joining state entry ", name), [&] {
       // On the host, which is where a checkpoint writes from: no device memory for a copy
       // of every master.
       joined[name] = JoinSplitTensor(state.at(name + ".hi").cpu(), state.at(name + ".lo").cpu());
-    } catch (const std::exception& error) {  // c10::Error, or std::out_of_range for a missing half
-      return absl::InternalError(absl::StrCat("joining state entry ", name, ": ", error.what()));
-    }
+    }));
     joined.erase(name + ".hi");
     joined.erase(name + ".lo");
   }
@@ -73,11 +71,8 @@ std::map<std::string, at::Tensor> JoinedStateLike(const std::vector<std::string>
 absl::StatusOr<at::Tensor> JoinedEntry(const std::string& name, const std::map<std::string, at::Tensor>& state) {
   auto it = state.find(name);
   if (it != state.end()) return it->second;
-  try {
-    return JoinSplitTensor(state.at(name + ".hi"), state.at(name + ".lo"));
-  } catch (const std::exception& error) {
-    return absl::InternalError(absl::StrCat("joining state entry ", name, ": ", error.what()));
-  }
+  return compat::CallTorch(absl::StrCat("joining state entry ", name),
+                           [&] { return JoinSplitTensor(state.at(name + ".hi"), state.at(name + ".lo")); });
 }
 
 }  // namespace magi

@@ -1,5 +1,5 @@
 // Split fp32 master weights in a trainer's state (internal to the FSDP frontend): with
-// StepOptimization::split_master_weights the compiled step takes a parameter shard
+// TrainingOptions::split_master_weights the compiled step takes a parameter shard
 // "<p>.shard" as two inputs "<p>.shard.hi" (bf16) and "<p>.shard.lo" (int16)
 // (magi/passes/split_master_weights.h), so the trainer holds those instead, and joins
 // them back where the fp32 master is read: checkpoints, full parameters, a graph that

@@ -7,67 +7,27 @@
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
-#include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/compat/torch_status.h"
 #include "magi/frontend/fsdp/materialize.h"
-#include "magi/frontend/fsdp/plan_check.h"
 #include "magi/frontend/fsdp/split_state.h"
-#include "magi/frontend/fsdp/step_calibration.h"
-#include "magi/frontend/fsdp/step_inputs.h"
 #include "magi/ir/graph_utils.h"
+#include "magi/training/checkpoint.h"
+#include "magi/training/compile_for_torch.h"
+#include "magi/training/plan_check.h"
+#include "magi/training/step_calibration.h"
+#include "magi/training/step_inputs.h"
 
 namespace magi {
 
 absl::StatusOr<CompiledStep> CompileCapturedForTorch(CapturedGraph captured, const CompileOptions& options,
                                                      TorchExecutable** executable) {
-  MAGI_ASSIGN_OR_RETURN(CompiledStep compiled,
-                        Compile(std::move(captured.module), captured.graph_name, options));
-  *executable = dynamic_cast<TorchExecutable*>(compiled.executable.get());
-  if (*executable == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("backend '", options.backend, "' does not run LibTorch tensors"));
-  }
-  return compiled;
-}
-
-void ApplyStepOptimization(const StepOptimization& optimization, CompileOptions& options) {
-  options.optimization.passes = optimization.passes;
-  options.optimization.memory_budget_bytes = optimization.memory_budget_bytes;
-  if (optimization.split_master_weights) {
-    // Last in canonicalization: before the search and pipelines see the step, after the
-    // copies and dead code that could hide a parameter's uses are gone.
-    std::string& canonicalize = options.optimization.canonicalize;
-    canonicalize += canonicalize.empty() ? "split-master-weights" : ",split-master-weights";
-  }
-  options.cost_model.device_profile = optimization.device_profile;
-  options.partitioning.backends = optimization.partition_backends;
-  options.partitioning.min_nodes = optimization.partition_min_nodes;
-  options.partitioning.max_nodes = optimization.partition_max_nodes;
-  options.partitioning.align_collectives = optimization.partition_align_collectives;
-  options.partitioning.recompute_fusible = optimization.partition_recompute_fusible;
-  options.deterministic = optimization.deterministic;
-  options.expected_plan_hash = optimization.expected_plan_hash;
-}
-
-double ScheduledLearningRate(const LrSchedule& schedule, double lr, int64_t step) {
-  if (schedule.warmup_steps > 0 && step <= schedule.warmup_steps) {
-    return lr * static_cast<double>(step) / static_cast<double>(schedule.warmup_steps);
-  }
-  if (schedule.kind == LrSchedule::Kind::kConstant) return lr;
-  const double span = static_cast<double>(std::max<int64_t>(1, schedule.total_steps - schedule.warmup_steps));
-  const double progress = std::min(1.0, static_cast<double>(step - schedule.warmup_steps) / span);
-  return schedule.min_lr + (lr - schedule.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
-}
-
-absl::StatusOr<LrSchedule::Kind> ParseLrScheduleKind(const std::string& name) {
-  if (name == "constant") return LrSchedule::Kind::kConstant;
-  if (name == "cosine") return LrSchedule::Kind::kCosine;
-  return absl::InvalidArgumentError(absl::StrCat("unknown learning-rate schedule '", name, "' (constant or cosine)"));
+  return CompileForTorch(std::move(captured.module), captured.graph_name, options, executable);
 }
 
 absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
     std::shared_ptr<Communicator> communicator, const AdamWOptions& adamw, const CaptureOptions& capture_options,
-    const std::string& backend, const StepOptimization& optimization, const TrainingOptions& training) {
+    const CompileOptions& compile, const TrainingOptions& training) {
   MAGI_ASSIGN_OR_RETURN(FsdpPlan plan, PlanFromFullyShard(root));
   if (plan.replicate_size > 1) {
     return absl::InvalidArgumentError(
@@ -75,22 +35,20 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
                      "': pass one communicator per axis (CreateMeshCommunicators)"));
   }
   return Create(root, loss_fn, example_local_batch, MeshCommunicators{{plan.mesh_axis, std::move(communicator)}},
-                adamw, capture_options, backend, optimization, training);
+                adamw, capture_options, compile, training);
 }
 
 absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
     const MeshCommunicators& communicators, const AdamWOptions& adamw, const CaptureOptions& capture_options,
-    const std::string& backend, const StepOptimization& optimization, const TrainingOptions& training) {
+    const CompileOptions& compile, const TrainingOptions& training) {
   auto trainer = std::unique_ptr<FsdpTrainer>(new FsdpTrainer());
-  try {
-    trainer->root_ = root.shared_from_this();
-  } catch (const std::bad_weak_ptr&) {
-    // A module not owned by a shared_ptr: ReleaseModuleParameters cannot reach it.
-  }
+  // Empty for a module not owned by a shared_ptr: ReleaseModuleParameters cannot reach it.
+  trainer->root_ = root.weak_from_this();
   trainer->adamw_ = adamw;
   trainer->training_ = training;
   if (training.grad_accum < 1) return absl::InvalidArgumentError("grad_accum must be >= 1");
+  MAGI_RETURN_IF_ERROR(CheckTrainingCompileOptions(compile, "FsdpTrainer"));
   MAGI_ASSIGN_OR_RETURN(trainer->plan_, PlanFromFullyShard(root));
   FsdpPlan& plan = trainer->plan_;
   auto communicator_of = [&](const std::string& axis, int64_t size) -> absl::StatusOr<std::shared_ptr<Communicator>> {
@@ -140,18 +98,17 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     }
   }
 
-  CompileOptions options;
-  ApplyStepOptimization(optimization, options);
+  CompileOptions options = compile;
+  if (training.split_master_weights) AddSplitMasterWeights(options);
   {
     // The step runs where its state will live: the capture device, else the example's.
     at::Device device = capture.device ? compat::ToTorchDevice(*capture.device)
                                        : (example.empty() ? at::Device(at::kCPU) : example[0].device());
     std::map<std::string, std::shared_ptr<Communicator>> groups = {{plan.process_group, trainer->communicator_}};
     if (replicate != nullptr) groups[plan.replicate_group] = replicate;
-    MAGI_RETURN_IF_ERROR(SetStepCalibration(optimization.calibration, groups, device, options.cost_model));
+    MAGI_RETURN_IF_ERROR(SetStepCalibration(training.calibration, groups, device, options.cost_model));
     trainer->step_times_ = StepTimeRecorder::Create(options.cost_model, device);
   }
-  options.backend = backend;
   // reshard_after_forward=K: backward gathers over the post-forward groups of K ranks.
   std::map<std::string, std::shared_ptr<Communicator>> post_forward;  // IR group name -> communicator
   for (const FsdpGroupPlan& group : plan.groups) {
@@ -195,6 +152,7 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
     plan.gradient_divisor = training.grad_accum;
   }
   options.sharding = plan;
+  trainer->compile_options_ = options;
   MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileCapturedForTorch(std::move(captured), options, &trainer->executable_));
   MAGI_RETURN_IF_ERROR(bind(*trainer->executable_, trainer->compiled_.module()));
   {
@@ -247,29 +205,26 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   auto place = [&](const std::string& name, at::Tensor tensor) {
     trainer->state_[name] = on_input_device(name, std::move(tensor));
   };
-  try {
-    for (auto& [name, shard] : shards) {
-      place(name + ".exp_avg", at::zeros_like(shard));
-      place(name + ".exp_avg_sq", at::zeros_like(shard));
-      place(name + ".shard", std::move(shard));
-    }
-  } catch (const c10::Error& error) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("allocating the shards and AdamW moments: ", error.what_without_backtrace()));
-  }
+  MAGI_RETURN_IF_ERROR(
+      compat::CallTorch(absl::StatusCode::kResourceExhausted, "allocating the shards and AdamW moments", [&] {
+        for (auto& [name, shard] : shards) {
+          place(name + ".exp_avg", at::zeros_like(shard));
+          place(name + ".exp_avg_sq", at::zeros_like(shard));
+          place(name + ".shard", std::move(shard));
+        }
+      }));
   // Buffers materialized from meta are made on the host, like the shards; the step reads
   // them where its inputs say (a CUDA step: on the GPU).
   if (on_meta) {
-    try {
-      for (auto& [name, buffer] : trainer->buffers_) buffer = on_input_device(name, buffer);
-    } catch (const c10::Error& error) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("moving the materialized buffers to the step's device: ", error.what_without_backtrace()));
-    }
+    MAGI_RETURN_IF_ERROR(compat::CallTorch(
+        absl::StatusCode::kResourceExhausted, "moving the materialized buffers to the step's device",
+        [&] {
+          for (auto& [name, buffer] : trainer->buffers_) buffer = on_input_device(name, buffer);
+        }));
   }
   trainer->split_state_ = SplitStateNames(trainer->graph(), trainer->state_);
   MAGI_RETURN_IF_ERROR(SplitStateEntries(trainer->split_state_, trainer->state_));
-  if (optimization.split_master_weights && trainer->split_state_.empty()) {
+  if (training.split_master_weights && trainer->split_state_.empty()) {
     std::string note =
         "split_master_weights: no parameter shard qualifies (each must be fp32, only cast to bf16 where it is, "
         "and updated by AdamW); the masters stay fp32";
@@ -279,15 +234,13 @@ absl::StatusOr<std::unique_ptr<FsdpTrainer>> FsdpTrainer::Create(
   if (plan.cpu_offload && at::globalContext().hasCUDA()) {
     // Host state is pinned, so copies to the device run at full speed (after the split:
     // the halves are new tensors).
-    try {
+    MAGI_RETURN_IF_ERROR(compat::CallTorch(absl::StatusCode::kResourceExhausted, "pinning the host state", [&] {
       for (auto& [name, tensor] : trainer->state_) {
         if (tensor.is_cpu() && !tensor.is_pinned()) tensor = tensor.pin_memory();
       }
-    } catch (const c10::Error& error) {
-      return absl::ResourceExhaustedError(absl::StrCat("pinning the host state: ", error.what_without_backtrace()));
-    }
+    }));
   }
-  if (optimization.deterministic && !trainer->state_.empty()) {
+  if (options.deterministic && !trainer->state_.empty()) {
     MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*trainer->communicator_, trainer->plan_hash(), trainer->compute_device_));
   }
   return trainer;

@@ -36,87 +36,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "magi/backend/communicator.h"
 #include "magi/backend/torch_executable.h"
+#include "magi/comm/communicator.h"
 #include "magi/compiler/compiler.h"
 #include "magi/frontend/capture/capture.h"
-#include "magi/frontend/fsdp/checkpoint.h"
 #include "magi/frontend/fsdp/fully_shard.h"
 #include "magi/frontend/fsdp/mesh_communicators.h"
-#include "magi/frontend/fsdp/step_calibration.h"
-#include "magi/frontend/fsdp/step_inputs.h"
+#include "magi/training/checkpoint.h"
+#include "magi/training/step_calibration.h"
+#include "magi/training/step_inputs.h"
+#include "magi/training/step_options.h"
 
 namespace magi {
-
-struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-};
-
-// How the sharded step graph is optimized and partitioned before it is compiled
-// (mapped onto magi/compiler's CompileOptions).
-struct StepOptimization {
-  // A pass pipeline run after sharding, e.g. "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}".
-  std::string passes;
-  // > 0: the strategy search picks the pipeline that fits this many bytes per rank
-  // (then `passes` must be empty). Every rank searches its own (identical) graph and
-  // finds the same plan.
-  int64_t memory_budget_bytes = 0;
-  std::string device_profile = "cpu";  // cost model for the search and the prediction
-  // The cost model's measured times (step_calibration.h): "auto" measures the step's
-  // kernels the cache lacks (calibration by default), "none" uses the profile's formulas
-  // alone, any other value is a CalibrationTable CSV to use as given.
-  std::string calibration = "auto";
-  // Partition backends that take the parts of the step they accept (see magi/compiler),
-  // and the bounds on a partition's node count (max 0: unbounded).
-  std::vector<std::string> partition_backends;
-  int partition_min_nodes = 1;
-  int partition_max_nodes = 0;
-  // Collectives moved out of fusible chains before partitioning (PartitionOptions::align_collectives).
-  bool partition_align_collectives = true;
-  // Fusible activations recomputed for the backward before partitioning
-  // (PartitionOptions::recompute_fusible).
-  bool partition_recompute_fusible = true;
-  // Deterministic mode (CompileOptions::deterministic, docs/deterministic.md): bitwise-
-  // identical steps run after run. The process must have called
-  // magi::EnableDeterministicMode() first (the backend checks); the ranks check that
-  // they compiled the same plan (plan_hash()) and fail naming those that did not.
-  bool deterministic = false;
-  // Non-empty: the plan hash the step must compile to (an earlier run's), else Create fails.
-  std::string expected_plan_hash;
-  // Split fp32 master weights (magi/passes/split_master_weights.h): each parameter shard
-  // the step only casts to bf16 and updates is held as its bf16 high half (what the step
-  // computes with, so its fp32 -> bf16 casts go) and its low 16 bits; AdamW joins, updates
-  // and splits them. The same training as fp32 masters (the bf16 parameters are the casts
-  // of the same fp32 values) but for exact ties, moved by one fp32 ulp (1 in 65,536 bit
-  // patterns: split_float.h). Checkpoints and GatherFullParameters see the joined fp32
-  // masters, so checkpoints are interchangeable with runs without it.
-  bool split_master_weights = false;
-};
-
-// Sets in `options` everything `optimization` asks for but the calibration (passes,
-// budget, split masters, cost profile, partitioning, deterministic mode, expected plan
-// hash); SetStepCalibration sets that, since it needs the communicators. Every trainer
-// (FsdpTrainer, FxTrainer) maps its StepOptimization through this one function, so no
-// trainer leaves a field unread.
-void ApplyStepOptimization(const StepOptimization& optimization, CompileOptions& options);
-
-// Learning rate by step (t = 1, 2, ...): linear warm-up lr * t / warmup_steps for
-// t <= warmup_steps, then constant, or for kCosine
-// min_lr + (lr - min_lr) * (1 + cos(pi * min(1, (t - warmup_steps) / (total_steps - warmup_steps)))) / 2.
-struct LrSchedule {
-  enum class Kind { kConstant, kCosine };
-  Kind kind = Kind::kConstant;
-  int64_t warmup_steps = 0;
-  int64_t total_steps = 0;  // kCosine: the step where lr reaches min_lr (> warmup_steps)
-  double min_lr = 0;
-};
-double ScheduledLearningRate(const LrSchedule& schedule, double lr, int64_t step);
-// "constant" or "cosine"; InvalidArgument otherwise.
-absl::StatusOr<LrSchedule::Kind> ParseLrScheduleKind(const std::string& name);
 
 struct TrainingOptions {
   int grad_accum = 1;         // micro-batches per optimizer step (Step splits its batch on dim 0)
@@ -125,6 +56,20 @@ struct TrainingOptions {
   // Required when the module is on the meta device: the seed its weights are
   // materialized with (the weights torch::manual_seed(init_seed) + a CPU construction give).
   std::optional<uint64_t> init_seed;
+  // The cost model's measured times (step_calibration.h): "auto" measures the step's
+  // kernels the cache lacks (calibration by default), "none" uses the device profile's
+  // formulas alone, any other value is a CalibrationTable CSV used as given. It sets
+  // CompileOptions::cost_model's calibration_csv and calibrator (which must be left unset).
+  std::string calibration = "auto";
+  // Split fp32 master weights (magi/passes/split_master_weights.h): each parameter shard
+  // the step only casts to bf16 and updates is held as its bf16 high half (what the step
+  // computes with, so its fp32 -> bf16 casts go) and its low 16 bits; AdamW joins, updates
+  // and splits them. The same training as fp32 masters (the bf16 parameters are the casts
+  // of the same fp32 values) but for exact ties, moved by one fp32 ulp (1 in 65,536 bit
+  // patterns: split_float.h). Checkpoints and GatherFullParameters see the joined fp32
+  // masters, so checkpoints are interchangeable with runs without it. When no shard
+  // qualifies (no bf16 mixed precision) the masters stay fp32 and a note says so.
+  bool split_master_weights = false;
 };
 
 class FsdpTrainer {
@@ -134,21 +79,24 @@ class FsdpTrainer {
   FsdpTrainer& operator=(const FsdpTrainer&) = delete;
 
   // Captures one step of `loss_fn` on `example_local_batch` (the shapes every step will
-  // have), compiles it with the FullyShard plan on `backend` and takes this rank's
-  // shards of the module's current parameters.
-  // With gradient accumulation the example is one micro-batch.
+  // have), compiles it with the FullyShard plan and `compile` (the primary backend,
+  // passes or memory budget, partitions, cost profile, deterministic mode, expected plan
+  // hash: every field as the compiler takes it, but those CheckTrainingCompileOptions
+  // refuses) and takes this rank's shards of the module's current parameters.
+  // With gradient accumulation the example is one micro-batch. Under
+  // compile.deterministic the ranks check that they compiled the same plan (plan_hash())
+  // and fail naming those that did not; the process must have called
+  // magi::EnableDeterministicMode() first (the backend checks).
   static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(
       torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
       std::shared_ptr<Communicator> communicator, const AdamWOptions& adamw, const CaptureOptions& capture_options = {},
-      const std::string& backend = "interpreter", const StepOptimization& optimization = {},
-      const TrainingOptions& training = {});
+      const CompileOptions& compile = {}, const TrainingOptions& training = {});
   // The same over a mesh's communicators by axis name (CreateMeshCommunicators; a 2-D
   // mesh needs its shard and its replicate axis').
   static absl::StatusOr<std::unique_ptr<FsdpTrainer>> Create(
       torch::nn::Module& root, const LossFunction& loss_fn, const std::vector<at::Tensor>& example_local_batch,
       const MeshCommunicators& communicators, const AdamWOptions& adamw, const CaptureOptions& capture_options = {},
-      const std::string& backend = "interpreter", const StepOptimization& optimization = {},
-      const TrainingOptions& training = {});
+      const CompileOptions& compile = {}, const TrainingOptions& training = {});
 
   // One optimizer step on this rank's batch (grad_accum micro-batches of the example's
   // shape, stacked on dim 0); returns this rank's loss (the mean over its micro-batches).
@@ -197,7 +145,7 @@ class FsdpTrainer {
   int64_t predicted_library_device_bytes() const { return predicted_library_device_bytes_; }
   // What they hold now (after steps: what they held at the step's peak, since they keep it).
   int64_t library_device_bytes() const { return executable_->LibraryDeviceBytesHeld(); }
-  // What calibration by default did for the step ("" unless StepOptimization::calibration is "auto").
+  // What calibration by default did for the step ("" unless TrainingOptions::calibration is "auto").
   const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
   const CalibrationStats& calibration_stats() const { return compiled_.optimized.calibration_stats; }
   // Calibration from the steps (step_calibration.h, StepTimeRecorder): writes the steps
@@ -210,6 +158,9 @@ class FsdpTrainer {
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h): two runs that print the
   // same hash ran the same buckets, collective sizes, schedule and backends.
   const std::string& plan_hash() const { return compiled_.plan_hash; }
+  // The options the step was compiled with: the caller's CompileOptions with the trainer's
+  // additions (sharding, split-master-weights, the calibration setting's cost-model fields).
+  const CompileOptions& compile_options() const { return compile_options_; }
 
   // The rank's state by input name ("<param>.shard", ".exp_avg", ".exp_avg_sq"; with
   // split_master_weights "<param>.shard.hi" and ".lo" in place of a split shard), each on
@@ -259,6 +210,7 @@ class FsdpTrainer {
   // HSDP: the replicate axis' (null on a 1-D mesh); checkpoints span the whole mesh with it.
   std::shared_ptr<Communicator> replicate_communicator_;
   at::Device compute_device_ = at::Device(at::kCPU);  // the step's and the communicators' device
+  CompileOptions compile_options_;  // what compiled_ was compiled with
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
   std::optional<CompiledStep> accumulate_;  // grad_accum > 1: the micro-batch graph without reduction
@@ -275,8 +227,7 @@ class FsdpTrainer {
   std::unique_ptr<StepTimeRecorder> step_times_;  // null unless calibrating by default on CPU
 };
 
-// Compiles a captured graph (taken over) with `options` and checks that the result runs
-// LibTorch tensors; the FSDP front ends share it.
+// CompileForTorch (magi/training/compile_for_torch.h) of a captured graph (taken over).
 absl::StatusOr<CompiledStep> CompileCapturedForTorch(CapturedGraph captured, const CompileOptions& options,
                                                      TorchExecutable** executable);
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "magi/comm/communicator.h"
 #include "magi/frontend/fx/fx_importer.h"
-#include "magi/backend/communicator.h"
 
 namespace magi {
 

@@ -9,11 +9,11 @@
 #include "absl/strings/str_join.h"
 #include "magi/base/status_macros.h"
 #include "magi/compat/torch_compat.h"
-#include "magi/frontend/capture/capture.h"
-#include "magi/frontend/fsdp/step_calibration.h"
-#include "magi/frontend/fsdp/checkpoint.h"
-#include "magi/frontend/fsdp/plan_check.h"
-#include "magi/frontend/fsdp/step_inputs.h"
+#include "magi/training/checkpoint.h"
+#include "magi/training/compile_for_torch.h"
+#include "magi/training/plan_check.h"
+#include "magi/training/step_calibration.h"
+#include "magi/training/step_inputs.h"
 
 namespace magi {
 namespace {
@@ -74,14 +74,7 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
   if (graph.FindOutput("loss") != 0) {
     return absl::InvalidArgumentError(absl::StrCat("FX graph @", graph.name(), " has no first output \"loss\""));
   }
-  if (options.optimization.split_master_weights) {
-    // The pass splits a shard that the step only casts to bf16; FxTrainer's plan gathers the
-    // shards in the exported dtype (no FSDP mixed precision), so no shard could qualify and
-    // the option would silently do nothing.
-    return absl::UnimplementedError(absl::StrCat(
-        "FxTrainer does not take split_master_weights: it gathers parameter shards in the exported dtype (no FSDP "
-        "mixed precision), so no fp32 master is only cast to bf16 (graph @", graph.name(), ")"));
-  }
+  MAGI_RETURN_IF_ERROR(CheckTrainingCompileOptions(options.compile, "FxTrainer"));
   auto trainer = std::unique_ptr<FxTrainer>(new FxTrainer());
   trainer->adamw_ = options.adamw;
   trainer->lr_schedule_ = options.lr_schedule;
@@ -106,19 +99,15 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
     (input->role() == InputRole::kParam ? params : trainer->buffers_)[name] = it->second;
   }
 
-  CompileOptions compile;
+  CompileOptions compile = options.compile;
   compile.sharding = trainer->plan_;
-  ApplyStepOptimization(options.optimization, compile);
   at::Device device = params.empty() ? at::Device(at::kCPU) : params.begin()->second.device();
-  MAGI_RETURN_IF_ERROR(SetStepCalibration(options.optimization.calibration,
+  MAGI_RETURN_IF_ERROR(SetStepCalibration(options.calibration,
                                           {{trainer->plan_.process_group, communicator}}, device, compile.cost_model));
   trainer->step_times_ = StepTimeRecorder::Create(compile.cost_model, device);
-  compile.backend = options.backend;
-  CapturedGraph captured;
-  captured.module = std::move(imported.module);
-  captured.graph_name = imported.graph_name;
-  MAGI_ASSIGN_OR_RETURN(trainer->compiled_,
-                        CompileCapturedForTorch(std::move(captured), compile, &trainer->executable_));
+  trainer->compile_options_ = compile;
+  MAGI_ASSIGN_OR_RETURN(trainer->compiled_, CompileForTorch(std::move(imported.module), imported.graph_name, compile,
+                                                            &trainer->executable_));
   MAGI_RETURN_IF_ERROR(trainer->executable_->BindCommunicator(trainer->plan_.process_group, communicator));
 
   // This rank's rows of every parameter, padded to whole shards; zero moments.
@@ -133,7 +122,7 @@ absl::StatusOr<std::unique_ptr<FxTrainer>> FxTrainer::Create(FxImport imported,
       trainer->state_[name + ".exp_avg_sq"] = at::zeros_like(shard);
     }
   }
-  if (options.optimization.deterministic && !trainer->state_.empty()) {
+  if (compile.deterministic && !trainer->state_.empty()) {
     MAGI_RETURN_IF_ERROR(CheckRanksAgreeOnPlan(*communicator, trainer->plan_hash(), device));
   }
   return trainer;

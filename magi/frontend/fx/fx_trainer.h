@@ -2,9 +2,10 @@
 // tools/fx_export.py --mode joint: parameters, buffers and data as inputs; "loss",
 // "<param>.grad" and "<buffer>.updated" as outputs).
 //
-// It takes the same road as the captured LibTorch step of magi/frontend/fsdp: the joint
-// graph is sharded by magi/compiler with an FsdpPlan whose groups are named by module-path
-// prefixes (FullyShard-style: "layers.0", "layers.1", "" for the root), AdamW is appended
+// It takes the same road as the captured LibTorch step of magi/frontend/fsdp, through the
+// training runtime both share (magi/training): the joint graph is sharded by
+// magi/compiler with an FsdpPlan whose groups are named by module-path prefixes
+// (FullyShard-style: "layers.0", "layers.1", "" for the root), AdamW is appended
 // to the graph, the pass pipeline or the strategy search runs, partition backends take
 // what they accept, and the primary backend runs ONE graph per step. The trainer holds
 // this rank's fp32 master shards, AdamW moments and buffers (BatchNorm running statistics
@@ -34,14 +35,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "magi/backend/communicator.h"
 #include "magi/backend/torch_executable.h"
+#include "magi/comm/communicator.h"
 #include "magi/compiler/compiler.h"
-#include "magi/frontend/fsdp/checkpoint.h"
-#include "magi/frontend/fsdp/step_calibration.h"
-#include "magi/frontend/fsdp/trainer.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/passes/fsdp/shard_for_fsdp.h"
+#include "magi/training/checkpoint.h"
+#include "magi/training/step_calibration.h"
+#include "magi/training/step_options.h"
 
 namespace magi {
 
@@ -62,11 +63,17 @@ struct FxTrainOptions {
   // The learning rate by step, as FsdpTrainer's (TrainingOptions::lr_schedule): the AdamW
   // scalars are step inputs, so a schedule recompiles nothing.
   LrSchedule lr_schedule;
-  std::string backend = "interpreter";
-  // Passes, budget, partitions, calibration, deterministic mode and expected plan hash, as
-  // FsdpTrainer takes them (ApplyStepOptimization). split_master_weights is refused
-  // (Unimplemented): the shards are gathered in the exported dtype, so none is only cast to bf16.
-  StepOptimization optimization;
+  // The cost model's measured times, as FsdpTrainer's (TrainingOptions::calibration): "auto",
+  // "none" or a CalibrationTable CSV.
+  std::string calibration = "auto";
+  // How the step is compiled: the primary backend, passes or memory budget, partitions,
+  // cost profile, deterministic mode, expected plan hash; every field as the compiler takes
+  // it, as FsdpTrainer takes them, but those CheckTrainingCompileOptions refuses (sharding
+  // comes from shard_groups). Under compile.deterministic the process must have called
+  // magi::EnableDeterministicMode() first and the ranks check that they compiled one plan.
+  // (FsdpTrainer's split master weights have no counterpart here: the shards are gathered
+  // in the exported dtype, so no fp32 master is only cast to bf16.)
+  CompileOptions compile;
 };
 
 class FxTrainer {
@@ -93,8 +100,11 @@ class FxTrainer {
   const FsdpPlan& plan() const { return plan_; }
   const Graph& graph() const { return compiled_.graph(); }
   const std::string& applied_pipeline() const { return compiled_.optimized.applied_pipeline; }
-  // The compiled plan's fingerprint (FsdpTrainer::plan_hash; StepOptimization::expected_plan_hash).
+  // The compiled plan's fingerprint (FsdpTrainer::plan_hash; CompileOptions::expected_plan_hash).
   const std::string& plan_hash() const { return compiled_.plan_hash; }
+  // The options the step was compiled with: FxTrainOptions::compile with the trainer's
+  // additions (sharding, the calibration setting's cost-model fields).
+  const CompileOptions& compile_options() const { return compile_options_; }
   // What calibration by default did, and which cached table (path, hash) the plan was
   // chosen with (AutoCalibration; "" and zeros without it).
   const std::string& calibration_summary() const { return compiled_.optimized.calibration_summary; }
@@ -126,6 +136,7 @@ class FxTrainer {
   AdamWOptions adamw_;
   LrSchedule lr_schedule_;
   std::shared_ptr<Communicator> communicator_;
+  CompileOptions compile_options_;  // what compiled_ was compiled with
   CompiledStep compiled_;
   TorchExecutable* executable_ = nullptr;  // compiled_.executable, as a TorchExecutable
   std::vector<std::string> data_inputs_;

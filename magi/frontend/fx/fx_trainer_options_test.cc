@@ -1,8 +1,8 @@
-// FxTrainer honours the StepOptimization fields FsdpTrainer does (ApplyStepOptimization) or
-// refuses them: deterministic mode and an expected plan hash are honoured, split master
-// weights refused, each checked on real one-rank runs (CPU + Gloo) of an exported joint graph. (FsdpTrainer's own cases:
-// magi/frontend/fsdp:deterministic_test, split_masters_training_test and
-// examples:deterministic_test's --plan_hash.)
+// FxTrainer honours every CompileOptions field or refuses it by name: the table every
+// trainer runs (magi/training/trainer_options_table.h), its own calibration setting, and
+// deterministic mode and an expected plan hash end to end, each checked on real one-rank
+// runs (CPU + Gloo) of an exported joint graph. (FsdpTrainer's: magi/frontend/fsdp:
+// trainer_options_test, deterministic_test, split_masters_training_test.)
 //
 // The test binary is its own worker: a gtest case launches it with the local launcher and
 // MAGI_OPTIONS_WORKER naming the case; the worker exits 0 when every check held and writes
@@ -25,6 +25,7 @@
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 #include "magi/runtime/gloo/gloo_communicator.h"
+#include "magi/training/trainer_options_table.h"
 
 namespace magi {
 namespace {
@@ -36,13 +37,15 @@ constexpr char kJoint[] = "magi/frontend/fx/exported/bf16_mlp_joint.fx.json";
 
 std::string OutPath(const std::string& name) { return std::string(std::getenv("MAGI_TEST_OUT")) + "/" + name; }
 
+// calibration "none" by default: the formulas, no cache is read or written.
 absl::StatusOr<std::unique_ptr<FxTrainer>> MakeTrainer(std::shared_ptr<Communicator> communicator,
-                                                       const StepOptimization& optimization) {
+                                                       const CompileOptions& compile,
+                                                       const std::string& calibration = "none") {
   MAGI_ASSIGN_OR_RETURN(FxImport imported, ImportFxFile(kJoint));
   FxTrainOptions options;
   options.adamw.lr = 1e-2;
-  options.optimization = optimization;
-  options.optimization.calibration = "none";  // the formulas: no cache is read or written
+  options.compile = compile;
+  options.calibration = calibration;
   return FxTrainer::Create(std::move(imported), std::move(communicator), options);
 }
 
@@ -68,11 +71,11 @@ absl::Status RunPlanHash(std::shared_ptr<Communicator> communicator) {
   MAGI_ASSIGN_OR_RETURN(auto plain, MakeTrainer(communicator, {}));
   const std::string hash = plain->plan_hash();
   MAGI_RETURN_IF_ERROR(Check(hash.size() == 16, "plan hash '" + hash + "' is not 16 hex digits"));
-  StepOptimization pinned;
+  CompileOptions pinned;
   pinned.expected_plan_hash = hash;
   MAGI_ASSIGN_OR_RETURN(auto same, MakeTrainer(communicator, pinned));
   MAGI_RETURN_IF_ERROR(Check(same->plan_hash() == hash, "the pinned trainer compiled " + same->plan_hash()));
-  StepOptimization wrong;
+  CompileOptions wrong;
   wrong.expected_plan_hash = "0123456789abcdef";
   absl::StatusOr<std::unique_ptr<FxTrainer>> refused = MakeTrainer(communicator, wrong);
   MAGI_RETURN_IF_ERROR(Check(!refused.ok(), "a trainer was created with a wrong expected plan hash"));
@@ -87,7 +90,7 @@ absl::Status RunPlanHash(std::shared_ptr<Communicator> communicator) {
 // trainers train the same bits.
 absl::Status RunDeterministic(std::shared_ptr<Communicator> communicator) {
   MAGI_ASSIGN_OR_RETURN(auto plain, MakeTrainer(communicator, {}));
-  StepOptimization deterministic;
+  CompileOptions deterministic;
   deterministic.deterministic = true;
   MAGI_ASSIGN_OR_RETURN(auto a, MakeTrainer(communicator, deterministic));
   MAGI_ASSIGN_OR_RETURN(auto b, MakeTrainer(communicator, deterministic));
@@ -103,7 +106,7 @@ absl::Status RunDeterministic(std::shared_ptr<Communicator> communicator) {
 
 // Deterministic mode without the process settings is refused by the backend (as FsdpTrainer's).
 absl::Status RunDeterministicNotEnabled(std::shared_ptr<Communicator> communicator) {
-  StepOptimization deterministic;
+  CompileOptions deterministic;
   deterministic.deterministic = true;
   absl::StatusOr<std::unique_ptr<FxTrainer>> refused = MakeTrainer(communicator, deterministic);
   MAGI_RETURN_IF_ERROR(Check(!refused.ok(), "a deterministic trainer was created without EnableDeterministicMode"));
@@ -111,19 +114,33 @@ absl::Status RunDeterministicNotEnabled(std::shared_ptr<Communicator> communicat
                "unexpected error: " + refused.status().ToString());
 }
 
-// Split masters need shards that the step only casts to bf16; FxTrainer gathers them in the
-// exported dtype, so it refuses the option instead of ignoring it, even for a graph that
-// computes in bf16.
-absl::Status RunSplitMasters(std::shared_ptr<Communicator> communicator) {
-  StepOptimization split_options;
-  split_options.split_master_weights = true;
-  absl::StatusOr<std::unique_ptr<FxTrainer>> refused = MakeTrainer(communicator, split_options);
-  MAGI_RETURN_IF_ERROR(Check(!refused.ok(), "a trainer was created with split_master_weights"));
-  return Check(refused.status().code() == absl::StatusCode::kUnimplemented &&
-                   absl::StrContains(refused.status().message(),
-                                     "FxTrainer does not take split_master_weights: it gathers parameter shards in "
-                                     "the exported dtype"),
-               "unexpected error: " + refused.status().ToString());
+// Every row of the trainers' table (trainer_options_table.h).
+absl::Status RunTable(std::shared_ptr<Communicator> communicator) {
+  std::string failures;
+  for (const TrainerOptionCase& row : TrainerOptionCases()) {
+    CompileOptions compile;
+    row.set(compile);
+    absl::StatusOr<std::unique_ptr<FxTrainer>> trainer = MakeTrainer(communicator, compile);
+    const std::string failed = CheckTrainerOptionCase(
+        row, trainer.status(), trainer.ok() ? &(*trainer)->compile_options() : nullptr, "FxTrainer");
+    if (!failed.empty()) absl::StrAppend(&failures, failed, "\n");
+  }
+  return failures.empty() ? absl::OkStatus() : absl::InternalError(failures);
+}
+
+// The trainer's own calibration setting: "none" gives the compiler no table and no
+// calibrator, a path gives it that table, and "" is refused.
+absl::Status RunCalibration(std::shared_ptr<Communicator> communicator) {
+  MAGI_ASSIGN_OR_RETURN(auto none, MakeTrainer(communicator, {}, "none"));
+  MAGI_RETURN_IF_ERROR(Check(none->compile_options().cost_model.calibrator == nullptr &&
+                                 none->compile_options().cost_model.calibration_csv.empty(),
+                             "calibration \"none\" left a table or a calibrator"));
+  absl::StatusOr<std::unique_ptr<FxTrainer>> table = MakeTrainer(communicator, {}, "/nonexistent/table.csv");
+  MAGI_RETURN_IF_ERROR(Check(!table.ok() && absl::StrContains(table.status().message(), "/nonexistent/table.csv"),
+                             "a missing calibration table was not reported: " + table.status().ToString()));
+  absl::StatusOr<std::unique_ptr<FxTrainer>> empty = MakeTrainer(communicator, {}, "");
+  return Check(!empty.ok() && absl::StrContains(empty.status().message(), "calibration: give auto, none"),
+               "an empty calibration setting was not refused: " + empty.status().ToString());
 }
 
 int RunWorker(const std::string& scenario) {
@@ -146,7 +163,8 @@ int RunWorker(const std::string& scenario) {
   if (scenario == "plan_hash") done = RunPlanHash(*communicator);
   if (scenario == "deterministic") done = RunDeterministic(*communicator);
   if (scenario == "deterministic_not_enabled") done = RunDeterministicNotEnabled(*communicator);
-  if (scenario == "split_masters") done = RunSplitMasters(*communicator);
+  if (scenario == "table") done = RunTable(*communicator);
+  if (scenario == "calibration") done = RunCalibration(*communicator);
   return done.ok() ? 0 : fail(std::string(done.message()));
 }
 
@@ -168,7 +186,8 @@ TEST(FxTrainerOptionsTest, DeterministicModeIsCompiledAndReproducible) { EXPECT_
 TEST(FxTrainerOptionsTest, DeterministicModeNeedsTheProcessSettings) {
   EXPECT_EQ(Launch("deterministic_not_enabled"), "");
 }
-TEST(FxTrainerOptionsTest, SplitMasterWeightsIsRefused) { EXPECT_EQ(Launch("split_masters"), ""); }
+TEST(FxTrainerOptionsTest, EveryCompileOptionIsHonouredOrRefused) { EXPECT_EQ(Launch("table"), ""); }
+TEST(FxTrainerOptionsTest, CalibrationSettingReachesTheCostModel) { EXPECT_EQ(Launch("calibration"), ""); }
 
 }  // namespace
 }  // namespace magi

@@ -17,13 +17,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "magi/frontend/fx/fx_importer.h"
 #include "magi/base/status_macros.h"
-#include "magi/frontend/fsdp/checkpoint.h"
+#include "magi/frontend/fx/fx_importer.h"
 #include "magi/frontend/fx/fx_trainer.h"
 #include "magi/runtime/distributed/launcher.h"
 #include "magi/runtime/distributed/rendezvous.h"
 #include "magi/runtime/gloo/gloo_communicator.h"
+#include "magi/training/checkpoint.h"
 
 namespace magi {
 namespace {
@@ -152,12 +152,12 @@ int RunWorker(const std::string& model) {
   FxTrainOptions options;
   options.shard_groups = c.groups;
   // A pass pipeline after sharding (MAGI_FX_PASSES): the same compile path as FsdpTrainer's.
-  if (const char* passes = std::getenv("MAGI_FX_PASSES")) options.optimization.passes = passes;
+  if (const char* passes = std::getenv("MAGI_FX_PASSES")) options.compile.optimization.passes = passes;
   absl::StatusOr<std::unique_ptr<FxTrainer>> trainer =
       FxTrainer::Create(std::move(*imported), world->communicator, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
-  if (!options.optimization.passes.empty() && (*trainer)->applied_pipeline().empty()) {
-    return Fail("the pass pipeline " + options.optimization.passes + " was not applied");
+  if (!options.compile.optimization.passes.empty() && (*trainer)->applied_pipeline().empty()) {
+    return Fail("the pass pipeline " + options.compile.optimization.passes + " was not applied");
   }
   const std::string w = absl::StrCat("w", env->world_size, "/");
   double worst_loss = 0;

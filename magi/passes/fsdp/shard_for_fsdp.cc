@@ -477,12 +477,12 @@ absl::Status ShardForFsdp(Module& module, Graph& graph, const FsdpPlan& plan) {
   // Backward may also read forward views of gathered parameters (a transpose saved for
   // backward); for resharded groups those must read the backward gather, or the forward
   // copy stays alive until backward and resharding saves nothing.
-  std::set<std::string> resharded;
+  ReshardAfterForwardOptions resharded;  // mode=reshard
   for (const FsdpGroupPlan& group_plan : plan.groups) {
-    if (group_plan.reshard_after_forward) resharded.insert(group_plan.name);
+    if (group_plan.reshard_after_forward) resharded.groups.insert(group_plan.name);
   }
-  if (!resharded.empty()) {
-    absl::StatusOr<bool> changed = ReshardAfterForward(/*reshard=*/true, std::move(resharded)).Run(module);
+  if (!resharded.groups.empty()) {
+    absl::StatusOr<bool> changed = ReshardAfterForward(std::move(resharded)).Run(module);
     if (!changed.ok()) return changed.status();
   }
   return absl::OkStatus();

@@ -292,7 +292,9 @@ TEST(ShardForFsdpTest, ReshardingToASmallerGroupKeepsMemoryBetweenTheOtherTwo) {
 // the pieces go, backward reads the forward gather.
 TEST(ShardForFsdpTest, KeepingDropsThePostForwardGatherAndPieces) {
   std::unique_ptr<Module> module = Shard(FourRanks(2, 2));
-  absl::StatusOr<bool> changed = ReshardAfterForward(/*reshard=*/false, {}).Run(*module);
+  ReshardAfterForwardOptions keep;
+  keep.reshard = false;
+  absl::StatusOr<bool> changed = ReshardAfterForward(keep).Run(*module);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
   ASSERT_TRUE(VerifyModule(*module).ok());

@@ -7,7 +7,7 @@
 //       absl::StatusOr<std::string> settings = magi::EnableDeterministicMode();   // first
 //       if (!settings.ok()) return Fail(settings.status());
 //     }
-//     ...CUDA, communicators, models, FsdpTrainer with StepOptimization::deterministic...
+//     ...CUDA, communicators, models, FsdpTrainer with CompileOptions::deterministic...
 //
 // What it sets, each for a reason:
 //  - ATen's deterministic algorithms in error mode, cuDNN deterministic, cuDNN's

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "magi/compat/torch_status.h"
 
 namespace magi {
 namespace {
@@ -132,17 +133,16 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DistributedEn
   options.numWorkers = env.world_size;
   options.waitWorkers = !env.use_agent_store;
   options.timeout = timeout;
-  try {
-    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-    if (!env.use_agent_store) return c10::intrusive_ptr<c10d::Store>(store);
-    return c10::intrusive_ptr<c10d::Store>(
-        c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("/worker/attempt_", env.restart_count), store));
-  } catch (const std::exception& error) {
-    return absl::DeadlineExceededError(absl::StrCat("rank ", env.rank, ": rendezvous at ", env.master_addr, ":",
-                                                    env.master_port,
-                                                    env.use_agent_store ? " (torchrun's agent store)" : "",
-                                                    " failed: ", error.what()));
-  }
+  return compat::CallTorch(
+      absl::StatusCode::kDeadlineExceeded,
+      absl::StrCat("rank ", env.rank, ": rendezvous at ", env.master_addr, ":", env.master_port,
+                   env.use_agent_store ? " (torchrun's agent store)" : "", " failed"),
+      [&] {
+        auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+        if (!env.use_agent_store) return c10::intrusive_ptr<c10d::Store>(store);
+        return c10::intrusive_ptr<c10d::Store>(
+            c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("/worker/attempt_", env.restart_count), store));
+      });
 }
 
 }  // namespace magi

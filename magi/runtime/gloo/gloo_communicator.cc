@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "magi/compat/torch_status.h"
 #include "magi/registry/registry.h"
 #include "magi/runtime/gloo/collective_packing.h"
 
@@ -258,19 +259,23 @@ class GlooCommunicator : public Communicator {
                                                         "' refused: an earlier collective failed (", failure_.message(),
                                                         ")"));
     }
-    try {
-      absl::StatusOr<std::vector<at::Tensor>> outputs =
-          kind == CollectiveKind::kAllGather ? AllGather(inputs) : Reduce(kind, inputs, reduce_op);
-      if (!outputs.ok()) {
-        return absl::Status(outputs.status().code(), absl::StrCat("rank ", rank_, ": ", name, " on group '", group_,
-                                                                  "': ", outputs.status().message()));
-      }
-      return outputs;
-    } catch (const std::exception& error) {
-      absl::Status status = DescribeGlooFailure(rank_, name, group_, timeout_, error.what());
-      failure_ = absl::Status(status.code(), error.what());
-      return status;
-    }
+    // Gloo throws (gloo::IoException on a timeout or a peer gone); such a failure leaves the
+    // group unusable, so later collectives are refused (failure_).
+    return compat::CallTorchWith(
+        [&]() -> absl::StatusOr<std::vector<at::Tensor>> {
+          absl::StatusOr<std::vector<at::Tensor>> outputs =
+              kind == CollectiveKind::kAllGather ? AllGather(inputs) : Reduce(kind, inputs, reduce_op);
+          if (!outputs.ok()) {
+            return absl::Status(outputs.status().code(), absl::StrCat("rank ", rank_, ": ", name, " on group '",
+                                                                      group_, "': ", outputs.status().message()));
+          }
+          return outputs;
+        },
+        [&](const compat::CaughtException& caught) {
+          absl::Status status = DescribeGlooFailure(rank_, name, group_, timeout_, caught.message);
+          failure_ = absl::Status(status.code(), caught.message);
+          return status;
+        });
   }
 
   std::shared_ptr<gloo::Context> context_;
@@ -292,7 +297,7 @@ class GlooCommunicator : public Communicator {
 absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                                      int size, const std::string& group_name,
                                                                      std::chrono::milliseconds timeout) {
-  try {
+  auto connect = [&]() -> absl::StatusOr<std::shared_ptr<Communicator>> {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && std::string(addr) != "127.0.0.1" &&
@@ -306,10 +311,10 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(c10::intrus
     gloo::rendezvous::PrefixStore prefixed("magi/" + group_name, adapter);
     context->connectFullMesh(prefixed, device);
     return std::shared_ptr<Communicator>(new GlooCommunicator(context, rank, size, group_name, timeout));
-  } catch (const std::exception& error) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", rank, ": connecting group '", group_name, "' with Gloo failed: ", error.what()));
-  }
+  };
+  return compat::CallTorch(absl::StatusCode::kUnavailable,
+                           absl::StrCat("rank ", rank, ": connecting group '", group_name, "' with Gloo failed"),
+                           connect);
 }
 
 }  // namespace magi

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "magi/backend/communicator.h"
+#include "magi/comm/communicator.h"
 
 namespace magi {
 

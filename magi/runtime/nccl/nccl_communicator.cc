@@ -9,39 +9,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "magi/base/status_macros.h"
+#include "magi/compat/torch_status.h"
 #include "magi/registry/registry.h"
 #include "magi/runtime/deterministic/deterministic.h"
 
 namespace magi {
-
-absl::StatusOr<ncclDataType_t> NcclDataType(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return ncclFloat32;
-    case at::kDouble:
-      return ncclFloat64;
-    case at::kHalf:
-      return ncclFloat16;
-    case at::kBFloat16:
-      return ncclBfloat16;
-    case at::kInt:
-      return ncclInt32;
-    case at::kLong:
-      return ncclInt64;
-    case at::kByte:
-      return ncclUint8;
-    default:
-      return absl::UnimplementedError(absl::StrCat("NCCL cannot reduce ", c10::toString(type), " tensors"));
-  }
-}
-
-absl::StatusOr<ncclRedOp_t> NcclReduceOp(absl::string_view reduce_op) {
-  if (reduce_op == "sum") return ncclSum;
-  if (reduce_op == "avg") return ncclAvg;
-  if (reduce_op == "max") return ncclMax;
-  if (reduce_op == "min") return ncclMin;
-  return absl::InvalidArgumentError(absl::StrCat("unknown reduce_op '", reduce_op, "'"));
-}
 
 namespace {
 
@@ -204,21 +177,27 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateNcclCommunicator(c10::intrus
                                                                      std::chrono::milliseconds timeout) {
   std::string key = "magi/nccl/" + group_name + "/id";
   ncclUniqueId id;
-  try {
-    if (rank == 0) {
-      ncclResult_t result = ncclGetUniqueId(&id);
-      if (result != ncclSuccess) return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(result)));
-      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&id);
-      store->set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
-    } else {
-      std::vector<uint8_t> bytes = store->get(key);
-      if (bytes.size() != sizeof(id)) return absl::InternalError("malformed NCCL unique id in the store");
-      std::memcpy(&id, bytes.data(), sizeof(id));
-    }
-  } catch (const std::exception& error) {
-    return absl::UnavailableError(absl::StrCat("rank ", rank, ": NCCL bootstrap for group '", group_name,
-                                               "' failed: ", error.what()));
-  }
+  // The store throws (c10::Error, or a socket's std::exception) when a peer is gone.
+  MAGI_RETURN_IF_ERROR(compat::CallTorchWith(
+      [&]() -> absl::Status {
+        if (rank == 0) {
+          ncclResult_t result = ncclGetUniqueId(&id);
+          if (result != ncclSuccess) {
+            return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(result)));
+          }
+          const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&id);
+          store->set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
+        } else {
+          std::vector<uint8_t> bytes = store->get(key);
+          if (bytes.size() != sizeof(id)) return absl::InternalError("malformed NCCL unique id in the store");
+          std::memcpy(&id, bytes.data(), sizeof(id));
+        }
+        return absl::OkStatus();
+      },
+      [&](const compat::CaughtException& caught) {
+        return absl::UnavailableError(
+            absl::StrCat("rank ", rank, ": NCCL bootstrap for group '", group_name, "' failed: ", caught.message));
+      }));
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
   ncclComm_t comm;
   ncclResult_t result = ncclCommInitRank(&comm, size, id, rank);

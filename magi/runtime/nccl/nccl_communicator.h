@@ -19,28 +19,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "magi/backend/communicator.h"
+#include "magi/comm/communicator.h"
+#include "magi/comm/nccl.h"
 
 namespace magi {
 
-// What runtimes that drive NCCL themselves (the nccl_stream backend) need beyond the
-// Communicator interface: the communicator, its device and timeout, and the failure
-// handling every user of the communicator shares.
-class NcclCommunicator : public Communicator {
- public:
-  virtual ncclComm_t comm() const = 0;
-  virtual int device() const = 0;
-  virtual std::chrono::milliseconds timeout() const = 0;
-  // Aborts the communicator (a peer failed or timed out); every later use fails.
-  virtual void Abort() = 0;
-  virtual bool aborted() const = 0;
-};
-
-// NCCL's type for tensors of `type`; Unimplemented for types NCCL cannot reduce.
-absl::StatusOr<ncclDataType_t> NcclDataType(at::ScalarType type);
-// NCCL's reduction for Magi's reduce_op names ("sum", "avg", "max", "min").
-absl::StatusOr<ncclRedOp_t> NcclReduceOp(absl::string_view reduce_op);
-
+// Returns an NcclCommunicator (magi/comm/nccl.h) for `size` ranks on CUDA device
+// `device_index`; the registry's "nccl" entry calls it with CommunicatorOptions.
 absl::StatusOr<std::shared_ptr<Communicator>> CreateNcclCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                                      int size, const std::string& group_name,
                                                                      int device_index,
