@@ -184,7 +184,12 @@ def _libtorch_configure_impl(ctx):
 
     python, tried = _find_python(ctx, home, version)
     if python:
-        ctx.file("python3", "#!/bin/sh\n# The Python whose torch is LibTorch %s at %s.\nexec %s \"$@\"\n" % (version, home, python))
+        # One OpenMP thread unless the caller says otherwise, as tests run (.bazelrc's
+        # --test_env): CPU kernels split their reductions by thread count, so references a
+        # genrule records with this Python are bitwise what the tests compute only at the
+        # same count (resnet18's convolution gradients differ by 2e-4 between 1 and 2).
+        ctx.file("python3", ("#!/bin/sh\n# The Python whose torch is LibTorch %s at %s.\n" +
+                             "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} exec %s \"$@\"\n") % (version, home, python))
     else:
         ctx.file("python3", "#!/bin/sh\necho 'ERROR: @libtorch//:python3: no Python imports torch %s (LibTorch at %s); tried: %s. " % (
             version, home, "; ".join(tried) or "nothing") + "Set MAGI_TORCH_PYTHON, or use MAGI_TORCH=2.12 (docs/torch2.md).' >&2\nexit 1\n")
