@@ -114,7 +114,9 @@ ABSL_FLAG(double, temperature, 0.0,
           "0: greedy; > 0: sample from softmax(logits / temperature) (finite; NaN, inf and negative values are "
           "refused)");
 ABSL_FLAG(int, top_k, 0, "With --temperature > 0: sample among the top_k most likely bytes only (0: all)");
-ABSL_FLAG(int, seed, 0, "Sampling seed (prompt i draws from a generator seeded seed + i, on every rank)");
+ABSL_FLAG(int, seed, 0,
+          "Sampling seed: prompt i's draws come from stream (seed, i), a counter-based draw on the device (the text "
+          "depends neither on the batch, the world size nor --tokens_per_read)");
 ABSL_FLAG(int, invariant_batch, -1,
           "With --deterministic and the KV cache: every graph has this many rows whatever --batch_size (the rest "
           "padding), and the decode step runs them batched at that fixed shape (docs/deterministic.md); runs compared "
@@ -124,7 +126,7 @@ ABSL_FLAG(bool, unrolled_prefill, false,
           "With --invariant_batch > 0: the prefill as one-sequence copies instead of batched at the fixed rows "
           "(slower; for a device whose GEMMs are not computed alike in every tile, docs/deterministic.md)");
 ABSL_FLAG(int, tokens_per_read, magi::GenerationOptions().tokens_per_read,
-          "Greedy without --logits_out: decode steps run back to back on the device and their tokens are read back "
+          "Without --logits_out: decode steps run back to back on the device and their tokens are read back "
           "once per this many steps (fewer at a context overflow); the printed text follows in bursts of as many "
           "bytes. 1: read every step");
 ABSL_FLAG(std::string, logits_out, "",

@@ -54,6 +54,7 @@ GPU_TESTS=(
   //tests/gpu:nccl_stream_training_test
   //tests/gpu:inductor_training_test
   //tests/gpu:generation_test
+  //magi/frontend/python:cuda_backends_test
   //magi/backend/common:fused_adamw_test
   //magi/backend/nccl_stream:graph_memsets_test
   //magi/frontend/capture:capture_cuda_test

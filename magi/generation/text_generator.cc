@@ -1,6 +1,5 @@
 #include "magi/generation/text_generator.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorIndexing.h>
 
 #include <algorithm>
@@ -18,32 +17,6 @@ constexpr int64_t kPadByte = ' ';
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// What a step hands on for each row r read at positions[r] (rows with a negative position:
-// nothing): the logits as fp32 CPU tensors [vocab], or with `argmax_only` just their argmax,
-// computed on the device so that only the B tokens cross to the host. One device-to-host
-// copy for the whole batch either way (each copy waits for the device), and copies, since
-// the graph's outputs may be overwritten by the next run.
-std::vector<NextToken> ReadRows(const at::Tensor& logits, const std::vector<int64_t>& positions, bool argmax_only) {
-  std::vector<int64_t> rows, at;
-  for (size_t r = 0; r < positions.size(); ++r) {
-    if (positions[r] < 0) continue;
-    rows.push_back(static_cast<int64_t>(r));
-    at.push_back(positions[r]);
-  }
-  std::vector<NextToken> result(positions.size());
-  if (rows.empty()) return result;
-  const at::TensorOptions index = at::TensorOptions().dtype(at::kLong);
-  at::Tensor picked = logits.index({at::tensor(rows, index).to(logits.device()), at::tensor(at, index).to(logits.device())});
-  if (argmax_only) {
-    at::Tensor tokens = picked.argmax(-1).to(at::kCPU);
-    for (size_t i = 0; i < rows.size(); ++i) result[rows[i]].argmax = tokens[static_cast<int64_t>(i)].item<int64_t>();
-    return result;
-  }
-  picked = picked.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  for (size_t i = 0; i < rows.size(); ++i) result[rows[i]].logits = picked[static_cast<int64_t>(i)];
-  return result;
 }
 
 }  // namespace
@@ -112,6 +85,8 @@ struct TextGenerator::Row {
   bool padding = false;
   bool needs_prefill = true;  // a new context: the cache has nothing of it
   bool reprefill = false;     // the new context is a cut one (overflow)
+  int64_t stream = 0;         // its prompt's sampling stream (SamplingStreamKey)
+  int64_t drawn = 0;          // tokens drawn from that stream so far
   int64_t context_length() const { return static_cast<int64_t>(text.size() - start); }
   int64_t last_byte() const { return static_cast<unsigned char>(text.back()); }
 };
@@ -200,14 +175,33 @@ InferenceOptions TextGenerator::GraphOptions(bool prefill) const {
   return inference;
 }
 
+at::Tensor TextGenerator::PlaceholderTokens(int64_t length) const {
+  return at::full({graph_rows(), length}, kPadByte, at::TensorOptions().dtype(at::kLong).device(device_));
+}
+
+at::Tensor TextGenerator::PlaceholderPositions() const {
+  return at::zeros({graph_rows()}, at::TensorOptions().dtype(at::kLong).device(device_));
+}
+
 std::vector<at::Tensor> TextGenerator::GraphInputs(int64_t length) const {
-  const int64_t batch = graph_rows();
-  at::TensorOptions ids = at::TensorOptions().dtype(at::kLong).device(device_);
-  std::vector<at::Tensor> in = {at::full({batch, length}, kPadByte, ids), at::zeros({batch}, ids)};
-  for (const at::Tensor& t : models::KvCache::Zeros(config_, batch, options_.window, cache_options_).Flat()) {
+  std::vector<at::Tensor> in = {PlaceholderTokens(length), PlaceholderPositions()};
+  for (const at::Tensor& t : models::KvCache::Zeros(config_, graph_rows(), options_.window, cache_options_).Flat()) {
     in.push_back(t);
   }
   return in;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> TextGenerator::RunOnCache(FsdpInference& graph, at::Tensor tokens,
+                                                                  at::Tensor positions) {
+  if (cache_.empty()) cache_ = models::KvCache::Zeros(config_, graph_rows(), options_.window, cache_options_).Flat();
+  std::vector<at::Tensor> in = {std::move(tokens), std::move(positions)};
+  for (at::Tensor& t : cache_) in.push_back(std::move(t));
+  cache_.clear();  // donated
+  absl::StatusOr<std::vector<at::Tensor>> out = graph.RunDonating(std::move(in));
+  if (!out.ok()) return out.status();  // the cache went with the failed run: the next one starts a new one
+  // In place (the scatter over the donated cache), these are the storage that went in.
+  cache_.assign(out->begin() + 1, out->end());
+  return out;
 }
 
 int64_t TextGenerator::PrefillBucket(int64_t length) const {
@@ -220,9 +214,13 @@ int64_t TextGenerator::PrefillBucket(int64_t length) const {
 absl::StatusOr<FsdpInference*> TextGenerator::PrefillGraph(int64_t bucket) {
   auto it = prefills_.find(bucket);
   if (it != prefills_.end()) return it->second.get();
-  // A window-long block is the whole cache: written without a scatter (llama.h, CacheWrite).
-  const models::CacheWrite write =
-      bucket == options_.window ? models::CacheWrite::kWholeWindow : models::CacheWrite::kAtPositions;
+  // Every graph writes the cache in place (a scatter over the donated cache), so that all of
+  // them run on one storage (cache_). Deterministic mode writes a window-long block as the
+  // whole new cache instead (llama.h, CacheWrite: ATen's deterministic CUDA scatter sorts its
+  // index), one copy of the cache per such prefill.
+  const models::CacheWrite write = bucket == options_.window && options_.inference.compile.deterministic
+                                       ? models::CacheWrite::kWholeWindow
+                                       : models::CacheWrite::kAtPositions;
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<FsdpInference> graph,
                         FsdpInference::Create(*model_, CachedForward(*model_, write), GraphInputs(bucket),
                                               communicator_, GraphOptions(true)));
@@ -269,7 +267,9 @@ absl::Status TextGenerator::Warmup(int runs, const std::vector<int64_t>& prefill
     }
   }
   for (int i = 0; i < runs; ++i) {
-    for (const auto& [graph, length] : graphs) MAGI_RETURN_IF_ERROR(graph->RunDonating(GraphInputs(length)).status());
+    for (const auto& [graph, length] : graphs) {
+      MAGI_RETURN_IF_ERROR(RunOnCache(*graph, PlaceholderTokens(length), PlaceholderPositions()).status());
+    }
   }
   return absl::OkStatus();
 }
@@ -286,6 +286,30 @@ at::Tensor TextGenerator::WindowTokens(const std::vector<Row>& rows, const std::
   return at::tensor(tokens, at::kLong).view({static_cast<int64_t>(rows.size()), window}).to(device_);
 }
 
+std::vector<NextToken> TextGenerator::ReadRows(const at::Tensor& logits, const std::vector<Row>& rows,
+                                              const std::vector<int64_t>& at) const {
+  std::vector<int64_t> read, positions, streams, drawn;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (at[r] < 0) continue;
+    read.push_back(static_cast<int64_t>(r));
+    positions.push_back(at[r]);
+    streams.push_back(rows[r].stream);
+    drawn.push_back(rows[r].drawn);
+  }
+  std::vector<NextToken> result(rows.size());
+  if (read.empty()) return result;
+  auto on_device = [&](const std::vector<int64_t>& values) { return at::tensor(values, at::kLong).to(device_); };
+  at::Tensor picked = logits.index({on_device(read), on_device(positions)});
+  at::Tensor tokens = ChooseTokens(picked, options_.sampling, on_device(streams), on_device(drawn)).to(at::kCPU);
+  // Copies: the graph's outputs may be overwritten by its next run.
+  if (options_.record_logits) picked = picked.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  for (size_t i = 0; i < read.size(); ++i) {
+    result[read[i]].token = tokens[static_cast<int64_t>(i)].item<int64_t>();
+    if (options_.record_logits) result[read[i]].logits = picked[static_cast<int64_t>(i)];
+  }
+  return result;
+}
+
 absl::StatusOr<std::vector<NextToken>> TextGenerator::StepRecompute(std::vector<Row>& rows) {
   auto start = std::chrono::steady_clock::now();
   std::vector<bool> all(rows.size(), true);
@@ -296,7 +320,7 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepRecompute(std::vector<
     read[r] = rows[r].context_length() - 1;
     ++stats_.decode_bytes;
   }
-  std::vector<NextToken> logits = ReadRows(out[0], read, device_argmax());
+  std::vector<NextToken> logits = ReadRows(out[0], rows, read);
   ++stats_.decode_runs;
   ++stats_.decode_reads;
   stats_.decode_seconds += SecondsSince(start);
@@ -311,7 +335,7 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
   bool any_prefill = false, any_decode = false;
   for (size_t r = 0; r < rows.size(); ++r) {
     // A new context is prefilled; otherwise the cache holds all but its last byte, which is decoded.
-    prefill[r] = rows[r].needs_prefill || cache_.empty();
+    prefill[r] = rows[r].needs_prefill;
     if (!prefill[r] && rows[r].cached != rows[r].context_length() - 1) {
       return absl::InternalError(absl::StrCat("the cache holds ", rows[r].cached, " positions of a context of ",
                                               rows[r].context_length()));
@@ -331,12 +355,9 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
         return absl::InternalError(absl::StrCat("decode position ", positions[r], " outside the window"));
       }
     }
-    std::vector<at::Tensor> in = {at::tensor(tokens, at::kLong).view({batch, 1}).to(device_),
-                                  at::tensor(positions, at::kLong).to(device_)};
-    for (at::Tensor& t : cache_) in.push_back(std::move(t));
-    cache_.clear();  // donated
-    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, decode_->RunDonating(std::move(in)));
-    cache_.assign(out.begin() + 1, out.end());
+    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out,
+                          RunOnCache(*decode_, at::tensor(tokens, at::kLong).view({batch, 1}).to(device_),
+                                     at::tensor(positions, at::kLong).to(device_)));
     std::vector<int64_t> read(rows.size(), -1);
     for (size_t r = 0; r < rows.size(); ++r) {
       if (prefill[r]) continue;
@@ -345,7 +366,7 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
       read[r] = 0;
       ++stats_.decode_bytes;
     }
-    std::vector<NextToken> decoded = ReadRows(out[0], read, device_argmax());
+    std::vector<NextToken> decoded = ReadRows(out[0], rows, read);
     for (size_t r = 0; r < rows.size(); ++r) {
       if (read[r] >= 0) logits[r] = decoded[r];
     }
@@ -363,30 +384,27 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
     const int64_t bucket = PrefillBucket(longest);
     MAGI_ASSIGN_OR_RETURN(FsdpInference * prefill_graph, PrefillGraph(bucket));
     start = std::chrono::steady_clock::now();  // a first use's compile is not prefill time
-    std::vector<at::Tensor> in = {WindowTokens(rows, prefill, bucket), at::zeros({batch}, ids)};
-    if (all && !cache_.empty()) {
-      for (at::Tensor& t : cache_) in.push_back(std::move(t));  // donated: every row is rewritten
-      cache_.clear();
-    } else {
-      // A scratch cache: the rows that are not prefilled keep theirs.
-      for (const at::Tensor& t : models::KvCache::Zeros(config_, batch, options_.window, cache_options_).Flat()) {
-        in.push_back(t);
-      }
-    }
-    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, prefill_graph->RunDonating(std::move(in)));
-    if (cache_.empty()) {
-      cache_.assign(out.begin() + 1, out.end());
-    } else {
+    // The prefill writes every row's first `bucket` positions: the rows that are not
+    // prefilled (their context is cached, in a batch where another row overflowed) are kept
+    // aside and put back.
+    at::Tensor kept_rows;
+    std::vector<at::Tensor> kept;
+    if (!all && !cache_.empty()) {
+      std::vector<int64_t> keep;
       for (size_t r = 0; r < rows.size(); ++r) {
-        if (!prefill[r]) continue;
-        for (size_t i = 0; i < cache_.size(); ++i) cache_[i][r].copy_(out[1 + i][r]);
+        if (!prefill[r]) keep.push_back(static_cast<int64_t>(r));
       }
+      kept_rows = at::tensor(keep, at::kLong).to(device_);
+      for (const at::Tensor& t : cache_) kept.push_back(t.index_select(0, kept_rows));
     }
+    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out,
+                          RunOnCache(*prefill_graph, WindowTokens(rows, prefill, bucket), at::zeros({batch}, ids)));
+    for (size_t i = 0; i < kept.size(); ++i) cache_[i].index_copy_(0, kept_rows, kept[i]);
     std::vector<int64_t> read(rows.size(), -1);
     for (size_t r = 0; r < rows.size(); ++r) {
       if (prefill[r] && !rows[r].padding) read[r] = rows[r].context_length() - 1;
     }
-    std::vector<NextToken> prefilled = ReadRows(out[0], read, device_argmax());
+    std::vector<NextToken> prefilled = ReadRows(out[0], rows, read);
     for (size_t r = 0; r < rows.size(); ++r) {
       if (!prefill[r]) continue;
       rows[r].cached = rows[r].context_length();
@@ -407,7 +425,7 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
 }
 
 int TextGenerator::DecodeRunLength(const std::vector<Row>& rows, int limit) const {
-  if (!device_argmax() || forward_ != nullptr || cache_.empty()) return 0;
+  if (options_.record_logits || forward_ != nullptr || cache_.empty()) return 0;
   int64_t steps = std::min<int64_t>(limit, options_.tokens_per_read);
   for (const Row& row : rows) {
     if (row.needs_prefill || row.cached != row.context_length() - 1) return 0;
@@ -420,28 +438,29 @@ int TextGenerator::DecodeRunLength(const std::vector<Row>& rows, int limit) cons
 absl::StatusOr<at::Tensor> TextGenerator::DecodeRun(std::vector<Row>& rows, int steps) {
   auto start = std::chrono::steady_clock::now();
   const int64_t batch = static_cast<int64_t>(rows.size());
-  std::vector<int64_t> tokens(rows.size()), positions(rows.size());
+  std::vector<int64_t> tokens(rows.size()), positions(rows.size()), streams(rows.size()), drawn(rows.size());
   std::vector<uint8_t> padding(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     tokens[r] = rows[r].last_byte();
     positions[r] = rows[r].context_length() - 1;
+    streams[r] = rows[r].stream;
+    drawn[r] = rows[r].drawn;
     padding[r] = rows[r].padding;
   }
   at::Tensor next = at::tensor(tokens, at::kLong).to(device_);
   at::Tensor position = at::tensor(positions, at::kLong).to(device_);
+  const at::Tensor stream = at::tensor(streams, at::kLong).to(device_);
+  at::Tensor draw = at::tensor(drawn, at::kLong).to(device_);
   const at::Tensor padding_rows = at::tensor(padding, at::kByte).to(device_, at::kBool);
   const at::Tensor pad = at::full({}, kPadByte, at::TensorOptions().dtype(at::kLong).device(device_));
   std::vector<at::Tensor> generated;
   for (int j = 0; j < steps; ++j) {
-    std::vector<at::Tensor> in = {next.view({batch, 1}), position};
-    for (at::Tensor& t : cache_) in.push_back(std::move(t));
-    cache_.clear();  // donated
-    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, decode_->RunDonating(std::move(in)));
-    cache_.assign(out.begin() + 1, out.end());
-    // The same argmax as ReadRows' (logits [rows, 1, vocab]); padding rows go on with padding.
-    next = at::where(padding_rows, pad, out[0].select(1, 0).argmax(-1));
+    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, RunOnCache(*decode_, next.view({batch, 1}), position));
+    // The same choice as ReadRows' (logits [rows, 1, vocab]); padding rows go on with padding.
+    next = at::where(padding_rows, pad, ChooseTokens(out[0].select(1, 0), options_.sampling, stream, draw));
     generated.push_back(next);
     position = position + 1;
+    draw = draw + 1;
   }
   at::Tensor read = at::stack(generated).to(at::kCPU);  // the one wait for the device
   for (Row& row : rows) {
@@ -465,16 +484,11 @@ absl::StatusOr<Generated> TextGenerator::Generate(const std::vector<std::string>
     if (prompts[p].empty()) return absl::InvalidArgumentError(absl::StrCat("prompt ", p, " is empty"));
   }
   if (length < 0) return absl::InvalidArgumentError(absl::StrCat("--length must be >= 0, not ", length));
-  const SamplingOptions& sampling = options_.sampling;
   const int64_t window = options_.window, keep = options_.overflow_keep;
   Generated result;
   result.texts = prompts;
   result.logits.resize(prompts.size());
   std::vector<std::vector<at::Tensor>> logits_of(prompts.size());
-  std::vector<at::Generator> generators;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    generators.push_back(at::make_generator<at::CPUGeneratorImpl>(sampling.seed + static_cast<int64_t>(i)));
-  }
   // A context longer than the window keeps its last `keep` bytes.
   auto fit = [&](Row& row) {
     if (row.context_length() <= window) return;
@@ -494,14 +508,16 @@ absl::StatusOr<Generated> TextGenerator::Generate(const std::vector<std::string>
       prompt_of[r] = std::min(first + r, last);
       rows[r].text = prompts[prompt_of[r]];
       rows[r].padding = first + r > last;
+      rows[r].stream = SamplingStreamKey(options_.sampling.seed, static_cast<int64_t>(prompt_of[r]));
       fit(rows[r]);
       rows[r].reprefill = false;  // a long prompt's first prefill is no re-prefill
     }
-    cache_.clear();  // a new batch starts with a prefill
+    // A new batch starts with a prefill of every row (Row::needs_prefill), on the same cache storage.
     // Row r's next byte (padding rows' are discarded: only their length, the overflow
     // schedule, follows the batch).
     auto append = [&](size_t r, int64_t next, const at::Tensor& logits) {
       rows[r].text.push_back(static_cast<char>(next));
+      ++rows[r].drawn;
       fit(rows[r]);
       if (rows[r].padding) return;
       const size_t p = prompt_of[r];
@@ -521,17 +537,12 @@ absl::StatusOr<Generated> TextGenerator::Generate(const std::vector<std::string>
       }
       MAGI_ASSIGN_OR_RETURN(std::vector<NextToken> next_tokens, Step(rows));
       for (size_t r = 0; r < rows.size(); ++r) {
-        // Padding rows read no logits back (a device sync each) and draw from no prompt's generator.
-        const int64_t next = rows[r].padding             ? kPadByte
-                             : next_tokens[r].argmax >= 0 ? next_tokens[r].argmax
-                                                          : SampleNext(next_tokens[r].logits, sampling,
-                                                                       generators[prompt_of[r]]);
-        append(r, next, next_tokens[r].logits);
+        // Padding rows choose nothing: they go on with padding.
+        append(r, rows[r].padding ? kPadByte : next_tokens[r].token, next_tokens[r].logits);
       }
       ++i;
     }
   }
-  cache_.clear();
   for (size_t p = 0; p < prompts.size(); ++p) {
     if (options_.record_logits) {
       result.logits[p] = logits_of[p].empty() ? at::zeros({0, config_.vocab_size}) : at::stack(logits_of[p]);

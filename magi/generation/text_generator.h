@@ -25,21 +25,22 @@
 //               kept, so any prompt length up to the window is served without a
 //               compile per length: what a bucket costs is its compile, once per
 //               process (AOTInductor partitions are cached on disk), and the padding
-//               positions it computes. The positions past the context hold whatever
-//               the padding wrote until a decode step writes them, and no position
-//               reads a later one, so padding never changes a real position's result;
-//               a window-long bucket writes the whole cache (CacheWrite::kWholeWindow).
+//               positions it computes. The positions past the context hold what the
+//               padding (or an earlier batch) wrote until a decode step writes them, and no position
+//               reads a later one, so padding never changes a real position's result.
 //      decode:  one token per sequence [batch, 1] at its position (an int64 [batch]
 //               input, not a constant: one graph serves every position), reads the
 //               cache and writes the new position into it.
-//    The cache is every layer's K and V, [batch, kv_heads, window, head_dim], and is
-//    DONATED to each graph (FsdpInference::RunDonating; in the IR the new cache aliases
-//    the old), so a decode step updates it in place (aten::scatter_) instead of keeping
-//    two copies; FsdpInference::PlannedMemory shows the difference. When a sequence's context is cut
-//    (overflow), that sequence is prefilled again from its new context: if every
-//    sequence of the batch is, the cache is donated to the prefill; otherwise the
-//    prefill runs on a scratch cache (a second copy while it runs) and only the
-//    re-prefilled sequences' rows are copied in, so the others' cache is untouched.
+//    The cache is every layer's K and V, [batch, kv_heads, window, head_dim]: ONE storage,
+//    allocated at the first run and kept, DONATED to every graph (FsdpInference::RunDonating;
+//    in the IR the new cache aliases the old), which writes its positions in place
+//    (aten::scatter_). So the cache is held once, and under CUDA graphs every graph's static
+//    input is that storage: moving between prefill buckets and decode copies nothing. (In
+//    deterministic mode a window-long prefill writes its block as the whole new cache,
+//    CacheWrite::kWholeWindow, which the next graph copies in.) When a sequence's context is
+//    cut (overflow), that sequence is prefilled again from its new context; the prefill
+//    writes every row, so the rows of the other sequences are kept aside (their rows only)
+//    and put back.
 //  - Full recomputation (the reference): the model's unchanged forward on the whole
 //    context window, every byte, taking the logits of the context's last position.
 // The two agree within fp32 rounding (generation_test: identical greedy bytes; logits
@@ -55,10 +56,10 @@
 // that shape (checked bitwise on the GPU by tools/deterministic_gpu.sh and on the CPU by
 // examples:deterministic_test).
 //
-// Sampling (SamplingOptions): greedy, or softmax(logits / temperature) restricted to the
-// top_k most likely bytes, drawn from one CPU generator per prompt (seeded seed + the
-// prompt's index, on every rank), so sampled text depends neither on the batch nor on
-// the world size.
+// Sampling (SamplingOptions, sampling.h): greedy, or softmax(logits / temperature)
+// restricted to the top_k most likely bytes, chosen on the device by a counter-based draw
+// (prompt i's stream, the byte's index), so sampled text depends neither on the batch, the
+// world size, nor on tokens_per_read or record_logits.
 //
 // What it does NOT do: it does not batch prompts of different lengths into one prefill
 // shape (every prefill computes `window` positions, padding included; the stats count
@@ -102,11 +103,11 @@ struct GenerationOptions {
   // bucket): a bucket follows the batch's longest context, so it would make a prompt's bits
   // depend on the other prompts.
   std::vector<int64_t> prefill_buckets;
-  // Keep every generated token's logits (Generated::logits). Off and greedy: the argmax
-  // is taken on the device and only the tokens are read back.
+  // Keep every generated token's logits (Generated::logits), read back every step. Tokens
+  // are chosen on the device either way (sampling.h).
   bool record_logits = true;
-  // Greedy without recorded logits: decode steps run back to back on the device, each
-  // step's argmax the next one's token input, and the host reads the tokens back once per
+  // Without recorded logits: decode steps run back to back on the device, each step's
+  // chosen token the next one's input, and the host reads the tokens back once per
   // this many steps (fewer where a context overflow needs a prefill): the device never
   // waits for the host between them. Generate's on_byte sees the bytes of such a run when
   // it is read. 1: read every step.
@@ -147,11 +148,11 @@ struct Generated {
   std::vector<at::Tensor> logits;
 };
 
-// What one step gives a row: its next token's logits (fp32 CPU), or only their argmax
-// (>= 0) when that is all generation needs (TextGenerator::device_argmax).
+// What one step gives a row: its next token (chosen on the device, ChooseTokens) and, with
+// GenerationOptions::record_logits, the logits it was chosen from (fp32 CPU).
 struct NextToken {
+  int64_t token = -1;
   at::Tensor logits;
-  int64_t argmax = -1;
 };
 
 class TextGenerator {
@@ -191,6 +192,8 @@ class TextGenerator {
   int64_t PrefillBucket(int64_t length) const;
   const FsdpInference* decode() const { return decode_.get(); }
   const FsdpInference* forward() const { return forward_.get(); }
+  // The KV cache's one storage (keys[0], values[0], keys[1], ...; empty before the first run).
+  const std::vector<at::Tensor>& cache() const { return cache_; }
   // Bytes of the KV cache of one batch on this rank (0 without the cache).
   int64_t cache_bytes() const;
 
@@ -202,7 +205,7 @@ class TextGenerator {
   absl::StatusOr<std::vector<NextToken>> Step(std::vector<Row>& rows);
   absl::StatusOr<std::vector<NextToken>> StepWithCache(std::vector<Row>& rows);
   absl::StatusOr<std::vector<NextToken>> StepRecompute(std::vector<Row>& rows);
-  // How many decode steps can run back to back from here (device_argmax, every row's
+  // How many decode steps can run back to back from here (no logits recorded, every row's
   // context in the cache): until a row's context would overflow, at most `limit`; 0 when
   // the next step needs a prefill or logits.
   int DecodeRunLength(const std::vector<Row>& rows, int limit) const;
@@ -210,15 +213,25 @@ class TextGenerator {
   // step j + 1's input, padding rows fed padding as in Step); returns the tokens [steps,
   // rows] (CPU) and advances each row's cache state (not its text).
   absl::StatusOr<at::Tensor> DecodeRun(std::vector<Row>& rows, int steps);
-  // Greedy without recorded logits: the steps read back each row's argmax only.
-  bool device_argmax() const { return !options_.record_logits && options_.sampling.temperature <= 0; }
+  // Each row's next token from its logits at position at[r] of `logits` ([rows, positions,
+  // vocab], on the device; rows with a negative at[r]: nothing), chosen on the device, with
+  // those logits when recorded: one read for the batch (it waits for the device).
+  std::vector<NextToken> ReadRows(const at::Tensor& logits, const std::vector<Row>& rows,
+                                  const std::vector<int64_t>& at) const;
   // The window tokens [batch, length]: each row's context right-padded (rows not in
   // `take`: all padding).
   at::Tensor WindowTokens(const std::vector<Row>& rows, const std::vector<bool>& take, int64_t length) const;
-  // The options and placeholder inputs (tokens [rows, length], positions, a zero cache) of
-  // the cached graphs.
+  // The options and example inputs (tokens [rows, length] of padding, positions 0, a zero
+  // cache) the cached graphs are captured from.
   InferenceOptions GraphOptions(bool prefill) const;
   std::vector<at::Tensor> GraphInputs(int64_t length) const;
+  at::Tensor PlaceholderTokens(int64_t length) const;
+  at::Tensor PlaceholderPositions() const;
+  // Runs a cached graph on (tokens, positions, cache_), donating the cache (allocated on first
+  // use) and taking the graph's new cache as cache_. Every graph runs on this one storage: the
+  // graphs write it in place, and a CUDA graph's static input is that storage in each of them,
+  // so moving between prefill and decode copies nothing (and no graph holds its own cache).
+  absl::StatusOr<std::vector<at::Tensor>> RunOnCache(FsdpInference& graph, at::Tensor tokens, at::Tensor positions);
   // The prefill graph of `bucket`, compiled (collective) the first time.
   absl::StatusOr<FsdpInference*> PrefillGraph(int64_t bucket);
   // World 1: points the model's parameters at the graphs' weights (WholeParameters).
@@ -234,7 +247,7 @@ class TextGenerator {
   std::shared_ptr<Communicator> communicator_;
   std::map<int64_t, std::unique_ptr<FsdpInference>> prefills_;  // by bucket length
   std::unique_ptr<FsdpInference> decode_, forward_;
-  std::vector<at::Tensor> cache_;  // keys[0], values[0], keys[1], ...; empty before a batch's first prefill
+  std::vector<at::Tensor> cache_;  // keys[0], values[0], keys[1], ...; empty before the first run (RunOnCache)
   GenerationStats stats_;
 };
 

@@ -6,7 +6,6 @@
 // The test binary is its own worker: the gtest cases launch it with the local launcher
 // and MAGI_GEN_WORKER set; rank 0 writes what it computed under MAGI_TEST_OUT as
 // key=value lines and the cases check them.
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -15,7 +14,6 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
-#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -302,6 +300,20 @@ absl::Status RunWorker(const DistributedEnv& env, std::shared_ptr<Communicator> 
   report["bucketed_text"] = Joined(bucketed);
   report["bucketed_vs_recompute_logits"] = absl::StrCat(MaxLogitDiff(bucketed, batched_recompute));
   report["bucketed_positions_per_sequence"] = absl::StrCat(stats.prefill_positions / stats.prefill_sequences);
+  // One cache storage: the buckets' prefills, the window's and the decode step write the same
+  // tensors in place, through batches and re-prefills (under CUDA graphs: no copies between them).
+  {
+    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<TextGenerator> generator,
+                          TextGenerator::Create(*model, communicator, options));
+    MAGI_RETURN_IF_ERROR(generator->Warmup(1));
+    std::vector<const void*> storage;
+    for (const at::Tensor& t : generator->cache()) storage.push_back(t.data_ptr());
+    MAGI_ASSIGN_OR_RETURN(Generated again, generator->Generate(Prompts(), kLength));
+    int moved = 0;
+    for (size_t i = 0; i < storage.size(); ++i) moved += generator->cache().at(i).data_ptr() != storage[i];
+    report["cache_storage_moved"] = absl::StrCat(moved, " of ", storage.size());
+    report["one_storage_text"] = Joined(again);
+  }
   options.prefill_buckets.clear();
 
   // The partitioned graphs (the elementwise backend takes the fusible runs) against the
@@ -341,6 +353,14 @@ absl::Status RunWorker(const DistributedEnv& env, std::shared_ptr<Communicator> 
   report["seed3a_text"] = Joined(seed3a);
   report["seed3b_text"] = Joined(seed3b);
   report["seed4_text"] = Joined(seed4);
+  // Sampled without recorded logits: tokens chosen on the device in runs of decode steps,
+  // the same draws as read back one step at a time.
+  options.sampling.seed = 3;
+  options.record_logits = false;
+  MAGI_ASSIGN_OR_RETURN(Generated seed3_runs, RunGeneration(*model, communicator, options, &stats));
+  options.record_logits = true;
+  report["seed3_runs_text"] = Joined(seed3_runs);
+  report["seed3_runs_reads"] = absl::StrCat(stats.decode_reads, " of ", stats.decode_runs);
   // Every sampled byte is among the 5 most likely of its logits.
   int outside = 0;
   for (size_t p = 0; p < seed3a.texts.size(); ++p) {
@@ -455,6 +475,8 @@ void CheckWorld(int world) {
   EXPECT_EQ(r["bucketed_text"], r["batched_recompute_text"]);
   EXPECT_LE(Number(r, "bucketed_vs_recompute_logits"), kLogitTolerance);
   EXPECT_LE(Number(r, "bucketed_positions_per_sequence"), 8);
+  EXPECT_EQ(r["cache_storage_moved"], absl::StrCat("0 of ", 2 * Number(r, "layers")));
+  EXPECT_EQ(r["one_storage_text"], r["bucketed_text"]);
   EXPECT_EQ(r["padding_changes_real_row"], "0");
   EXPECT_EQ(r["tokens_only_text"], r["batched_cache_text"]);
   EXPECT_EQ(r["tokens_only_has_logits"], "0");
@@ -483,6 +505,10 @@ void CheckWorld(int world) {
   EXPECT_NE(r["seed3a_text"], r["seed4_text"]);
   EXPECT_NE(r["seed3a_text"], r["cache_text"]);
   EXPECT_EQ(r["sampled_outside_top_k"], "0");
+  EXPECT_EQ(r["seed3_runs_text"], r["seed3a_text"]);
+  int64_t sampled_reads = 0, sampled_steps = 0;
+  ASSERT_EQ(std::sscanf(r["seed3_runs_reads"].c_str(), "%ld of %ld", &sampled_reads, &sampled_steps), 2);
+  EXPECT_LT(sampled_reads, sampled_steps);
   // The decode graph: the cache written in place, eager's values.
   EXPECT_EQ(r["position_is_input"], "1");
   EXPECT_EQ(r["decode_in_place"], "4/4");
@@ -504,24 +530,6 @@ TEST(GenerationTest, KvCacheEqualsFullRecomputationOnOneRank) { CheckWorld(1); }
 TEST(GenerationTest, KvCacheEqualsFullRecomputationOnTwoRanks) { CheckWorld(2); }
 // 3 ranks: the 64-row weights shard unevenly (22, 22 and 20 rows plus padding).
 TEST(GenerationTest, KvCacheEqualsFullRecomputationOnThreeRanks) { CheckWorld(3); }
-
-TEST(GenerationTest, BadSamplingOptionsAreRefusedNamingTheFlag) {
-  SamplingOptions nan;
-  nan.temperature = std::nan("");
-  EXPECT_EQ(ValidateSampling(nan, 256).message(), "--temperature must be a finite number >= 0 (0: greedy), not nan");
-  SamplingOptions negative;
-  negative.temperature = -0.5;
-  EXPECT_EQ(ValidateSampling(negative, 256).message(),
-            "--temperature must be a finite number >= 0 (0: greedy), not -0.5");
-  SamplingOptions infinite;
-  infinite.temperature = HUGE_VAL;
-  EXPECT_EQ(ValidateSampling(infinite, 256).code(), absl::StatusCode::kInvalidArgument);
-  SamplingOptions k;
-  k.top_k = -1;
-  EXPECT_EQ(ValidateSampling(k, 256).message(), "--top_k must be >= 0 (0: no limit), not -1");
-  k.top_k = 300;
-  EXPECT_EQ(ValidateSampling(k, 256).message(), "--top_k=300 is more than the vocabulary (256 tokens)");
-}
 
 TEST(GenerationTest, PrefillBucketsAreRefusedInDeterministicMode) {
   models::LlamaConfig config = models::LlamaConfig::Tiny();
@@ -572,20 +580,6 @@ TEST(GenerationTest, BadInvariantBatchesAreRefusedNamingTheFlags) {
   EXPECT_EQ(ValidateGeneration(options, config).message(),
             "--unrolled_prefill is a form of --invariant_batch > 0 (deterministic, with the KV cache); without it "
             "every graph is unrolled already");
-}
-
-TEST(GenerationTest, SampleNextKeepsToTheTopK) {
-  at::Tensor logits = torch::tensor({1.0f, 5.0f, 4.0f, -2.0f, 4.5f});
-  SamplingOptions options;
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);
-  EXPECT_EQ(SampleNext(logits, options, generator), 1);  // greedy
-  options.temperature = 100;  // nearly uniform over what top_k leaves
-  options.top_k = 3;
-  std::set<int64_t> drawn;
-  for (int i = 0; i < 200; ++i) drawn.insert(SampleNext(logits, options, generator));
-  EXPECT_EQ(drawn, (std::set<int64_t>{1, 2, 4}));
-  options.temperature = 1e-300;  // no overflow: as greedy
-  EXPECT_EQ(SampleNext(logits, options, generator), 1);
 }
 
 }  // namespace
