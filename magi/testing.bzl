@@ -1,4 +1,4 @@
-"""magi_cc_test: the GoogleTest test of a magi/ package; magi_py_test: a Python test file.
+"""magi_cc_test: a GoogleTest test, every C++ test of the workspace; magi_py_test: a Python test file.
 
     load("//magi:testing.bzl", "magi_cc_test")
     magi_cc_test(name = "dce_test", deps = [":dce", "//magi/ir:text"])
@@ -6,7 +6,15 @@
 adds what every such test needs (GoogleTest's main, Magi's gtest printers for absl::Status and
 StatusOr), makes srcs [name + ".cc"] and size "small" unless given, and with torch = True builds
 through torch_cc_test (LibTorch's precompiled header; third_party/libtorch/torch_cc.bzl). Tests
-with their own main() or a size other than small say so; the rest is cc_test's.
+of a size other than small say so; the rest is cc_test's.
+
+    magi_cc_test(name = "launcher_test", own_main = True, deps = [":launcher"])
+
+own_main = True is for a test whose main() is its own (or a library's it links, such as the fuzz
+targets' mutation driver): a multi-process test that re-launches its binary as the workers, and
+decides in main() whether this process is a worker or runs the tests. GoogleTest itself
+(@com_google_googletest//:gtest) and the printers are added, gtest_main is not: it would bring a
+second main(), and which of the two runs would be down to the link.
 
     load("//magi:testing.bzl", "magi_py_test")
     magi_py_test(name = "kernel_breakdown_test", data = ["kernel_breakdown.py"])
@@ -19,18 +27,17 @@ workspace's runfiles root, with TMPDIR in the test's temporary folder; `args` fo
 load("@rules_cc//cc:defs.bzl", "cc_test")
 load("//third_party/libtorch:torch_cc.bzl", "torch_cc_test")
 
-_TEST_DEPS = [
-    Label("//magi/base:gtest_printers"),
-    Label("@com_google_googletest//:gtest_main"),
-]
+_GTEST_PRINTERS = Label("//magi/base:gtest_printers")
+_GTEST = Label("@com_google_googletest//:gtest")
+_GTEST_MAIN = Label("@com_google_googletest//:gtest_main")
 
-def magi_cc_test(name, srcs = None, deps = [], size = "small", torch = False, **kwargs):
+def magi_cc_test(name, srcs = None, deps = [], size = "small", torch = False, own_main = False, **kwargs):
     test = torch_cc_test if torch else cc_test
     test(
         name = name,
         srcs = srcs if srcs != None else [name + ".cc"],
         size = size,
-        deps = deps + _TEST_DEPS,
+        deps = deps + [_GTEST_PRINTERS, _GTEST if own_main else _GTEST_MAIN],
         **kwargs
     )
 
