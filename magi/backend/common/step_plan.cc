@@ -330,6 +330,32 @@ bool OneIndexEntryAlongDim(const torch::jit::Stack& stack) {
   return dim >= 0 && dim < rank && index.size(dim) == 1;
 }
 
+// A kernel may return an undefined tensor where its traced (meta) result is an empty one:
+// aten::mkldnn_rnn_layer's workspace outside training (nn.LSTM), 0 bytes in the FX graph's
+// type. When the IR counts every tensor the op returns, each undefined one whose IR type
+// has no element becomes an empty tensor of that type; anything else is left as
+// ResultTensors made it, for CheckResults to report.
+std::vector<at::Tensor> WithEmptyForUndefined(const NodePlan& plan, const torch::jit::Stack& stack,
+                                              std::vector<at::Tensor> defined) {
+  std::vector<at::Tensor> all;
+  for (const c10::IValue& value : stack) {
+    if (value.isTensor()) {
+      all.push_back(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorVector()) all.push_back(t);
+    }
+  }
+  if (all.size() != plan.result_slots.size() || defined.empty()) return defined;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].defined()) continue;
+    const TensorType& type = plan.result_types[i];
+    absl::StatusOr<c10::ScalarType> dtype = compat::ToScalarType(type.dtype);
+    if (!dtype.ok() || type.NumElements() != std::optional<int64_t>(0)) return defined;
+    all[i] = at::empty(type.sizes, defined[0].options().dtype(*dtype));
+  }
+  return all;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
@@ -350,6 +376,7 @@ absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const
     (in_place && plan.in_place_op ? *plan.in_place_op : *plan.op).callBoxed(&stack);
   }));
   std::vector<at::Tensor> results = ResultTensors(stack);
+  if (results.size() < plan.result_slots.size()) results = WithEmptyForUndefined(plan, stack, std::move(results));
   if (plan.uninitialized && compat::DeterministicAlgorithmsOn()) {
     MAGI_RETURN_IF_ERROR(compat::CallTorchLazy(where, [&] {
       for (at::Tensor& result : results) compat::FillUninitialized(result);

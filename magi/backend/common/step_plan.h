@@ -111,7 +111,9 @@ void PushArguments(const NodePlan& plan, const std::vector<at::Tensor>& slots, t
 // `in_place` (the caller's inputs are donated) a node that has an in_place_op runs it,
 // writing its result over the donated operand. Index arguments the op's CPU kernel would
 // use unchecked are validated before the call (InvalidArgument naming the node, the
-// argument and the offending value).
+// argument and the offending value). An undefined tensor the kernel returns where the IR
+// has a result with no element becomes an empty tensor of that type (nn.LSTM's
+// aten::mkldnn_rnn_layer workspace outside training).
 absl::StatusOr<std::vector<at::Tensor>> CallOperator(const NodePlan& plan, const std::vector<at::Tensor>& slots,
                                                      torch::jit::Stack& stack,
                                                      const std::function<void(torch::jit::Stack&)>& before_call = {},

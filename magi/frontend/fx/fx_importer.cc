@@ -31,6 +31,30 @@ using fx::FxExport;
 using fx::FxNode;
 using fx::FxTensorMeta;
 
+// Ops whose results have a size only their kernel knows, which a static-shape graph cannot
+// hold: nn.LSTM's oneDNN layer in training returns a workspace whose traced (meta) size, 0
+// bytes, is not what the kernel writes, and its backward reads that workspace (a graph run
+// with the traced size crashes inside oneDNN). Outside training the workspace is empty and
+// the layer imports.
+absl::Status RefuseDataDependentShapes(const c10::FunctionSchema& schema, const FxNode& node) {
+  if (schema.name() == "aten::mkldnn_rnn_layer_backward") {
+    return absl::UnimplementedError(
+        "nn.LSTM's backward (oneDNN) reads a workspace whose size only the forward's kernel knows; Magi compiles "
+        "static shapes, so LSTM training is not supported (inference is)");
+  }
+  if (schema.name() == "aten::mkldnn_rnn_layer") {
+    for (size_t i = 0; i < schema.arguments().size() && static_cast<int>(i) < node.args_size(); ++i) {
+      if (schema.arguments()[i].name() == "train" && node.args(static_cast<int>(i)).kind_case() == FxArg::kB &&
+          node.args(static_cast<int>(i)).b()) {
+        return absl::UnimplementedError(
+            "nn.LSTM in training (train=True) returns a oneDNN workspace whose size only its kernel knows (traced as "
+            "0 bytes); Magi compiles static shapes, so LSTM training is not supported (inference is)");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DType> TorchDType(absl::string_view name) {
   static const auto* names = new std::map<std::string, DType, std::less<>>{
       {"float32", DType::kFloat32},   {"float", DType::kFloat32},   {"float64", DType::kFloat64},
@@ -371,6 +395,7 @@ class Importer {
       return absl::InvalidArgumentError(
           absl::StrCat(node.args_size(), " arguments for a schema of ", schema.arguments().size()));
     }
+    MAGI_RETURN_IF_ERROR(RefuseDataDependentShapes(schema, node));
     using StatCopies = std::vector<std::pair<int, Value*>>;
     MAGI_ASSIGN_OR_RETURN(StatCopies running_stats, IsolateRunningStatistics(*op, node));
     std::vector<size_t> mutated = MutatedArguments(schema);
