@@ -18,10 +18,10 @@
 #include "magi/passes/concat_matmuls.h"
 #include "magi/passes/hoist_weight_preparation.h"
 #include "magi/passes/recompute_fusible.h"
-#include "magi/passes/auto_recompute_registration.h"
 #include "magi/passes/batch_invariant.h"
 #include "magi/passes/pipeline.h"
 #include "magi/registry/registry.h"
+#include "magi/search/auto_recompute_registration.h"
 #include "magi/search/strategy_search.h"
 
 namespace magi {

@@ -18,7 +18,7 @@
 // not fit, halving prefixes are tried first. The result is deterministic.
 // FailedPrecondition if none fits, naming the smallest peak found.
 //
-// Registered (by the :auto_recompute_registration target, which links the cost model)
+// Registered (by //magi/search:auto_recompute_registration, which links the cost model)
 // as "auto-recompute{budget_mb=N}" or "{budget_gb=X}", with "profile=cpu|h200|<path>"
 // for the ranking (default cpu). Printed as "auto-recompute{budget_mb=N.NNNNNN,profile=P}".
 #ifndef MAGI_PASSES_AUTO_RECOMPUTE_H_

@@ -1,5 +1,6 @@
 // Reads text IR from stdin, verifies it, runs Magi's "dce" pass from the registry and
-// prints the number of nodes before and after.
+// prints the number of nodes before and after. Fails if the registry lacks "auto-recompute"
+// (the pass that @magi//magi/search:all_passes adds to @magi//magi/passes:all_passes).
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -25,6 +26,11 @@ int main() {
   auto dce = magi::Registry<magi::Pass>::Global().Create("dce");
   if (!dce.ok() || !(*dce)->Run(**module).ok()) return 1;
   for (const magi::Graph* graph : (*module)->graphs()) after += graph->num_nodes();
+  if (auto recompute = magi::Registry<magi::Pass>::Global().Create("auto-recompute", {{"budget_mb", "1"}});
+      !recompute.ok()) {
+    std::cerr << recompute.status().message() << "\n";
+    return 1;
+  }
   std::cout << before << " -> " << after << "\n";
   return 0;
 }

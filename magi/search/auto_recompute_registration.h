@@ -1,9 +1,10 @@
 // Building AutoRecompute from textual options with a given CostModel (the registered
 // "auto-recompute" builds its model from `profile=NAME`; the compile driver passes its
 // own, so a calibration table or a file profile is not lost). Depends on magi/cost, which
-// the pass itself (auto_recompute.h) does not.
-#ifndef MAGI_PASSES_AUTO_RECOMPUTE_REGISTRATION_H_
-#define MAGI_PASSES_AUTO_RECOMPUTE_REGISTRATION_H_
+// the pass itself (magi/passes/auto_recompute.h) does not, so it lives in magi/search, the
+// lowest layer above both passes and cost.
+#ifndef MAGI_SEARCH_AUTO_RECOMPUTE_REGISTRATION_H_
+#define MAGI_SEARCH_AUTO_RECOMPUTE_REGISTRATION_H_
 
 #include <memory>
 
@@ -28,4 +29,4 @@ PassManager::PassFactory AutoRecomputeWithCostModel(CostModel model);
 
 }  // namespace magi
 
-#endif  // MAGI_PASSES_AUTO_RECOMPUTE_REGISTRATION_H_
+#endif  // MAGI_SEARCH_AUTO_RECOMPUTE_REGISTRATION_H_

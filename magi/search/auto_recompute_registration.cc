@@ -1,16 +1,17 @@
-// Registers "auto-recompute" with the pass registry. The pass itself (auto_recompute.h)
-// only knows the NodeCostOracle interface; building its cost model from a profile name
-// needs magi/cost, so the factory lives in this target of its own: the one target of
-// //magi/passes that depends on the cost model (tools/check_layering.sh checks it).
+// Registers "auto-recompute" with the pass registry. The pass itself
+// (magi/passes/auto_recompute.h) only knows the NodeCostOracle interface; building its cost
+// model from a profile name needs magi/cost, so the factory lives here, in magi/search, the
+// lowest layer that may depend on both passes and cost: no target of //magi/passes depends on
+// the cost model (tools/check_layering.sh checks it).
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "magi/cost/cost_model.h"
 #include "magi/cost/device_profile.h"
-#include "magi/passes/auto_recompute_registration.h"
 #include "magi/passes/pass_registration.h"
 #include "magi/registry/registry.h"
+#include "magi/search/auto_recompute_registration.h"
 
 namespace magi {
 
