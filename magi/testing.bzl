@@ -21,7 +21,8 @@ second main(), and which of the two runs would be down to the link.
 
 runs [name + ".py"] (or `src`) with `python` (Debian's /usr/bin/python3 unless given, e.g.
 LIBTORCH_PYTHON for the LibTorch's own) through the one runner tools/python_test.sh, from the
-workspace's runfiles root, with TMPDIR in the test's temporary folder; `args` follow the script.
+workspace's runfiles root, with TMPDIR in the test's temporary folder and `env` (a dict) in its
+environment; `args` follow the script.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_test")
@@ -41,12 +42,14 @@ def magi_cc_test(name, srcs = None, deps = [], size = "small", torch = False, ow
         **kwargs
     )
 
-def magi_py_test(name, src = None, python = "/usr/bin/python3", args = [], data = [], size = "small", **kwargs):
+def magi_py_test(name, src = None, python = "/usr/bin/python3", args = [], data = [], size = "small", env = {}, **kwargs):
     src = src if src != None else name + ".py"
     native.sh_test(
         name = name,
         srcs = [Label("//tools:python_test.sh")],
-        args = [python, "$(location %s)" % src] + args,
+        # `env` travels as runner arguments: sh_test has no `env` attribute in the Bazel 2.1 the
+        # GPU machine builds with.
+        args = ["--env=%s=%s" % (key, env[key]) for key in sorted(env)] + [python, "$(location %s)" % src] + args,
         data = [src] + data,
         size = size,
         **kwargs

@@ -215,12 +215,13 @@ absl::StatusOr<FsdpInference*> TextGenerator::PrefillGraph(int64_t bucket) {
   auto it = prefills_.find(bucket);
   if (it != prefills_.end()) return it->second.get();
   // Every graph writes the cache in place (a scatter over the donated cache), so that all of
-  // them run on one storage (cache_). Deterministic mode writes a window-long block as the
-  // whole new cache instead (llama.h, CacheWrite: ATen's deterministic CUDA scatter sorts its
-  // index), one copy of the cache per such prefill.
+  // them run on one storage (cache_); a prefill's block starts at position 0 (kFromStart: its
+  // index reads no input). Deterministic mode writes a window-long block as the whole new
+  // cache instead (llama.h, CacheWrite: ATen's deterministic CUDA scatter sorts its index),
+  // one copy of the cache per such prefill.
   const models::CacheWrite write = bucket == options_.window && options_.inference.compile.deterministic
                                        ? models::CacheWrite::kWholeWindow
-                                       : models::CacheWrite::kAtPositions;
+                                       : models::CacheWrite::kFromStart;
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<FsdpInference> graph,
                         FsdpInference::Create(*model_, CachedForward(*model_, write), GraphInputs(bucket),
                                               communicator_, GraphOptions(true)));

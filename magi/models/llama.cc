@@ -314,7 +314,7 @@ LlamaImpl::CachedOutput LlamaImpl::ForwardWithCache(const at::Tensor& tokens, co
   TORCH_CHECK(!step.whole_window || seq == cache_len, "a whole-window cache write needs ", cache_len,
               " tokens per sequence (the cache's length), got ", seq);
   // Each new token's position, [batch, seq]; the mask and the cache writes follow from it.
-  at::Tensor where = step.whole_window
+  at::Tensor where = write != CacheWrite::kAtPositions
                          ? torch::arange(seq, positions.options()).view({1, seq}).expand({batch, seq})
                          : positions.view({batch, 1}) + torch::arange(seq, positions.options()).view({1, seq});
   at::Tensor flat = where.reshape({-1});

@@ -94,6 +94,10 @@ struct CacheStep {
 // How LlamaImpl::ForwardWithCache writes the new positions into the cache.
 enum class CacheWrite {
   kAtPositions,  // scatter at positions[b] + 0 .. T-1 (decode steps, any block)
+  // A prefill: the block sits at positions 0 .. T-1 whatever `positions` holds (not read),
+  // scattered there (in place over a donated cache). Its index does not depend on an input,
+  // so a graph run on synthesized inputs (calibration) cannot write out of bounds.
+  kFromStart,
   // The block fills the whole cache from position 0 (a prefill: T == cache length,
   // `positions` not read): the new cache is the block's keys and values, the bits a
   // scatter would write, without one (ATen's deterministic CUDA scatter sorts its index:

@@ -136,6 +136,35 @@ TEST(LlamaCacheTest, PositionsAfterATokenDoNotMatter) {
   }
 }
 
+// The three ways a prefill from position 0 writes the cache give the same bits: at the given
+// positions (zeros), from the start whatever the positions input holds (kFromStart: a
+// calibration run's synthesized positions cannot write out of bounds), and the block as the
+// whole new cache (kWholeWindow).
+TEST(LlamaCacheTest, PrefillWritesAreTheSameBits) {
+  torch::NoGradGuard no_grad;
+  Llama model = TinyModel(/*n_kv_heads=*/2);
+  at::Tensor tokens = torch::randint(0, 256, {2, kWindow}, torch::kLong);
+  KvCache zeros = KvCache::Zeros(model->config, 2, kWindow, torch::kFloat);
+  LlamaImpl::CachedOutput positioned = model->ForwardWithCache(tokens, torch::zeros({2}, torch::kLong), zeros);
+  LlamaImpl::CachedOutput from_start =
+      model->ForwardWithCache(tokens, torch::full({2}, 9, torch::kLong), zeros, CacheWrite::kFromStart);
+  LlamaImpl::CachedOutput whole =
+      model->ForwardWithCache(tokens, torch::full({2}, 9, torch::kLong), zeros, CacheWrite::kWholeWindow);
+  for (const LlamaImpl::CachedOutput* other : {&from_start, &whole}) {
+    EXPECT_TRUE(other->logits.equal(positioned.logits));
+    for (size_t l = 0; l < positioned.cache.keys.size(); ++l) {
+      EXPECT_TRUE(other->cache.keys[l].equal(positioned.cache.keys[l]));
+      EXPECT_TRUE(other->cache.values[l].equal(positioned.cache.values[l]));
+    }
+  }
+  // A shorter block from the start leaves the positions after it as they were.
+  LlamaImpl::CachedOutput half = model->ForwardWithCache(tokens.narrow(1, 0, kWindow / 2), torch::full({2}, 9, torch::kLong),
+                                                         positioned.cache, CacheWrite::kFromStart);
+  for (size_t l = 0; l < positioned.cache.keys.size(); ++l) {
+    EXPECT_TRUE(half.cache.keys[l].narrow(2, kWindow / 2, kWindow / 2).equal(positioned.cache.keys[l].narrow(2, kWindow / 2, kWindow / 2)));
+  }
+}
+
 // A GQA model is the multi-head model whose wk and wv repeat each kv head's rows for its
 // group of query heads (query head h reads kv head h / 2): torch.repeat_interleave's
 // order, which checkpoints converted from Hugging Face assume.

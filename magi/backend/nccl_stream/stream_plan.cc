@@ -382,7 +382,10 @@ absl::StatusOr<StreamPlan> BuildStreamPlan(const Module& module, const Graph& gr
         plan.capture_blockers.push_back({i, absl::StrCat(node.DebugName(), ": dynamic shape")});
         break;
       }
-      if (type.device.type != DeviceType::kCuda) {
+      // A host result nothing reads (the efficient-attention kernel's philox seed and offset
+      // without dropout, in fp32) does not block: a replay skips making it, and nothing
+      // misses it. One that is read or returned would hold the capture run's value forever.
+      if (type.device.type != DeviceType::kCuda && (result->has_uses() || outputs.contains(result))) {
         plan.capture_blockers.push_back({i, absl::StrCat(node.DebugName(), ": produces a tensor off the GPU")});
         break;
       }

@@ -537,6 +537,8 @@ TEST(StreamPlanTest, OverlapWithDeferredGradientCasts) {
   EXPECT_TRUE(ReleasedAtEnd(*plan, "gas"));  // holds the bf16 gradient AdamW reads
 }
 
+// (A host result that nothing reads or returns, as efficient attention's philox seed and
+// offset, blocks nothing.)
 TEST(StreamPlanTest, CaptureBlockersNameTheNodeAndWhy) {
   std::unique_ptr<Module> module = Parse(R"(module @m {
   graph @g {
@@ -544,6 +546,7 @@ TEST(StreamPlanTest, CaptureBlockersNameTheNodeAndWhy) {
     input %rng: u8[16] {role = rng}
     %n = aten::nonzero(%x) : i64[4,1]@cuda:0
     %y = aten::_to_copy(%x, device = device(cpu)) : f32[4]
+    %unread = aten::_to_copy(%x, device = device(cpu)) : f32[4]
     output n = %n
     output y = %y
   }
@@ -559,6 +562,7 @@ TEST(StreamPlanTest, CaptureBlockersNameTheNodeAndWhy) {
   EXPECT_NE(plan->capture_blockers[2].reason.find("synchronizes with the host"), std::string::npos);
   EXPECT_EQ(plan->capture_blockers[3].node, 1);
   EXPECT_NE(plan->capture_blockers[3].reason.find("off the GPU"), std::string::npos);
+  // %unread is on the host too, but nothing reads or returns it: no blocker.
 }
 
 // Split masters (magi::adamw_split): batched with each other, not with the plain AdamW,
