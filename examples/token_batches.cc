@@ -4,9 +4,19 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "magi/base/check.h"
+#include "magi/base/file.h"
 
 namespace magi::examples {
+
+absl::StatusOr<at::Tensor> ReadTextCorpus(const std::string& path, int seq) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  if (static_cast<int64_t>(text->size()) < seq + 2)
+    return absl::InvalidArgumentError(absl::StrCat(path, " is too short"));
+  return at::from_blob(text->data(), {static_cast<int64_t>(text->size())}, at::kByte).to(at::kLong);
+}
 
 TokenBatches TokenBatches::RandomTokens(int64_t vocab_size, int seq, int seed, const at::Device& device) {
   TokenBatches batches;

@@ -21,9 +21,16 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace magi::examples {
+
+// The text at `path` as TextWindows' corpus: one Long token per byte, on the CPU. The read's
+// error, or InvalidArgument "<path> is too short" when it has fewer than seq + 2 bytes.
+absl::StatusOr<at::Tensor> ReadTextCorpus(const std::string& path, int seq);
 
 class TokenBatches {
  public:

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "magi/compat/kernel_trace.h"
+#include "magi/compiler/plan_hash.h"
 
 namespace magi::examples {
 
@@ -128,6 +129,18 @@ Summary TrainLoop::SummaryOf(const FsdpTrainer& trainer) const {
   s.eager_max_relative_loss_difference = worst_eager_;
   s.losses = losses_;
   return s;
+}
+
+CompiledStep CompiledStepOf(const FsdpTrainer& trainer) {
+  CompiledStep step;
+  step.step_graph = DescribeStepGraph(trainer.graph());
+  step.calibration_summary = trainer.calibration_summary();
+  step.pipeline = trainer.applied_pipeline();
+  step.predicted_step_seconds = trainer.prediction().step_seconds;
+  step.predicted_peak_bytes = trainer.prediction().peak_bytes;
+  step.plan_hash = trainer.plan_hash();
+  step.collectives = DescribeCollectives(trainer.graph());
+  return step;
 }
 
 }  // namespace magi::examples

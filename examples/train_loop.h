@@ -73,6 +73,11 @@ class TrainLoop {
   bool eager_ = false;
 };
 
+// CompileReport's members that `trainer` knows: the step graph, calibration summary,
+// pipeline, prediction, plan hash and collectives (the caller adds the model, world size,
+// compile time, device profile, calibration and deterministic mode).
+CompiledStep CompiledStepOf(const FsdpTrainer& trainer);
+
 }  // namespace magi::examples
 
 #endif  // MAGI_EXAMPLES_TRAIN_LOOP_H_

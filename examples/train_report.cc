@@ -138,6 +138,18 @@ std::string CalibrationNote(const std::string& calibration) {
   return ", calibrated by " + calibration;
 }
 
+std::string CompileReport(const CompiledStep& step) {
+  std::string report = absl::StrFormat("magi: %s, %.2f M parameters, %d ranks; %s, compiled in %.1f s\n", step.model,
+                                       step.parameters / 1e6, step.world_size, step.step_graph, step.compile_seconds);
+  if (!step.calibration_summary.empty()) absl::StrAppend(&report, "magi: ", step.calibration_summary, "\n");
+  absl::StrAppendFormat(&report, "magi: pipeline %s; predicted step %.1f ms, peak %.2f MB per rank (%s profile%s)\n",
+                        step.pipeline.empty() ? "(none)" : step.pipeline, step.predicted_step_seconds * 1e3,
+                        step.predicted_peak_bytes / 1e6, step.device_profile, CalibrationNote(step.calibration));
+  absl::StrAppendFormat(&report, "magi: plan %s: %s per step%s\n", step.plan_hash, step.collectives,
+                        step.deterministic ? absl::StrFormat(" (the same on all %d ranks)", step.world_size) : "");
+  return report;
+}
+
 std::string FinalReport(const Summary& s, double seconds, const std::string& out_dir, bool energy_measured) {
   std::string report = absl::StrFormat(
       "loss %.4f -> %.4f in %d steps (%.1f s, %.0f tok/s); wrote %s/{loss.csv,loss.svg,summary.json,checkpoint/}\n",

@@ -85,6 +85,26 @@ std::string DescribeStepGraph(const Graph& graph);
 // What the startup line says of --calibration: ", uncalibrated" (none), ", calibrated"
 // (auto), ", calibrated by PATH".
 std::string CalibrationNote(const std::string& calibration);
+// What rank 0 prints once the step is compiled (CompileReport).
+struct CompiledStep {
+  std::string model;  // LlamaConfig::ToString()
+  int64_t parameters = 0;
+  int world_size = 0;
+  std::string step_graph;  // DescribeStepGraph
+  double compile_seconds = 0;
+  std::string calibration_summary;  // the trainer's; "": no line
+  std::string pipeline;             // the applied pipeline; "": (none)
+  double predicted_step_seconds = 0;
+  int64_t predicted_peak_bytes = 0;
+  std::string device_profile;
+  std::string calibration;  // --calibration (CalibrationNote)
+  std::string plan_hash;
+  std::string collectives;     // DescribeCollectives: "6 all-gathers (1.068 MB), ..."
+  bool deterministic = false;  // the ranks agreed on the plan hash
+};
+// The startup lines: "magi: MODEL, P M parameters, W ranks; STEP GRAPH, compiled in S s", the
+// calibration summary, "magi: pipeline ...; predicted step ..." and "magi: plan HASH: ... per step".
+std::string CompileReport(const CompiledStep& step);
 // The closing lines: "loss A -> B in N steps (S s, T tok/s); wrote DIR/{...}", the eager
 // difference (with check_eager) and the GPU energy (when `energy_measured`).
 std::string FinalReport(const Summary& summary, double seconds, const std::string& out_dir, bool energy_measured);

@@ -50,6 +50,37 @@ TEST(TrainReportTest, ResumeNotes) {
   EXPECT_TRUE(absl::EndsWith(changed, "; --batch_size=4 keeps the global batch of 16")) << changed;
 }
 
+TEST(TrainReportTest, CompileReport) {
+  CompiledStep step;
+  step.model = "llama(vocab=256, dim=64, layers=2, heads=4, ffn=176, seq=64)";
+  step.parameters = 134400;
+  step.world_size = 2;
+  step.step_graph = "one step graph of 580 nodes (6 all-gathers, 3 reduce-scatters)";
+  step.compile_seconds = 1.04;
+  step.predicted_step_seconds = 0.01944;
+  step.predicted_peak_bytes = 10150000;
+  step.device_profile = "cpu";
+  step.calibration = "none";
+  step.plan_hash = "09bc51981c6317fe";
+  step.collectives = "6 all-gathers (1.068 MB), 3 reduce-scatters (0.534 MB)";
+  EXPECT_EQ(CompileReport(step),
+            "magi: llama(vocab=256, dim=64, layers=2, heads=4, ffn=176, seq=64), 0.13 M parameters, 2 ranks; one step "
+            "graph of 580 nodes (6 all-gathers, 3 reduce-scatters), compiled in 1.0 s\n"
+            "magi: pipeline (none); predicted step 19.4 ms, peak 10.15 MB per rank (cpu profile, uncalibrated)\n"
+            "magi: plan 09bc51981c6317fe: 6 all-gathers (1.068 MB), 3 reduce-scatters (0.534 MB) per step\n");
+  step.calibration_summary = "calibration (cpu): 134 kernels";
+  step.pipeline = "bucket-collectives";
+  step.calibration = "auto";
+  step.deterministic = true;
+  const std::string report = CompileReport(step);
+  EXPECT_TRUE(absl::StrContains(report,
+                                "compiled in 1.0 s\nmagi: calibration (cpu): 134 kernels\nmagi: pipeline "
+                                "bucket-collectives; predicted step 19.4 ms, peak 10.15 MB per rank (cpu "
+                                "profile, calibrated)\n"))
+      << report;
+  EXPECT_TRUE(absl::EndsWith(report, " per step (the same on all 2 ranks)\n")) << report;
+}
+
 TEST(TrainReportTest, SummaryJson) {
   Summary summary;
   summary.steps = 2;
