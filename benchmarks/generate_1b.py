@@ -21,8 +21,9 @@ files an earlier, cut-short run left and runs the rest, then prints the whole ta
 
 Columns (per row: one Magi process, or the median of --runs timed PyTorch generations):
   decode ms/token   the decode steps' time / steps (length - 1 steps: the first token comes from the
-                    prefill); Magi: its "magi: decode:" line (host clock, each step reads the logits
-                    back); PyTorch: CUDA events around the loop (no host synchronisation per token);
+                    prefill); Magi: its "magi: decode:" line (host clock; the steps run back to back,
+                    tokens and logits read once per 16 steps); PyTorch: CUDA events around the loop
+                    (no host synchronisation per token);
   decode tokens/s   batch x steps / decode time;
   HBM share         bytes a decode step must read / step time / the GPU's peak bandwidth (by its
                     name: result_tables.HBM_PEAK_BYTES_PER_S, or --peak_bandwidth): the weights once

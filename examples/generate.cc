@@ -126,7 +126,7 @@ ABSL_FLAG(bool, unrolled_prefill, false,
           "With --invariant_batch > 0: the prefill as one-sequence copies instead of batched at the fixed rows "
           "(slower; for a device whose GEMMs are not computed alike in every tile, docs/deterministic.md)");
 ABSL_FLAG(int, tokens_per_read, magi::GenerationOptions().tokens_per_read,
-          "Without --logits_out: decode steps run back to back on the device and their tokens are read back "
+          "Decode steps run back to back on the device and their tokens (and --logits_out's logits) are read back "
           "once per this many steps (fewer at a context overflow); the printed text follows in bursts of as many "
           "bytes. 1: read every step");
 ABSL_FLAG(std::string, logits_out, "",
@@ -273,7 +273,7 @@ int Generate(const magi::DistributedEnv& env) {
   options.overflow_keep = absl::GetFlag(FLAGS_overflow_keep);
   options.batch = batch;
   options.kv_cache = absl::GetFlag(FLAGS_kv_cache);
-  options.record_logits = !absl::GetFlag(FLAGS_logits_out).empty();  // else greedy reads tokens only
+  options.record_logits = !absl::GetFlag(FLAGS_logits_out).empty();  // read with the tokens, once per --tokens_per_read
   options.tokens_per_read = absl::GetFlag(FLAGS_tokens_per_read);
   options.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   options.sampling.top_k = absl::GetFlag(FLAGS_top_k);

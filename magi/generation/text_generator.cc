@@ -426,7 +426,7 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
 }
 
 int TextGenerator::DecodeRunLength(const std::vector<Row>& rows, int limit) const {
-  if (options_.record_logits || forward_ != nullptr || cache_.empty()) return 0;
+  if (forward_ != nullptr || cache_.empty()) return 0;
   int64_t steps = std::min<int64_t>(limit, options_.tokens_per_read);
   for (const Row& row : rows) {
     if (row.needs_prefill || row.cached != row.context_length() - 1) return 0;
@@ -436,7 +436,7 @@ int TextGenerator::DecodeRunLength(const std::vector<Row>& rows, int limit) cons
   return static_cast<int>(std::max<int64_t>(steps, 0));
 }
 
-absl::StatusOr<at::Tensor> TextGenerator::DecodeRun(std::vector<Row>& rows, int steps) {
+absl::StatusOr<TextGenerator::DecodeRunResult> TextGenerator::DecodeRun(std::vector<Row>& rows, int steps) {
   auto start = std::chrono::steady_clock::now();
   const int64_t batch = static_cast<int64_t>(rows.size());
   std::vector<int64_t> tokens(rows.size()), positions(rows.size()), streams(rows.size()), drawn(rows.size());
@@ -454,16 +454,20 @@ absl::StatusOr<at::Tensor> TextGenerator::DecodeRun(std::vector<Row>& rows, int 
   at::Tensor draw = at::tensor(drawn, at::kLong).to(device_);
   const at::Tensor padding_rows = at::tensor(padding, at::kByte).to(device_, at::kBool);
   const at::Tensor pad = at::full({}, kPadByte, at::TensorOptions().dtype(at::kLong).device(device_));
-  std::vector<at::Tensor> generated;
+  std::vector<at::Tensor> generated, logits;
   for (int j = 0; j < steps; ++j) {
     MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, RunOnCache(*decode_, next.view({batch, 1}), position));
     // The same choice as ReadRows' (logits [rows, 1, vocab]); padding rows go on with padding.
     next = at::where(padding_rows, pad, ChooseTokens(out[0].select(1, 0), options_.sampling, stream, draw));
     generated.push_back(next);
+    // A copy on the device (the graph's output is overwritten by its next run), read with the tokens.
+    if (options_.record_logits) logits.push_back(out[0].select(1, 0).to(at::kFloat, false, /*copy=*/true));
     position = position + 1;
     draw = draw + 1;
   }
-  at::Tensor read = at::stack(generated).to(at::kCPU);  // the one wait for the device
+  DecodeRunResult result;
+  result.tokens = at::stack(generated).to(at::kCPU);  // the one wait for the device
+  if (options_.record_logits) result.logits = at::stack(logits).to(at::kCPU);
   for (Row& row : rows) {
     row.cached = row.context_length() - 1 + steps;
     if (!row.padding) stats_.decode_bytes += steps;
@@ -471,7 +475,7 @@ absl::StatusOr<at::Tensor> TextGenerator::DecodeRun(std::vector<Row>& rows, int 
   stats_.decode_runs += steps;
   ++stats_.decode_reads;
   stats_.decode_seconds += SecondsSince(start);
-  return read;
+  return result;
 }
 
 absl::StatusOr<std::vector<NextToken>> TextGenerator::Step(std::vector<Row>& rows) {
@@ -528,10 +532,13 @@ absl::StatusOr<Generated> TextGenerator::Generate(const std::vector<std::string>
     };
     for (int i = 0; i < length;) {
       if (const int steps = DecodeRunLength(rows, length - i); steps > 1) {
-        MAGI_ASSIGN_OR_RETURN(at::Tensor tokens, DecodeRun(rows, steps));
-        const int64_t* read = tokens.data_ptr<int64_t>();
+        MAGI_ASSIGN_OR_RETURN(DecodeRunResult run, DecodeRun(rows, steps));
+        const int64_t* read = run.tokens.data_ptr<int64_t>();
         for (int j = 0; j < steps; ++j) {
-          for (size_t r = 0; r < rows.size(); ++r) append(r, read[j * rows.size() + r], at::Tensor());
+          for (size_t r = 0; r < rows.size(); ++r) {
+            append(r, read[j * rows.size() + r],
+                   run.logits.defined() ? run.logits[j][static_cast<int64_t>(r)] : at::Tensor());
+          }
         }
         i += steps;
         continue;

@@ -103,11 +103,11 @@ struct GenerationOptions {
   // bucket): a bucket follows the batch's longest context, so it would make a prompt's bits
   // depend on the other prompts.
   std::vector<int64_t> prefill_buckets;
-  // Keep every generated token's logits (Generated::logits), read back every step. Tokens
-  // are chosen on the device either way (sampling.h).
+  // Keep every generated token's logits (Generated::logits), read back with the tokens.
+  // Tokens are chosen on the device either way (sampling.h).
   bool record_logits = true;
-  // Without recorded logits: decode steps run back to back on the device, each step's
-  // chosen token the next one's input, and the host reads the tokens back once per
+  // Decode steps run back to back on the device, each step's chosen token the next one's
+  // input, and the host reads the tokens (and recorded logits) back once per
   // this many steps (fewer where a context overflow needs a prefill): the device never
   // waits for the host between them. Generate's on_byte sees the bytes of such a run when
   // it is read. 1: read every step.
@@ -205,14 +205,19 @@ class TextGenerator {
   absl::StatusOr<std::vector<NextToken>> Step(std::vector<Row>& rows);
   absl::StatusOr<std::vector<NextToken>> StepWithCache(std::vector<Row>& rows);
   absl::StatusOr<std::vector<NextToken>> StepRecompute(std::vector<Row>& rows);
-  // How many decode steps can run back to back from here (no logits recorded, every row's
-  // context in the cache): until a row's context would overflow, at most `limit`; 0 when
-  // the next step needs a prefill or logits.
+  // How many decode steps can run back to back from here (every row's context in the
+  // cache): until a row's context would overflow, at most `limit`; 0 when the next step
+  // needs a prefill.
   int DecodeRunLength(const std::vector<Row>& rows, int limit) const;
   // Runs `steps` decode steps without reading back in between (the tokens of step j are
   // step j + 1's input, padding rows fed padding as in Step); returns the tokens [steps,
-  // rows] (CPU) and advances each row's cache state (not its text).
-  absl::StatusOr<at::Tensor> DecodeRun(std::vector<Row>& rows, int steps);
+  // rows] and, with record_logits, their logits [steps, rows, vocab] (fp32), both read once
+  // at the end (CPU), and advances each row's cache state (not its text).
+  struct DecodeRunResult {
+    at::Tensor tokens;
+    at::Tensor logits;
+  };
+  absl::StatusOr<DecodeRunResult> DecodeRun(std::vector<Row>& rows, int steps);
   // Each row's next token from its logits at position at[r] of `logits` ([rows, positions,
   // vocab], on the device; rows with a negative at[r]: nothing), chosen on the device, with
   // those logits when recorded: one read for the batch (it waits for the device).

@@ -32,27 +32,43 @@ using fx::FxNode;
 using fx::FxTensorMeta;
 
 // Ops whose results have a size only their kernel knows, which a static-shape graph cannot
-// hold: nn.LSTM's oneDNN layer in training returns a workspace whose traced (meta) size, 0
-// bytes, is not what the kernel writes, and its backward reads that workspace (a graph run
-// with the traced size crashes inside oneDNN). Outside training the workspace is empty and
-// the layer imports.
-absl::Status RefuseDataDependentShapes(const c10::FunctionSchema& schema, const FxNode& node) {
-  if (schema.name() == "aten::mkldnn_rnn_layer_backward") {
-    return absl::UnimplementedError(
-        "nn.LSTM's backward (oneDNN) reads a workspace whose size only the forward's kernel knows; Magi compiles "
-        "static shapes, so LSTM training is not supported (inference is)");
-  }
-  if (schema.name() == "aten::mkldnn_rnn_layer") {
+// hold when the trace did not see it: nn.LSTM's oneDNN layer in training returns a workspace
+// its backward reads. Traced on real tensors (make_fx) the graph records its real size and
+// imports; traced on fake ones (Dynamo's AOTAutograd) the meta kernel says 0 bytes, and a run
+// with that size crashed inside oneDNN's backward. Outside training the workspace is empty
+// (the kernel returns none) and the layer imports. `traced` finds a node's traced metadata
+// by name (nullptr: none).
+absl::Status RefuseDataDependentShapes(const c10::FunctionSchema& schema, const FxNode& node,
+                                       const std::function<const FxNode*(const std::string&)>& traced) {
+  auto empty = [](const FxTensorMeta& meta) {
+    int64_t elements = 1;
+    for (int64_t size : meta.shape()) elements *= size;
+    return elements == 0;
+  };
+  auto argument = [&](const std::string& name) -> const FxArg* {
     for (size_t i = 0; i < schema.arguments().size() && static_cast<int>(i) < node.args_size(); ++i) {
-      if (schema.arguments()[i].name() == "train" && node.args(static_cast<int>(i)).kind_case() == FxArg::kB &&
-          node.args(static_cast<int>(i)).b()) {
-        return absl::UnimplementedError(
-            "nn.LSTM in training (train=True) returns a oneDNN workspace whose size only its kernel knows (traced as "
-            "0 bytes); Magi compiles static shapes, so LSTM training is not supported (inference is)");
-      }
+      if (schema.arguments()[i].name() == name) return &node.args(static_cast<int>(i));
     }
+    auto it = node.kwargs().find(name);
+    return it == node.kwargs().end() ? nullptr : &it->second;
+  };
+  bool unknown_workspace = false;
+  if (schema.name() == "aten::mkldnn_rnn_layer") {
+    constexpr int kWorkspace = 3;  // (output, hy, cy, workspace)
+    const FxArg* train = argument("train");
+    unknown_workspace = train != nullptr && train->kind_case() == FxArg::kB && train->b() &&
+                        node.meta_size() > kWorkspace && empty(node.meta(kWorkspace));
+  } else if (schema.name() == "aten::mkldnn_rnn_layer_backward") {
+    const FxArg* workspace = argument("workspace");
+    const FxNode* producer =
+        workspace != nullptr && workspace->kind_case() == FxArg::kNode ? traced(workspace->node()) : nullptr;
+    unknown_workspace = producer != nullptr && producer->meta_size() == 1 && empty(producer->meta(0));
   }
-  return absl::OkStatus();
+  if (!unknown_workspace) return absl::OkStatus();
+  return absl::UnimplementedError(
+      "nn.LSTM in training: the trace recorded its oneDNN workspace as 0 bytes (fake tensors), a size only the "
+      "kernel knows; Magi compiles static shapes, so LSTM training from this trace is not supported (inference is, "
+      "and a joint graph traced on real tensors, as tools/fx_export.py does)");
 }
 
 absl::StatusOr<DType> TorchDType(absl::string_view name) {
@@ -395,7 +411,12 @@ class Importer {
       return absl::InvalidArgumentError(
           absl::StrCat(node.args_size(), " arguments for a schema of ", schema.arguments().size()));
     }
-    MAGI_RETURN_IF_ERROR(RefuseDataDependentShapes(schema, node));
+    MAGI_RETURN_IF_ERROR(RefuseDataDependentShapes(schema, node, [&](const std::string& name) -> const FxNode* {
+      for (const FxNode& other : proto_.nodes()) {
+        if (other.name() == name) return &other;
+      }
+      return nullptr;
+    }));
     using StatCopies = std::vector<std::pair<int, Value*>>;
     MAGI_ASSIGN_OR_RETURN(StatCopies running_stats, IsolateRunningStatistics(*op, node));
     std::vector<size_t> mutated = MutatedArguments(schema);

@@ -28,7 +28,7 @@ from tools import fx_models  # noqa: E402
 FX_MODELS = ["resnet18", "mobilenet_v2", "vit", "convnext", "swin", "llama", "view_write", "permuted_view_write",
              "buffer_slice_write", "instance_norm_stats", "constant", "gru", "lstm", "embedding_bag"]
 # Models whose training graph Magi refuses, and the error that must say why.
-REFUSED_TRAINING = {"lstm": "LSTM training is not supported"}
+REFUSED_TRAINING = {"lstm": "LSTM training from this trace is not supported"}
 # Largest difference allowed relative to max(1, |eager|), by model; absent: bitwise.
 TOLERANCE = {}
 
