@@ -10,20 +10,14 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "magi/base/file.h"
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/models/llama.h"
-#include "magi/runtime/distributed/launcher.h"
-#include "magi/runtime/distributed/rendezvous.h"
-#include "magi/runtime/gloo/gloo_communicator.h"
+#include "magi/runtime/gloo/self_launched_workers.h"
 #include "magi/training/trainer_options_table.h"
 
 namespace magi {
@@ -31,7 +25,6 @@ namespace {
 
 std::string g_self;  // path of this binary
 
-std::string OutPath(const std::string& name) { return std::string(std::getenv("MAGI_TEST_OUT")) + "/" + name; }
 
 absl::Status Check(bool condition, const std::string& what) {
   return condition ? absl::OkStatus() : absl::InternalError(what);
@@ -153,37 +146,15 @@ absl::Status RunInference(std::shared_ptr<Communicator> communicator) {
   return failures.empty() ? absl::OkStatus() : absl::InternalError(failures);
 }
 
-int RunWorker(const std::string& scenario) {
-  auto fail = [](const std::string& message) {
-    std::cerr << "worker failed: " << message << std::endl;
-    std::ofstream(OutPath("error")) << message;
-    return 1;
-  };
-  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
-  if (!env.ok()) return fail(std::string(env.status().message()));
-  auto store = ConnectStore(*env, std::chrono::seconds(60));
-  if (!store.ok()) return fail(std::string(store.status().message()));
-  auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(60));
-  if (!communicator.ok()) return fail(std::string(communicator.status().message()));
-  absl::Status done = absl::InvalidArgumentError("unknown case " + scenario);
-  if (scenario == "table") done = RunTable(*communicator);
-  if (scenario == "own") done = RunOwnOptions(*communicator);
-  if (scenario == "inference") done = RunInference(*communicator);
-  return done.ok() ? 0 : fail(std::string(done.message()));
+absl::Status RunScenario(const std::string& scenario, std::shared_ptr<Communicator> communicator) {
+  if (scenario == "table") return RunTable(communicator);
+  if (scenario == "own") return RunOwnOptions(communicator);
+  if (scenario == "inference") return RunInference(communicator);
+  return absl::InvalidArgumentError("unknown case " + scenario);
 }
 
 // Runs case `scenario` on one rank; "" when it passed, else what failed.
-std::string Launch(const std::string& scenario) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string out = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + scenario;
-  std::filesystem::create_directories(out);
-  absl::StatusOr<LaunchResult> result =
-      LaunchLocalWorkers(1, {g_self}, {{"MAGI_OPTIONS_WORKER", scenario}, {"MAGI_TEST_OUT", out}});
-  if (!result.ok()) return result.status().ToString();
-  if (result->exit_code == 0) return "";
-  absl::StatusOr<std::string> error = ReadFile(out + "/error");
-  return error.ok() ? *error : absl::StrCat("exit ", result->exit_code, " without a message");
-}
+std::string Launch(const std::string& scenario) { return LaunchWorkers(g_self, 1, "MAGI_OPTIONS_WORKER", scenario); }
 
 TEST(FsdpTrainerOptionsTest, EveryCompileOptionIsHonouredOrRefused) { EXPECT_EQ(Launch("table"), ""); }
 TEST(FsdpTrainerOptionsTest, CalibrationAndSplitMasterWeights) { EXPECT_EQ(Launch("own"), ""); }
@@ -194,7 +165,11 @@ TEST(FsdpInferenceOptionsTest, FieldsItSetsItselfAreRefused) { EXPECT_EQ(Launch(
 
 int main(int argc, char** argv) {
   magi::g_self = argv[0];
-  if (const char* scenario = std::getenv("MAGI_OPTIONS_WORKER")) return magi::RunWorker(scenario);
+  if (const char* scenario = std::getenv("MAGI_OPTIONS_WORKER")) {
+    const std::string name = scenario;
+    return magi::RunGlooWorker(
+        [&](std::shared_ptr<magi::Communicator> communicator) { return magi::RunScenario(name, communicator); });
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -10,21 +10,15 @@
 #include <ATen/ATen.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "magi/base/file.h"
 #include "magi/base/status_macros.h"
 #include "magi/frontend/fx/fx_importer.h"
 #include "magi/frontend/fx/fx_trainer.h"
 #include "magi/runtime/deterministic/deterministic.h"
-#include "magi/runtime/distributed/launcher.h"
-#include "magi/runtime/distributed/rendezvous.h"
-#include "magi/runtime/gloo/gloo_communicator.h"
+#include "magi/runtime/gloo/self_launched_workers.h"
 #include "magi/training/trainer_options_table.h"
 
 namespace magi {
@@ -35,7 +29,6 @@ constexpr int kSteps = 3;
 // tools/fx_models.py:bf16_mlp: fp32 weights the forward computes with in bf16.
 constexpr char kJoint[] = "magi/frontend/fx/exported/bf16_mlp_joint.fx.json";
 
-std::string OutPath(const std::string& name) { return std::string(std::getenv("MAGI_TEST_OUT")) + "/" + name; }
 
 // calibration "none" by default: the formulas, no cache is read or written.
 absl::StatusOr<std::unique_ptr<FxTrainer>> MakeTrainer(std::shared_ptr<Communicator> communicator,
@@ -143,43 +136,17 @@ absl::Status RunCalibration(std::shared_ptr<Communicator> communicator) {
                "an empty calibration setting was not refused: " + empty.status().ToString());
 }
 
-int RunWorker(const std::string& scenario) {
-  auto fail = [](const std::string& message) {
-    std::cerr << "worker failed: " << message << std::endl;
-    std::ofstream(OutPath("error")) << message;
-    return 1;
-  };
-  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
-  if (!env.ok()) return fail(std::string(env.status().message()));
-  if (scenario == "deterministic") {
-    absl::StatusOr<std::string> settings = EnableDeterministicMode();  // before anything runs
-    if (!settings.ok()) return fail(std::string(settings.status().message()));
-  }
-  auto store = ConnectStore(*env, std::chrono::seconds(60));
-  if (!store.ok()) return fail(std::string(store.status().message()));
-  auto communicator = CreateGlooCommunicator(*store, env->rank, env->world_size, "dp", std::chrono::seconds(60));
-  if (!communicator.ok()) return fail(std::string(communicator.status().message()));
-  absl::Status done = absl::InvalidArgumentError("unknown case " + scenario);
-  if (scenario == "plan_hash") done = RunPlanHash(*communicator);
-  if (scenario == "deterministic") done = RunDeterministic(*communicator);
-  if (scenario == "deterministic_not_enabled") done = RunDeterministicNotEnabled(*communicator);
-  if (scenario == "table") done = RunTable(*communicator);
-  if (scenario == "calibration") done = RunCalibration(*communicator);
-  return done.ok() ? 0 : fail(std::string(done.message()));
+absl::Status RunScenario(const std::string& scenario, std::shared_ptr<Communicator> communicator) {
+  if (scenario == "plan_hash") return RunPlanHash(communicator);
+  if (scenario == "deterministic") return RunDeterministic(communicator);
+  if (scenario == "deterministic_not_enabled") return RunDeterministicNotEnabled(communicator);
+  if (scenario == "table") return RunTable(communicator);
+  if (scenario == "calibration") return RunCalibration(communicator);
+  return absl::InvalidArgumentError("unknown case " + scenario);
 }
 
 // Runs case `scenario` on one rank; "" when it passed, else what failed.
-std::string Launch(const std::string& scenario) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string out = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + scenario;
-  std::filesystem::create_directories(out);
-  absl::StatusOr<LaunchResult> result =
-      LaunchLocalWorkers(1, {g_self}, {{"MAGI_OPTIONS_WORKER", scenario}, {"MAGI_TEST_OUT", out}});
-  if (!result.ok()) return result.status().ToString();
-  if (result->exit_code == 0) return "";
-  absl::StatusOr<std::string> error = ReadFile(out + "/error");
-  return error.ok() ? *error : absl::StrCat("exit ", result->exit_code, " without a message");
-}
+std::string Launch(const std::string& scenario) { return LaunchWorkers(g_self, 1, "MAGI_OPTIONS_WORKER", scenario); }
 
 TEST(FxTrainerOptionsTest, ExpectedPlanHashIsCheckedAndPlanHashReported) { EXPECT_EQ(Launch("plan_hash"), ""); }
 TEST(FxTrainerOptionsTest, DeterministicModeIsCompiledAndReproducible) { EXPECT_EQ(Launch("deterministic"), ""); }
@@ -194,7 +161,15 @@ TEST(FxTrainerOptionsTest, CalibrationSettingReachesTheCostModel) { EXPECT_EQ(La
 
 int main(int argc, char** argv) {
   magi::g_self = argv[0];
-  if (const char* scenario = std::getenv("MAGI_OPTIONS_WORKER")) return magi::RunWorker(scenario);
+  if (const char* scenario = std::getenv("MAGI_OPTIONS_WORKER")) {
+    const std::string name = scenario;
+    return magi::RunGlooWorker(
+        [&](std::shared_ptr<magi::Communicator> communicator) { return magi::RunScenario(name, communicator); },
+        [&]() -> absl::Status {
+          if (name != "deterministic") return absl::OkStatus();
+          return magi::EnableDeterministicMode().status();  // before anything runs
+        });
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
