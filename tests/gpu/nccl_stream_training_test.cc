@@ -2,7 +2,6 @@
 // of a tiny Llama, in stream mode, as one CUDA graph, with the one-rank collectives kept,
 // and without donation; fp32 (tight tolerance) and bf16 mixed precision (bf16 tolerance);
 // split fp32 master weights against fp32 masters.
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -13,7 +12,7 @@
 #include "magi/compat/gemm_workspace.h"
 #include "magi/frontend/fsdp/fsdp.h"
 #include "magi/models/llama.h"
-#include "magi/runtime/nccl/nccl_communicator.h"
+#include "tests/gpu/tiny_llama_setup.h"
 
 namespace magi {
 namespace {
@@ -31,40 +30,16 @@ struct Trained {
 
 Trained Train(const std::string& backend, bool bf16, int steps, const std::string& trace_path = "",
               bool split_master_weights = false) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  absl::StatusOr<std::shared_ptr<Communicator>> communicator =
-      CreateNcclCommunicator(store, 0, 1, "dp", 0, std::chrono::seconds(60));
-  EXPECT_TRUE(communicator.ok()) << communicator.status();
-  if (!communicator.ok()) return {};
-  torch::manual_seed(5);
-  auto options = torch::TensorOptions().device(torch::kCUDA).dtype(bf16 ? torch::kBFloat16 : torch::kFloat);
-  models::Llama model(models::LlamaConfig::Tiny(), options);
-  DeviceMesh mesh = *DeviceMesh::Create({1}, {"dp"}, 0);
-  FullyShardOptions shard_options;
-  if (bf16) {
-    shard_options.mixed_precision.param_dtype = DType::kBFloat16;
-    shard_options.mixed_precision.reduce_dtype = DType::kFloat32;
-  }
-  for (auto& layer : model->layers) FullyShard(*layer, mesh, shard_options);
-  FullyShard(*model, mesh, shard_options);
-  auto long_options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kLong);
-  auto batch = [&](int step) {
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(100 + step);
-    at::Tensor tokens = torch::randint(0, 256, {4, 32}, generator, torch::kLong).to(long_options);
-    at::Tensor targets = torch::randint(0, 256, {4, 32}, generator, torch::kLong).to(long_options);
-    return std::vector<at::Tensor>{tokens, targets};
-  };
-  LossFunction loss_fn = [&](const std::vector<at::Tensor>& in) {
-    return models::LanguageModelLoss(model->forward(in[0]).to(torch::kFloat), in[1]);
-  };
-  AdamWOptions adamw;
-  adamw.lr = 3e-3;
+  absl::StatusOr<TinyLlamaSetup> setup = MakeTinyLlamaSetup(bf16);
+  EXPECT_TRUE(setup.ok()) << setup.status();
+  if (!setup.ok()) return {};
   CompileOptions compile;
   compile.backend = backend;
   compile.cost_model.device_profile = "h200";
   TrainingOptions training;
   training.split_master_weights = split_master_weights;
-  auto trainer = FsdpTrainer::Create(*model, loss_fn, batch(0), *communicator, adamw, {}, compile, training);
+  auto trainer = FsdpTrainer::Create(*setup->model, setup->loss, setup->batch(0), setup->communicator, setup->adamw,
+                                     {}, compile, training);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   Trained out;
@@ -75,7 +50,7 @@ Trained Train(const std::string& backend, bool bf16, int steps, const std::strin
       absl::Status traced = (*trainer)->TraceNextStep(trace_path);
       EXPECT_TRUE(traced.ok()) << traced;
     }
-    absl::StatusOr<double> loss = (*trainer)->Step(batch(step));
+    absl::StatusOr<double> loss = (*trainer)->Step(setup->batch(step));
     EXPECT_TRUE(loss.ok()) << backend << " step " << step << ": " << loss.status();
     if (!loss.ok()) return out;
     out.losses.push_back(*loss);
