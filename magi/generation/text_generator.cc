@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
@@ -94,12 +95,25 @@ struct TextGenerator::Row {
 namespace {
 
 // The cached forward of the model as a graph function: (tokens, positions, keys[0],
-// values[0], ...) -> (logits, keys[0]', values[0]', ...).
-ForwardFunction CachedForward(models::LlamaImpl& model, models::CacheWrite write) {
-  return [&model, write](const std::vector<at::Tensor>& in) {
-    models::LlamaImpl::CachedOutput out = model.ForwardWithCache(in[0], in[1], models::KvCache::FromFlat(in, 2), write);
+// values[0], ...) -> (logits, keys[0]', values[0]', ...). With `choose` (the decode step's),
+// two more inputs, each row's sampling stream and draw index, and one more output, each
+// row's next token chosen from its logits (ChooseTokens), so that the choice is part of the
+// compiled step (its CUDA graph, its partitions) instead of kernels launched after it.
+ForwardFunction CachedForward(models::LlamaImpl& model, models::CacheWrite write,
+                              const SamplingOptions* choose = nullptr) {
+  const size_t cache_tensors = 2 * static_cast<size_t>(model.config.n_layers);
+  std::optional<SamplingOptions> sampling;
+  if (choose != nullptr) sampling = *choose;
+  return [&model, write, cache_tensors, sampling](const std::vector<at::Tensor>& in) {
+    const std::vector<at::Tensor> flat(in.begin() + 2, in.begin() + 2 + cache_tensors);
+    models::LlamaImpl::CachedOutput out = model.ForwardWithCache(in[0], in[1], models::KvCache::FromFlat(flat), write);
     std::vector<at::Tensor> results = {out.logits};
     for (const at::Tensor& t : out.cache.Flat()) results.push_back(t);
+    if (sampling.has_value()) {
+      const size_t streams = 2 + cache_tensors;
+      results.push_back(ChooseTokens(out.logits.select(1, out.logits.size(1) - 1), *sampling, in[streams],
+                                     in[streams + 1]));
+    }
     return results;
   };
 }
@@ -144,8 +158,11 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(models::Lla
                                                                      communicator, options.inference));
   } else {
     MAGI_ASSIGN_OR_RETURN(generator->decode_,
-                          FsdpInference::Create(model, CachedForward(model, models::CacheWrite::kAtPositions),
-                                                generator->GraphInputs(1), communicator, generator->GraphOptions(false)));
+                          FsdpInference::Create(model,
+                                                CachedForward(model, models::CacheWrite::kAtPositions,
+                                                              generator->choose_in_graph() ? &options.sampling : nullptr),
+                                                generator->GraphInputs(1, /*decode=*/true), communicator,
+                                                generator->GraphOptions(false)));
   }
   generator->ShareWeightsWithModel();
   return generator;
@@ -183,24 +200,43 @@ at::Tensor TextGenerator::PlaceholderPositions() const {
   return at::zeros({graph_rows()}, at::TensorOptions().dtype(at::kLong).device(device_));
 }
 
-std::vector<at::Tensor> TextGenerator::GraphInputs(int64_t length) const {
+std::vector<at::Tensor> TextGenerator::GraphInputs(int64_t length, bool decode) const {
   std::vector<at::Tensor> in = {PlaceholderTokens(length), PlaceholderPositions()};
   for (const at::Tensor& t : models::KvCache::Zeros(config_, graph_rows(), options_.window, cache_options_).Flat()) {
     in.push_back(t);
   }
+  if (decode && choose_in_graph()) {
+    for (at::Tensor& extra : PlaceholderChoiceInputs()) in.push_back(std::move(extra));
+  }
   return in;
 }
 
+std::vector<at::Tensor> TextGenerator::PlaceholderChoiceInputs() const {
+  return {PlaceholderPositions(), PlaceholderPositions()};  // streams and draws: int64 [rows]
+}
+
+std::vector<at::Tensor> TextGenerator::ChoiceInputs(const std::vector<Row>& rows) const {
+  if (!choose_in_graph()) return {};
+  std::vector<int64_t> streams, drawn;
+  for (const Row& row : rows) {
+    streams.push_back(row.stream);
+    drawn.push_back(row.drawn);
+  }
+  return {at::tensor(streams, at::kLong).to(device_), at::tensor(drawn, at::kLong).to(device_)};
+}
+
 absl::StatusOr<std::vector<at::Tensor>> TextGenerator::RunOnCache(FsdpInference& graph, at::Tensor tokens,
-                                                                  at::Tensor positions) {
+                                                                  at::Tensor positions, std::vector<at::Tensor> extra) {
   if (cache_.empty()) cache_ = models::KvCache::Zeros(config_, graph_rows(), options_.window, cache_options_).Flat();
+  const size_t cache_tensors = cache_.size();
   std::vector<at::Tensor> in = {std::move(tokens), std::move(positions)};
   for (at::Tensor& t : cache_) in.push_back(std::move(t));
   cache_.clear();  // donated
+  for (at::Tensor& t : extra) in.push_back(std::move(t));
   absl::StatusOr<std::vector<at::Tensor>> out = graph.RunDonating(std::move(in));
   if (!out.ok()) return out.status();  // the cache went with the failed run: the next one starts a new one
   // In place (the scatter over the donated cache), these are the storage that went in.
-  cache_.assign(out->begin() + 1, out->end());
+  cache_.assign(out->begin() + 1, out->begin() + 1 + static_cast<std::ptrdiff_t>(cache_tensors));
   return out;
 }
 
@@ -269,7 +305,10 @@ absl::Status TextGenerator::Warmup(int runs, const std::vector<int64_t>& prefill
   }
   for (int i = 0; i < runs; ++i) {
     for (const auto& [graph, length] : graphs) {
-      MAGI_RETURN_IF_ERROR(RunOnCache(*graph, PlaceholderTokens(length), PlaceholderPositions()).status());
+      std::vector<at::Tensor> extra;
+      if (graph == decode_.get() && choose_in_graph()) extra = PlaceholderChoiceInputs();
+      MAGI_RETURN_IF_ERROR(
+          RunOnCache(*graph, PlaceholderTokens(length), PlaceholderPositions(), std::move(extra)).status());
     }
   }
   return absl::OkStatus();
@@ -288,7 +327,7 @@ at::Tensor TextGenerator::WindowTokens(const std::vector<Row>& rows, const std::
 }
 
 std::vector<NextToken> TextGenerator::ReadRows(const at::Tensor& logits, const std::vector<Row>& rows,
-                                              const std::vector<int64_t>& at) const {
+                                              const std::vector<int64_t>& at, const at::Tensor& chosen) const {
   std::vector<int64_t> read, positions, streams, drawn;
   for (size_t r = 0; r < rows.size(); ++r) {
     if (at[r] < 0) continue;
@@ -301,7 +340,9 @@ std::vector<NextToken> TextGenerator::ReadRows(const at::Tensor& logits, const s
   if (read.empty()) return result;
   auto on_device = [&](const std::vector<int64_t>& values) { return at::tensor(values, at::kLong).to(device_); };
   at::Tensor picked = logits.index({on_device(read), on_device(positions)});
-  at::Tensor tokens = ChooseTokens(picked, options_.sampling, on_device(streams), on_device(drawn)).to(at::kCPU);
+  at::Tensor tokens = chosen.defined()
+                          ? chosen.index({on_device(read)}).to(at::kCPU)
+                          : ChooseTokens(picked, options_.sampling, on_device(streams), on_device(drawn)).to(at::kCPU);
   // Copies: the graph's outputs may be overwritten by its next run.
   if (options_.record_logits) picked = picked.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   for (size_t i = 0; i < read.size(); ++i) {
@@ -358,7 +399,7 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
     }
     MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out,
                           RunOnCache(*decode_, at::tensor(tokens, at::kLong).view({batch, 1}).to(device_),
-                                     at::tensor(positions, at::kLong).to(device_)));
+                                     at::tensor(positions, at::kLong).to(device_), ChoiceInputs(rows)));
     std::vector<int64_t> read(rows.size(), -1);
     for (size_t r = 0; r < rows.size(); ++r) {
       if (prefill[r]) continue;
@@ -367,7 +408,7 @@ absl::StatusOr<std::vector<NextToken>> TextGenerator::StepWithCache(std::vector<
       read[r] = 0;
       ++stats_.decode_bytes;
     }
-    std::vector<NextToken> decoded = ReadRows(out[0], rows, read);
+    std::vector<NextToken> decoded = ReadRows(out[0], rows, read, choose_in_graph() ? out.back() : at::Tensor());
     for (size_t r = 0; r < rows.size(); ++r) {
       if (read[r] >= 0) logits[r] = decoded[r];
     }
@@ -456,9 +497,16 @@ absl::StatusOr<TextGenerator::DecodeRunResult> TextGenerator::DecodeRun(std::vec
   const at::Tensor pad = at::full({}, kPadByte, at::TensorOptions().dtype(at::kLong).device(device_));
   std::vector<at::Tensor> generated, logits;
   for (int j = 0; j < steps; ++j) {
-    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, RunOnCache(*decode_, next.view({batch, 1}), position));
-    // The same choice as ReadRows' (logits [rows, 1, vocab]); padding rows go on with padding.
-    next = at::where(padding_rows, pad, ChooseTokens(out[0].select(1, 0), options_.sampling, stream, draw));
+    std::vector<at::Tensor> extra;
+    if (choose_in_graph()) extra = {stream, draw};
+    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> out,
+                          RunOnCache(*decode_, next.view({batch, 1}), position, std::move(extra)));
+    // The same choice as ReadRows' (logits [rows, 1, vocab]), made in the graph or after it;
+    // padding rows go on with padding.
+    const at::Tensor chosen = choose_in_graph()
+                                  ? out.back()
+                                  : ChooseTokens(out[0].select(1, 0), options_.sampling, stream, draw);
+    next = at::where(padding_rows, pad, chosen);
     generated.push_back(next);
     // A copy on the device (the graph's output is overwritten by its next run), read with the tokens.
     if (options_.record_logits) logits.push_back(out[0].select(1, 0).to(at::kFloat, false, /*copy=*/true));

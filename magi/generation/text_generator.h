@@ -59,7 +59,10 @@
 // Sampling (SamplingOptions, sampling.h): greedy, or softmax(logits / temperature)
 // restricted to the top_k most likely bytes, chosen on the device by a counter-based draw
 // (prompt i's stream, the byte's index), so sampled text depends neither on the batch, the
-// world size, nor on tokens_per_read or record_logits.
+// world size, nor on tokens_per_read or record_logits. Outside deterministic mode the decode
+// graph makes that choice itself (its last output), so it runs inside the step's CUDA graph
+// and partitions rather than as kernels launched after each step; the prefill's choice (one
+// per prompt) runs after its graph.
 //
 // What it does NOT do: it does not batch prompts of different lengths into one prefill
 // shape (every prefill computes `window` positions, padding included; the stats count
@@ -221,22 +224,31 @@ class TextGenerator {
   // Each row's next token from its logits at position at[r] of `logits` ([rows, positions,
   // vocab], on the device; rows with a negative at[r]: nothing), chosen on the device, with
   // those logits when recorded: one read for the batch (it waits for the device).
+  // `chosen` (defined when the graph chose them, int64 [rows]): the rows' tokens as made.
   std::vector<NextToken> ReadRows(const at::Tensor& logits, const std::vector<Row>& rows,
-                                  const std::vector<int64_t>& at) const;
+                                  const std::vector<int64_t>& at, const at::Tensor& chosen = at::Tensor()) const;
   // The window tokens [batch, length]: each row's context right-padded (rows not in
   // `take`: all padding).
   at::Tensor WindowTokens(const std::vector<Row>& rows, const std::vector<bool>& take, int64_t length) const;
   // The options and example inputs (tokens [rows, length] of padding, positions 0, a zero
   // cache) the cached graphs are captured from.
   InferenceOptions GraphOptions(bool prefill) const;
-  std::vector<at::Tensor> GraphInputs(int64_t length) const;
+  std::vector<at::Tensor> GraphInputs(int64_t length, bool decode = false) const;
   at::Tensor PlaceholderTokens(int64_t length) const;
   at::Tensor PlaceholderPositions() const;
+  // The decode graph chooses each row's next token itself (CachedForward's `choose`): its
+  // two extra inputs (streams, draws), as placeholders or for `rows`; empty when it does not.
+  // Not in deterministic mode, whose batch-invariance passes take the model's ops only.
+  bool choose_in_graph() const { return forward_ == nullptr && !options_.inference.compile.deterministic; }
+  std::vector<at::Tensor> PlaceholderChoiceInputs() const;
+  std::vector<at::Tensor> ChoiceInputs(const std::vector<Row>& rows) const;
   // Runs a cached graph on (tokens, positions, cache_), donating the cache (allocated on first
   // use) and taking the graph's new cache as cache_. Every graph runs on this one storage: the
   // graphs write it in place, and a CUDA graph's static input is that storage in each of them,
   // so moving between prefill and decode copies nothing (and no graph holds its own cache).
-  absl::StatusOr<std::vector<at::Tensor>> RunOnCache(FsdpInference& graph, at::Tensor tokens, at::Tensor positions);
+  // `extra`: inputs after the cache (the decode graph's choice inputs).
+  absl::StatusOr<std::vector<at::Tensor>> RunOnCache(FsdpInference& graph, at::Tensor tokens, at::Tensor positions,
+                                                     std::vector<at::Tensor> extra = {});
   // The prefill graph of `bucket`, compiled (collective) the first time.
   absl::StatusOr<FsdpInference*> PrefillGraph(int64_t bucket);
   // World 1: points the model's parameters at the graphs' weights (WholeParameters).
