@@ -130,9 +130,12 @@ class _Storages:
 
 def _tensor_meta(value, storages):
     if isinstance(value, torch.Tensor):
-        return {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
+        meta = {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
                 "stride": list(value.stride()), "storage_offset": value.storage_offset(),
                 "storage": storages.id(value)}
+        if value.device.type != "cpu":
+            meta["device"] = str(value.device)  # "cuda:0"; absent: the CPU
+        return meta
     return {"absent": True}
 
 

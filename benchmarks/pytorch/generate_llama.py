@@ -17,7 +17,9 @@ What runs (the model's own modules and weights; only the attention's bookkeeping
     1.13), k/v heads repeated per query group (grouped-query attention) before attention;
   - --mode=eager runs both as they are; --mode=compile runs the decode step under
     torch.compile(mode="reduce-overhead", fullgraph=True) (CUDA graphs on the GPU) and the prefill
-    under torch.compile(fullgraph=True), each compiled once for the run's static shapes;
+    under torch.compile(fullgraph=True), each compiled once for the run's static shapes, with
+    gpt-fast's Inductor setting coordinate_descent_tuning=True (batch 1's matrix-vector products
+    become tuned Triton reductions instead of cuBLAS calls; --no-coordinate_descent_tuning: off);
   - greedy decoding: argmax of the fp32 logits; the loop keeps the tokens on the device (no host
     synchronisation per token): --length tokens are 1 from the prefill + (length - 1) decode steps.
 All prompts of a run have the same length (static shapes: one prefill shape, one decode shape).
@@ -191,7 +193,7 @@ class StaticCacheGenerator:
     """Greedy generation of `length` tokens after prompts [batch, prompt_len] with a static cache of
     max_len positions. mode: "eager" or "compile" (decode under reduce-overhead, prefill compiled)."""
 
-    def __init__(self, model, batch, max_len, mode="eager"):
+    def __init__(self, model, batch, max_len, mode="eager", coordinate_descent_tuning=True):
         if mode not in ("eager", "compile"):
             raise ValueError("mode must be eager or compile, not %r" % (mode,))
         if mode == "compile" and not compile_available():
@@ -203,6 +205,8 @@ class StaticCacheGenerator:
         self.batch, self.max_len = batch, max_len
         self._prefill, self._decode = prefill, decode_one_token
         if mode == "compile":
+            import torch._inductor.config as inductor_config
+            inductor_config.coordinate_descent_tuning = coordinate_descent_tuning
             self._decode = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True)
             self._prefill = torch.compile(prefill, fullgraph=True)
         self._clock = _Clock(self.device)
@@ -314,6 +318,8 @@ def parse_args(argv=None):
     p.add_argument("--mode", default="eager", choices=["eager", "compile"])
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
+    p.add_argument("--coordinate_descent_tuning", action=argparse.BooleanOptionalAction, default=True,
+                   help="--mode=compile: Inductor's coordinate_descent_tuning, as gpt-fast sets it (default on)")
     p.add_argument("--warmup", type=int, default=2, help="untimed generations first (the first compiles)")
     p.add_argument("--runs", type=int, default=3, help="timed generations (medians reported)")
     p.add_argument("--reference", action="store_true",
@@ -344,7 +350,7 @@ def main(argv=None):
            time.perf_counter() - started), flush=True)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    generator = StaticCacheGenerator(model, args.batch_size, max_len, args.mode)
+    generator = StaticCacheGenerator(model, args.batch_size, max_len, args.mode, args.coordinate_descent_tuning)
     first, compile_s, timed = None, None, []
     for i in range(args.warmup + args.runs):
         t0 = time.perf_counter()
@@ -374,7 +380,8 @@ def main(argv=None):
     prefill_s = statistics.median(o["prefill_s"] for o in timed)
     decode_s = statistics.median(o["decode_s"] for o in timed)
     summary = {
-        "mode": args.mode, "model": args.model, "dtype": args.dtype, "torch": torch.__version__,
+        "mode": args.mode, "coordinate_descent_tuning": args.mode == "compile" and args.coordinate_descent_tuning,
+        "model": args.model, "dtype": args.dtype, "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "batch": args.batch_size, "prompt_len": prompt_len, "length": args.length, "max_len": max_len,
         "decode_steps": args.length - 1, "prefill_s": prefill_s, "decode_s": decode_s,

@@ -303,6 +303,35 @@ TEST(MemoryPlanTest, DonatedCacheIsScatteredInPlace) {
   EXPECT_EQ(plan_of(/*donate=*/true), cache + index + kv);
 }
 
+// The same update as aten::index_put at (row, head, position), the default cache write: its
+// result is planned over the donated cache too (aten::index_put_ runs it).
+TEST(MemoryPlanTest, DonatedCacheIsIndexPutInPlace) {
+  auto plan_of = [](bool donate) -> int64_t {
+    auto module = ParseModule(std::string(R"(module @m {
+  graph @g {
+    input %cache: f32[2,4,64,16]
+    input %rows: i64[2,1,1]
+    input %heads: i64[1,4,1]
+    input %positions: i64[2,1,1]
+    input %kv: f32[2,4,1,16]
+    %cache2 = aten::index_put(%cache, [%rows, %heads, %positions], %kv, false) : f32[2,4,64,16]
+    %s = aten::sum(%cache2, none) : f32[]
+    output s = %s
+    output cache = %cache2)") + (donate ? " {aliases = %cache}" : "") + "\n  }\n}\n");
+    EXPECT_TRUE(module.ok()) << module.status();
+    if (!module.ok()) return -1;
+    absl::StatusOr<Liveness> liveness = ComputeLiveness(*(*module)->FindGraph("g"));
+    EXPECT_TRUE(liveness.ok()) << liveness.status();
+    if (liveness.ok()) EXPECT_EQ(liveness->in_place.size(), donate ? 1u : 0u);
+    absl::StatusOr<MemoryPlan> plan = PlanMemory(*(*module)->FindGraph("g"));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->peak_bytes : -1;
+  };
+  const int64_t cache = 2 * 4 * 64 * 16 * 4, indices = (2 + 4 + 2) * 8, kv = 2 * 4 * 16 * 4;
+  EXPECT_EQ(plan_of(/*donate=*/false), 2 * cache + indices + kv);
+  EXPECT_EQ(plan_of(/*donate=*/true), cache + indices + kv);
+}
+
 // A step on CUDA whose optimizer state lives on the host (CPU offload): the device's peak
 // and the host's are counted apart, and buffers never mix them.
 TEST(MemoryPlanTest, HostMemoryIsCountedApartFromTheDevice) {

@@ -324,6 +324,7 @@ int InPlaceOperandOfResult(absl::string_view op, int result) {
     return result >= 0 && result < 4 ? kOperandOfResult[result] : -1;
   }
   if (op == "aten::scatter.src") return result == 0 ? 0 : -1;  // as aten::scatter_.src
+  if (op == "aten::index_put") return result == 0 ? 0 : -1;      // as aten::index_put_
   return -1;
 }
 

@@ -78,8 +78,8 @@ inline bool IsViewOp(absl::string_view op) { return GetOpTraits(op).view; }
 // written over in place when that operand is a donated graph input read for the last
 // time there; -1 if none. magi::adamw writes p', m', v' over p, m, v (operands 0, 2, 3),
 // magi::adamw_split hi', lo', m', v' over hi, lo, m, v (operands 0, 1, 3, 4);
-// aten::scatter.src writes its result over `self` (operand 0) by running
-// aten::scatter_.src (a KV cache's update in a decode step). The runtimes keep both
+// aten::scatter.src and aten::index_put write their result over `self` (operand 0) by
+// running aten::scatter_.src and aten::index_put_ (a KV cache's update). The runtimes keep both
 // promises (interpreter under RunDonating, nccl_stream with donate=true); an entry here
 // is a promise every executor keeps, or the memory plan would be low.
 int InPlaceOperandOfResult(absl::string_view op, int result);

@@ -84,6 +84,12 @@ class Backend {
   // that runs whole steps) must accept collectives, waits and `magi::call`; a
   // partition backend is only ever given compute nodes.
   virtual Capability GetCapability(const Module& module, const Graph& graph) const = 0;
+  // Whether a partition of this backend can take `node`, which writes a donated graph
+  // input's new value from that input (a KV cache's aten::index_put), and update the input
+  // in place: the partition graph's output then aliases its input (GraphOutput::aliases)
+  // and the executable returns that input, written. Default: no; the compile driver leaves
+  // such nodes to the primary backend, which updates the input in place itself.
+  virtual bool UpdatesDonatedInputInPlace(const Node& node) const { return false; }
   // Compiles `graph` (a graph of `module`). Fails, naming the node, if the backend
   // cannot run some node.
   virtual absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph,

@@ -305,10 +305,14 @@ absl::StatusOr<OptimizedStep> OptimizeStep(std::unique_ptr<Module> module, const
 }
 
 // Partition backends leave to the primary backend every node that writes a donated
-// input's new value from that input (GraphOutput::aliases: a KV cache's scatter): the
+// input's new value from that input (GraphOutput::aliases: a KV cache's update): the
 // primary updates the input in place, where a partition would return a new buffer and
 // cost a copy of the whole input each run (under a CUDA graph, one into its static input).
-static void DeclineDonatedUpdates(const Graph& graph, Capability& capability) {
+// Except where the partition backend updates the input in place itself
+// (Backend::UpdatesDonatedInputInPlace: Inductor's index_put, fused into the kernel that
+// makes the new values) and the node is the input's only reader, so nothing outside the
+// partition reads the old value after it.
+static void DeclineDonatedUpdates(const Graph& graph, const Backend& backend, Capability& capability) {
   absl::flat_hash_map<const Value*, const Value*> donated;  // output value -> the input it reuses
   for (const GraphOutput& output : graph.outputs()) {
     if (output.aliases != nullptr) donated[output.value] = output.aliases;
@@ -324,6 +328,7 @@ static void DeclineDonatedUpdates(const Graph& graph, Capability& capability) {
       bool reads_it = false;
       for (const Value* operand : node->operands()) reads_it = reads_it || operand == it->second;
       if (!reads_it) continue;
+      if (it->second->uses().size() == 1 && backend.UpdatesDonatedInputInPlace(*node)) break;
       capability.unsupported.emplace_back(
           node, "writes a donated input's new value: the primary backend updates it in place");
       break;
@@ -362,7 +367,7 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
     MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, Registry<Backend>::Global().Create(name, parsed.second));
     int nodes_before = graph.num_nodes();
     Capability capability = backend->GetCapability(step_module, graph);
-    DeclineDonatedUpdates(graph, capability);
+    DeclineDonatedUpdates(graph, *backend, capability);
     if (options.partitioning.align_collectives && partition_backends.empty()) {
       MAGI_RETURN_IF_ERROR(AlignBeforePartitioning(graph, name, capability, options, *cost.model,
                                                    compiled.optimized.prediction, note));
@@ -371,7 +376,7 @@ absl::StatusOr<CompiledStep> Compile(std::unique_ptr<Module> module, const std::
       MAGI_RETURN_IF_ERROR(RecomputeFusibleBeforePartitioning(graph, name, capability, *cost.model,
                                                               compiled.optimized.prediction, note));
       capability = backend->GetCapability(step_module, graph);  // the copies are new nodes
-      DeclineDonatedUpdates(graph, capability);
+      DeclineDonatedUpdates(graph, *backend, capability);
     }
     MAGI_ASSIGN_OR_RETURN(std::vector<Partition> partitions,
                           OutlinePartitions(step_module, graph, name, capability, options.partitioning.min_nodes,

@@ -1,5 +1,7 @@
 #include "magi/compiler/partitioner.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -30,7 +32,18 @@ absl::Status Outline(Module& module, Graph& graph, const std::vector<Node*>& run
     }
   }
   absl::flat_hash_set<const Value*> returned;
-  for (const GraphOutput& output : graph.outputs()) returned.insert(output.value);
+  // A graph output written over the donated input it aliases by a node of the run that
+  // reads that input (the partition backend took it: Backend::UpdatesDonatedInputInPlace):
+  // the partition's output aliases its own input for it.
+  absl::flat_hash_map<const Value*, const Value*> updates;
+  for (const GraphOutput& output : graph.outputs()) {
+    returned.insert(output.value);
+    const Node* producer = output.value->producer();
+    if (output.aliases == nullptr || producer == nullptr || !in_run.contains(producer)) continue;
+    for (const Value* operand : producer->operands()) {
+      if (operand == output.aliases) updates[output.value] = output.aliases;
+    }
+  }
   std::vector<Value*> outputs;
   for (const Node* node : run) {
     for (Value* result : node->results()) {
@@ -44,7 +57,11 @@ absl::Status Outline(Module& module, Graph& graph, const std::vector<Node*>& run
   absl::flat_hash_map<const Value*, Value*> value_map;
   for (Value* input : inputs) value_map[input] = callee->AddInput(input->name(), input->type(), input->role());
   for (const Node* node : run) CopyNode(*node, *callee, value_map);
-  for (Value* output : outputs) callee->AddOutput(output->name(), value_map.at(output));
+  for (Value* output : outputs) {
+    auto update = updates.find(output);
+    callee->AddOutput(output->name(), value_map.at(output),
+                      update == updates.end() ? nullptr : value_map.at(update->second));
+  }
 
   std::vector<std::string> names;
   for (Value* output : outputs) names.push_back(graph.FreshName(output->name() + "."));
@@ -114,7 +131,16 @@ absl::StatusOr<std::vector<Partition>> OutlinePartitions(Module& module, Graph& 
     partition.callee = name;
     partition.backend = backend;
     partition.num_nodes = static_cast<int>(run.size());
-    partition.structural_key = StructuralKey(*module.FindGraph(name));
+    const Graph& callee = *module.FindGraph(name);
+    partition.structural_key = StructuralKey(callee);
+    // Partitions that differ only in which outputs update an input in place compile apart.
+    for (size_t i = 0; i < callee.outputs().size(); ++i) {
+      const Value* aliases = callee.outputs()[i].aliases;
+      if (aliases == nullptr) continue;
+      const auto& inputs = callee.inputs();
+      absl::StrAppend(&partition.structural_key, "alias ", i, "->",
+                      std::find(inputs.begin(), inputs.end(), aliases) - inputs.begin(), ";");
+    }
     partitions.push_back(std::move(partition));
   }
   return partitions;

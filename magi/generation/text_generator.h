@@ -34,7 +34,8 @@
 //    The cache is every layer's K and V, [batch, kv_heads, window, head_dim]: ONE storage,
 //    allocated at the first run and kept, DONATED to every graph (FsdpInference::RunDonating;
 //    in the IR the new cache aliases the old), which writes its positions in place
-//    (aten::scatter_). So the cache is held once, and under CUDA graphs every graph's static
+//    (aten::index_put_, inside a partition's kernel where Inductor compiles it; aten::scatter_
+//    in deterministic mode). So the cache is held once, and under CUDA graphs every graph's static
 //    input is that storage: moving between prefill buckets and decode copies nothing. (In
 //    deterministic mode a window-long prefill writes its block as the whole new cache,
 //    CacheWrite::kWholeWindow, which the next graph copies in.) When a sequence's context is
@@ -240,6 +241,11 @@ class TextGenerator {
   // two extra inputs (streams, draws), as placeholders or for `rows`; empty when it does not.
   // Not in deterministic mode, whose batch-invariance passes take the model's ops only.
   bool choose_in_graph() const { return forward_ == nullptr && !options_.inference.compile.deterministic; }
+  // How the cached graphs write the cache: index_put (fused into a partition, in place),
+  // or in deterministic mode scatter (llama.h, CacheWriteOp).
+  models::CacheWriteOp cache_write_op() const {
+    return options_.inference.compile.deterministic ? models::CacheWriteOp::kScatter : models::CacheWriteOp::kIndexPut;
+  }
   std::vector<at::Tensor> PlaceholderChoiceInputs() const;
   std::vector<at::Tensor> ChoiceInputs(const std::vector<Row>& rows) const;
   // Runs a cached graph on (tokens, positions, cache_), donating the cache (allocated on first

@@ -173,9 +173,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionImpl::ForwardWithCache(c
     if (step.whole_window) {
       new_keys = k.contiguous();
       new_values = v.contiguous();
-    } else {
+    } else if (step.write_index.defined()) {
       new_keys = keys.scatter(2, step.write_index, k);
       new_values = values.scatter(2, step.write_index, v);
+    } else {
+      const c10::List<c10::optional<at::Tensor>> at_token({step.write_rows, step.write_heads, step.write_positions});
+      new_keys = keys.index_put(at_token, k);
+      new_values = values.index_put(at_token, v);
     }
   }
   {
@@ -305,7 +309,7 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens) {
 }
 
 LlamaImpl::CachedOutput LlamaImpl::ForwardWithCache(const at::Tensor& tokens, const at::Tensor& positions,
-                                                     const KvCache& cache, CacheWrite write) {
+                                                     const KvCache& cache, CacheWrite write, CacheWriteOp op) {
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   const int64_t cache_len = cache.cache_len();
   const int64_t half = config.head_dim() / 2;
@@ -322,8 +326,12 @@ LlamaImpl::CachedOutput LlamaImpl::ForwardWithCache(const at::Tensor& tokens, co
   step.sin = rope_sin.index_select(0, flat).view({batch, 1, seq, half});
   step.visible = torch::arange(cache_len, positions.options()).view({1, 1, 1, cache_len}) <=
                  where.view({batch, 1, seq, 1});
-  if (!step.whole_window) {
+  if (!step.whole_window && op == CacheWriteOp::kScatter) {
     step.write_index = where.view({batch, 1, seq, 1}).expand({batch, config.kv_heads(), seq, config.head_dim()});
+  } else if (!step.whole_window) {
+    step.write_rows = torch::arange(batch, positions.options()).view({batch, 1, 1});
+    step.write_heads = torch::arange(config.kv_heads(), positions.options()).view({1, config.kv_heads(), 1});
+    step.write_positions = where.view({batch, 1, seq});
   }
 
   CachedOutput out;

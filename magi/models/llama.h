@@ -85,9 +85,15 @@ struct KvCache {
 struct CacheStep {
   at::Tensor cos, sin;      // [batch, 1, T, head_dim / 2]: the rotary angles of each token's position
   at::Tensor visible;       // bool [batch, 1, T, cache_len]: key j is visible to a token at p iff j <= p
-  at::Tensor write_index;   // int64 [batch, kv_heads, T, head_dim]: each token's position (scatter on dim 2)
+  // CacheWriteOp::kIndexPut: the cache element [b, h, p] of each token's keys and values,
+  // as index_put's three broadcast indices: rows [batch, 1, 1], kv heads [1, kv_heads, 1]
+  // and positions [batch, 1, T].
+  at::Tensor write_rows, write_heads, write_positions;
+  // CacheWriteOp::kScatter: int64 [batch, kv_heads, T, head_dim], each token's position
+  // (scatter on dim 2).
+  at::Tensor write_index;
   // The block is the whole window from position 0 (CacheWrite::kWholeWindow): its keys and
-  // values ARE the new cache, no scatter (write_index unset).
+  // values ARE the new cache, no write (no index set).
   bool whole_window = false;
 };
 
@@ -105,12 +111,25 @@ enum class CacheWrite {
   kWholeWindow,
 };
 
+// Which ATen op writes the new positions into the cache (the same bits either way).
+enum class CacheWriteOp {
+  // aten::index_put at (row, kv head, position): Inductor fuses it into the kernel that
+  // makes the keys and values, and a partition writes a donated cache in place with it
+  // (docs/examples.md, "Donation"); the primary backend runs it as index_put_ over a donated cache.
+  kIndexPut,
+  // aten::scatter along the position dim. Deterministic generation uses it: its index has
+  // one entry along that dim, which shows that the plain CUDA kernel writes every target
+  // once (the runtime then skips ATen's sort-based deterministic path); index_put's
+  // deterministic CUDA path sorts its indices and nothing here shows them unique.
+  kScatter,
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const LlamaConfig& config, const torch::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
   // x [batch, T, dim] of new tokens; writes their rotated keys and values into copies of
-  // the layer's cache at their positions (aten::scatter, functional) and attends over
+  // the layer's cache at their positions (index_put or scatter, functional) and attends over
   // the whole cache under `step.visible` (with step.whole_window the block's keys and
   // values are the new cache). Returns {output, keys', values'}, the cache's kv heads
   // (not repeated per query head).
@@ -165,8 +184,10 @@ class LlamaImpl : public torch::nn::Module, public ResetsParameters {
   // scatter fails on the CPU and asserts on CUDA otherwise. Functional: `cache` is not
   // written (a compiled graph that is given the cache as donated inputs writes in place).
   // CacheWrite::kWholeWindow (T == cache_len, else c10::Error): a prefill from position 0.
+  // `op` picks the op that writes the positions (CacheWriteOp; not read with kWholeWindow).
   CachedOutput ForwardWithCache(const at::Tensor& tokens, const at::Tensor& positions, const KvCache& cache,
-                                CacheWrite write = CacheWrite::kAtPositions);
+                                CacheWrite write = CacheWrite::kAtPositions,
+                                CacheWriteOp op = CacheWriteOp::kIndexPut);
   // Its own tensors are the rotary tables (rope_cos, rope_sin).
   void ResetParameter(const std::string& name, at::Tensor& tensor) override;
 

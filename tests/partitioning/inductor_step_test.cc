@@ -22,6 +22,7 @@
 #include "magi/frontend/capture/capture.h"
 #include "magi/ir/graph_utils.h"
 #include "magi/ir/magi_ops.h"
+#include "magi/ir/parser.h"
 #include "magi/models/llama.h"
 
 namespace magi {
@@ -168,6 +169,59 @@ TEST(InductorStepTest, TinyLlamaStepMatchesTheInterpreter) {
 // A partition whose compile fails falls back to the interpreter with a warning naming it.
 // The failure is real: the Python that compiles exits with an error (a stand-in that runs
 // the real interpreter for the probe only).
+// A KV cache's update (aten::index_put over a donated cache, the generation graphs' write)
+// goes into the partition that makes the new keys: the package writes the cache in place,
+// fused into that kernel, and the call returns the caller's cache tensor, written.
+TEST(InductorStepTest, DonatedCacheIsUpdatedInPlaceInsideAPartition) {
+  if (!compat::AotInductorAvailable()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no AOTInductor";
+  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(R"(module @m {
+  graph @decode {
+    input %cache: f32[2,4,8,16]
+    input %rows: i64[2,1,1]
+    input %heads: i64[1,4,1]
+    input %positions: i64[2,1,1]
+    input %x: f32[2,64]
+    input %w: f32[64,64] {role = param}
+    %k = aten::mm(%x, %w) : f32[2,64]
+    %k4 = aten::view(%k, [2, 4, 1, 16]) : f32[2,4,1,16]
+    %kr = aten::mul.Scalar(%k4, 2) : f32[2,4,1,16]
+    %new = aten::index_put(%cache, [%rows, %heads, %positions], %kr, false) : f32[2,4,8,16]
+    %s = aten::sum.dim_IntList(%new, [2], false, dtype = none) : f32[2,4,16]
+    output s = %s
+    output cache = %new {aliases = %cache}
+  }
+}
+)");
+  ASSERT_TRUE(module.ok()) << module.status();
+  torch::manual_seed(3);
+  const at::Tensor cache = torch::randn({2, 4, 8, 16});
+  const at::Tensor rows = torch::arange(2).view({2, 1, 1}), heads = torch::arange(4).view({1, 4, 1});
+  const at::Tensor positions = torch::tensor({5, 2}, torch::kLong).view({2, 1, 1});
+  const at::Tensor x = torch::randn({2, 64}), w = torch::randn({64, 64});
+  const at::Tensor expected =
+      cache.index_put({rows, heads, positions}, torch::mm(x, w).view({2, 4, 1, 16}) * 2);
+
+  absl::StatusOr<CompiledStep> compiled =
+      Compile(std::move(*module), "decode", InductorOptions(TempDir("inductor_in_place"), 0));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  for (const std::string& note : compiled->notes) EXPECT_EQ(note.find("writes a donated input"), std::string::npos) << note;
+  for (const Node* node : compiled->graph().nodes()) EXPECT_NE(node->op(), "aten::index_put") << "left outside";
+  ASSERT_EQ(compiled->partitions.size(), 1u);
+  auto* executable = dynamic_cast<TorchExecutable*>(compiled->executable.get());
+  ASSERT_NE(executable, nullptr);
+  at::Tensor donated = cache.clone();
+  absl::StatusOr<std::vector<at::Tensor>> outputs = executable->Run({donated, rows, heads, positions, x, w});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(outputs->size(), 2u);
+  EXPECT_EQ((*outputs)[1].data_ptr(), donated.data_ptr()) << "the new cache is not the donated storage";
+  EXPECT_TRUE(torch::allclose(donated, expected, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose((*outputs)[0], expected.sum(2), 1e-5, 1e-5));
+  // Only the written positions changed.
+  at::Tensor written = torch::zeros({2, 4, 8}, torch::kBool).index_put_({rows, heads, positions}, true);
+  EXPECT_TRUE(torch::equal(donated.masked_select(~written.unsqueeze(-1).expand_as(donated)),
+                           cache.masked_select(~written.unsqueeze(-1).expand_as(cache))));
+}
+
 TEST(InductorStepTest, PartitionsThatFailToCompileFallBack) {
   if (!compat::AotInductorAvailable()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no AOTInductor";
   std::string dir = TempDir("inductor_failing");

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "magi/analysis/op_traits.h"
 #include "magi/compat/torch_compat.h"
 #include "magi/ir/printer.h"
 
@@ -24,11 +25,13 @@ c10::optional<c10::OperatorHandle> FindSchema(const Node& node) {  // c10::optio
 }
 
 // torch.ops.aten.<name>.<overload>; the empty overload is "default" in Python.
-std::string PythonOp(const Node& node) {
+// torch.ops.NS.NAME.OVERLOAD of `node`'s op; with `in_place`, of its in-place variant
+// (NAME_, the same overload: aten::index_put -> torch.ops.aten.index_put_.default).
+std::string PythonOp(const Node& node, bool in_place = false) {
   std::vector<std::string> parts = absl::StrSplit(node.op(), absl::MaxSplits('.', 1));
   std::vector<std::string> ns_name = absl::StrSplit(parts[0], "::");
   std::string overload = parts.size() > 1 && !parts[1].empty() ? parts[1] : "default";
-  return absl::StrCat("torch.ops.", ns_name[0], ".", ns_name[1], ".", overload);
+  return absl::StrCat("torch.ops.", ns_name[0], ".", ns_name[1], in_place ? "_" : "", ".", overload);
 }
 
 std::string PythonDType(DType dtype) {
@@ -288,7 +291,21 @@ absl::StatusOr<FxProgram> EmitFxProgram(const Graph& graph, const FxEmitOptions&
     absl::StrAppend(&body, "    ", name, " = g.placeholder(", PythonString(name), ")\n");
   }
   absl::flat_hash_set<const Value*> returned;
-  for (const GraphOutput& output : graph.outputs()) returned.insert(output.value);
+  // Outputs that update the input they alias (GraphOutput::aliases): their node runs as its
+  // in-place variant on that input's placeholder, and they are not returned.
+  absl::flat_hash_set<const Value*> updates;
+  for (const GraphOutput& output : graph.outputs()) {
+    returned.insert(output.value);
+    if (output.aliases == nullptr) continue;
+    const Node* producer = output.value->producer();
+    if (producer == nullptr || producer->num_results() != 1 || InPlaceOperandOfResult(producer->op(), 0) != 0 ||
+        producer->operand(0) != output.aliases || output.aliases->uses().size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "graph @", graph.name(), ": output ", output.name, " aliases input %", output.aliases->name(),
+          ", but it is not made by an op that writes that input in place as its only reader"));
+    }
+    updates.insert(output.value);
+  }
 
   for (const Node* node : graph.nodes()) {
     std::string why = WhyNotFxExpressible(*node);
@@ -317,7 +334,8 @@ absl::StatusOr<FxProgram> EmitFxProgram(const Graph& graph, const FxEmitOptions&
       }
     }
     std::string args = absl::StrCat("(", absl::StrJoin(positional, ", "), positional.size() == 1 ? ",)" : ")");
-    std::string call = absl::StrCat("g.call_function(", PythonOp(*node), ", ", args,
+    const bool in_place = node->num_results() == 1 && updates.contains(node->result(0));
+    std::string call = absl::StrCat("g.call_function(", PythonOp(*node, in_place), ", ", args,
                                     keywords.empty() ? "" : absl::StrCat(", {", absl::StrJoin(keywords, ", "), "}"),
                                     ")");
     if (!options.canonical) absl::StrAppend(&body, Comment(PrintNode(*node)));
@@ -341,6 +359,7 @@ absl::StatusOr<FxProgram> EmitFxProgram(const Graph& graph, const FxEmitOptions&
   std::vector<std::string> returned_names;
   for (const GraphOutput& output : graph.outputs()) {
     if (!output.value->type().is_tensor()) return absl::InvalidArgumentError(absl::StrCat("output ", output.name, " is not a tensor"));
+    if (updates.contains(output.value)) continue;
     returned_names.push_back(name_of.at(output.value));
     absl::StrAppend(&outputs, "    ", Signature(options.canonical ? returned_names.back() : output.name,
                                                  output.value->type().tensor()),
@@ -359,6 +378,7 @@ absl::StatusOr<FxProgram> EmitFxProgram(const Graph& graph, const FxEmitOptions&
       "# build() returns the partition as a torch.fx.GraphModule. Its inputs are the partition's\n",
       "# inputs in INPUTS order (parameters too: nothing is baked in); it returns a tuple in\n",
       "# OUTPUTS order. Entries: (name, dtype, sizes, strides, device).\n",
+      updates.empty() ? "" : absl::StrCat("# ", updates.size(), " input(s) are written in place (not in OUTPUTS).\n"),
       "import operator\n\nimport torch\n\n",
       "FORMAT = ", kFxProgramFormat, "\n",
       "GRAPH = ", PythonString(options.canonical ? "" : graph.name()), "\n",

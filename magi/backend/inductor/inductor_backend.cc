@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -233,6 +234,17 @@ absl::StatusOr<InductorOptions> InductorOptions::FromComponentOptions(const Comp
     }
   }
   return parsed;
+}
+
+bool InductorBackend::UpdatesDonatedInputInPlace(const Node& node) const {
+  // Inductor writes an index_put (without accumulation) over a mutated input in place,
+  // fused into the kernel that makes the values; a functional scatter it would copy whole.
+  if (node.op() != "aten::index_put" || !WhyInductorDeclines(node).empty()) return false;
+  // index_put(self, indices, values, accumulate): by name where the capture named it, else
+  // by position (IR text names only keyword arguments).
+  const Attribute* accumulate = node.FindArg("accumulate");
+  if (accumulate == nullptr && node.args().size() == 4) accumulate = &node.args()[3].value;
+  return accumulate != nullptr && accumulate->kind() == AttrKind::kBool && !accumulate->as_bool();
 }
 
 std::string WhyInductorDeclines(const Node& node) {
@@ -550,9 +562,17 @@ std::vector<absl::StatusOr<std::unique_ptr<Executable>>> InductorBackend::Compil
     info.compile_seconds = item.compile_seconds;
     info.num_ops = item.program.num_ops;
     item.from_cache ? ++cached : ++compiled;
+    std::vector<int> updated_inputs;
+    absl::Span<Value* const> graph_inputs = item.graph->inputs();
+    for (const GraphOutput& output : item.graph->outputs()) {
+      updated_inputs.push_back(output.aliases == nullptr ? -1
+                                                         : static_cast<int>(std::find(graph_inputs.begin(),
+                                                                                      graph_inputs.end(), output.aliases) -
+                                                                            graph_inputs.begin()));
+    }
     results.push_back(std::unique_ptr<Executable>(
         new InductorExecutable(*std::move(package), std::move(aoti.input_types), std::move(input_names),
-                               static_cast<int>(item.graph->outputs().size()), std::move(info))));
+                               std::move(updated_inputs), std::move(info))));
   }
   double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -97,6 +97,9 @@ class InductorBackend : public Backend {
 
   absl::string_view name() const override { return "inductor"; }
   Capability GetCapability(const Module& module, const Graph& graph) const override;
+  // aten::index_put without accumulation (a KV cache's write): the partition writes the
+  // donated input in place (torch.export records the mutation; AOTInductor fuses the write).
+  bool UpdatesDonatedInputInPlace(const Node& node) const override;
   using Backend::Compile;
   absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph,
                                                       const CompileContext& context) const override;

@@ -1,5 +1,6 @@
 #include "magi/backend/inductor/inductor_executable.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -46,11 +47,12 @@ at::Tensor Restride(const at::Tensor& tensor, const std::vector<int64_t>& sizes,
 
 InductorExecutable::InductorExecutable(std::unique_ptr<compat::AotiPackage> package,
                                        std::vector<TensorType> input_types, std::vector<std::string> input_names,
-                                       int num_outputs, PackageInfo info)
+                                       std::vector<int> updated_inputs, PackageInfo info)
     : package_(std::move(package)),
       input_types_(std::move(input_types)),
       input_names_(std::move(input_names)),
-      num_outputs_(num_outputs),
+      updated_inputs_(std::move(updated_inputs)),
+      returned_outputs_(static_cast<int>(std::count(updated_inputs_.begin(), updated_inputs_.end(), -1))),
       info_(std::move(info)) {}
 
 std::string InductorExecutable::code_key() const {
@@ -80,6 +82,13 @@ absl::StatusOr<std::vector<at::Tensor>> InductorExecutable::Run(const std::vecto
           want.ToString()));
     }
     std::vector<int64_t> strides = StridesOf(want);
+    if (!HasStrides(got, strides) &&
+        std::find(updated_inputs_.begin(), updated_inputs_.end(), static_cast<int>(i)) != updated_inputs_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "@", info_.graph, " (inductor): input %", input_names_[i], " arrives with strides [",
+          absl::StrJoin(got.strides(), ","), "], the package was compiled for [", absl::StrJoin(strides, ","),
+          "] and updates it in place, which a copy into those strides would lose"));
+    }
     if (!HasStrides(got, strides)) {
       if (!warned_restride_) {
         warned_restride_ = true;
@@ -97,9 +106,17 @@ absl::StatusOr<std::vector<at::Tensor>> InductorExecutable::Run(const std::vecto
   if (!outputs.ok()) {
     return absl::Status(outputs.status().code(), absl::StrCat("@", info_.graph, " (inductor): ", outputs.status().message()));
   }
-  if (static_cast<int>(outputs->size()) != num_outputs_) {
+  if (static_cast<int>(outputs->size()) != returned_outputs_) {
     return absl::InternalError(absl::StrCat("@", info_.graph, " (inductor): the package returned ", outputs->size(),
-                                            " tensors, the partition has ", num_outputs_, " outputs"));
+                                            " tensors, the partition has ", returned_outputs_,
+                                            " outputs it does not write in place"));
+  }
+  if (returned_outputs_ != static_cast<int>(updated_inputs_.size())) {
+    std::vector<at::Tensor> all;
+    all.reserve(updated_inputs_.size());
+    size_t next = 0;
+    for (int input : updated_inputs_) all.push_back(input < 0 ? std::move((*outputs)[next++]) : arguments[input]);
+    *outputs = std::move(all);
   }
   stats_.nodes_run = info_.num_ops;
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

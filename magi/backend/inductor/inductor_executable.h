@@ -28,9 +28,12 @@ struct PackageInfo {
 
 class InductorExecutable : public TorchExecutable {
  public:
-  // `input_types`/`input_names` and `num_outputs` describe the partition graph.
+  // `input_types`/`input_names` describe the partition graph's inputs; `updated_inputs`
+  // has one entry per output: the index of the input that output updates in place
+  // (GraphOutput::aliases: the package writes it and does not return it; Run returns the
+  // input), or -1 for an output the package returns.
   InductorExecutable(std::unique_ptr<compat::AotiPackage> package, std::vector<TensorType> input_types,
-                     std::vector<std::string> input_names, int num_outputs, PackageInfo info);
+                     std::vector<std::string> input_names, std::vector<int> updated_inputs, PackageInfo info);
 
   absl::string_view backend_name() const override { return "inductor"; }
   // The package's key (the sha256 its file is named by): FX program, Inductor settings,
@@ -38,7 +41,8 @@ class InductorExecutable : public TorchExecutable {
   std::string code_key() const override;
   // Runs the package on `inputs` (CUDA: on the current stream). InvalidArgument naming the
   // input when its dtype, sizes or device differ from the compiled ones; an input with
-  // other strides is copied into the compiled strides first.
+  // other strides is copied into the compiled strides first, except one the package
+  // updates in place (InvalidArgument: the update would be lost in the copy).
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override;
   const RunStats& last_run_stats() const override { return stats_; }
   void set_profile_nodes(bool) override {}  // one opaque call: no per-node times
@@ -54,7 +58,8 @@ class InductorExecutable : public TorchExecutable {
   std::unique_ptr<compat::AotiPackage> package_;
   std::vector<TensorType> input_types_;
   std::vector<std::string> input_names_;
-  int num_outputs_;
+  std::vector<int> updated_inputs_;  // per output (see the constructor)
+  int returned_outputs_ = 0;         // the outputs the package returns (updated_inputs_ -1)
   PackageInfo info_;
   RunStats stats_;
   int64_t restrided_inputs_ = 0;

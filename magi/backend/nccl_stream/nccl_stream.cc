@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -726,6 +727,7 @@ class NcclStreamExecutable : public TorchExecutable {
     }
     c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
     const c10::cuda::CUDAStream capture_stream = CaptureStream();
+    MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> static_inputs, StaticInputsFor(inputs));
     // The capture stream starts after everything the caller queued (inputs being made).
     cudaEvent_t ready = Event(2 * step_.nodes.size() + 1);
     MAGI_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, caller.stream()), "cudaEventRecord"));
@@ -738,7 +740,7 @@ class NcclStreamExecutable : public TorchExecutable {
       c10::cuda::CUDAStreamGuard on_capture_stream(capture_stream);
       absl::Status captured = compat::CallTorch("", [&] {
         graph->capture_begin();
-        outputs = RunStreams(inputs, /*capturing=*/true, /*timed=*/false);
+        outputs = RunStreams(static_inputs, /*capturing=*/true, /*timed=*/false);
         graph->capture_end();
         if (outputs.ok()) {
           if (edit) RewriteMemsets(*graph);
@@ -767,10 +769,37 @@ class NcclStreamExecutable : public TorchExecutable {
       return RunStreams(inputs, false, false);
     }
     graph_ = std::move(graph);
-    static_inputs_ = inputs;
+    static_inputs_ = std::move(static_inputs);
     static_outputs_ = *std::move(outputs);
     // Capture ran nothing: the first replay is this step. Order it after the caller's stream.
-    return Replay(inputs);
+    return Replay(static_inputs_);
+  }
+
+  // The tensors the graph reads its inputs from on every replay (Replay copies each run's
+  // inputs into them). Parameters, buffers, optimizer state and donated inputs are the
+  // caller's own tensors: the caller hands the same memory back each run (a KV cache, a
+  // parameter shard) and the graph updates it in place. Every other input (a batch's tokens,
+  // positions) gets a copy the runtime owns: a replay overwrites its static inputs, and the
+  // caller may still hold the tensor it passed (generation keeps each step's tokens, which
+  // are also the next step's input) - a later replay wrote the next token into it.
+  absl::StatusOr<std::vector<at::Tensor>> StaticInputsFor(const std::vector<at::Tensor>& inputs) const {
+    absl::flat_hash_set<const Value*> donated;
+    for (const GraphOutput& output : graph_ir_->outputs()) {
+      if (output.aliases != nullptr) donated.insert(output.aliases);
+    }
+    std::vector<at::Tensor> owned = inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Value* input = graph_ir_->inputs()[i];
+      if (input->role() != InputRole::kData || donated.contains(input) || !inputs[i].defined()) continue;
+      MAGI_RETURN_IF_ERROR(compat::CallTorchLazy(
+          [&] { return absl::StrCat("copying input %", input->name(), " for the CUDA graph"); }, [&] {
+            const at::Tensor& given = inputs[i];
+            owned[i] = given.is_non_overlapping_and_dense()
+                           ? at::empty_strided(given.sizes(), given.strides(), given.options()).copy_(given)
+                           : given.clone();
+          }));
+    }
+    return owned;
   }
 
   // cuBLAS's 4-byte workspace memsets as kernel nodes (graph_memsets.h says why). A failed

@@ -212,6 +212,29 @@ TEST(FxImportErrorsTest, MalformedFilesNameTheProblem) {
   EXPECT_EQ(ImportFxFile("/nonexistent/m.fx.json").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A tensor's recorded device becomes its type's (a graph Dynamo traced on the GPU is typed
+// for it, so partitions compile for it); no device recorded is the CPU; a device LibTorch
+// does not name is an error naming it.
+TEST(FxImportErrorsTest, RecordedDevicesTypeTheValues) {
+  auto on_gpu = ImportFxJson(R"({"format": "magi-fx", "version": 1, "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [2], "device": "cuda:0"}]},
+      {"name": "c", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [2]}]},
+      {"name": "y", "op": "call_function", "target": "aten::relu", "args": [{"node": "x"}],
+       "meta": [{"dtype": "float32", "shape": [2], "device": "cuda:0"}]},
+      {"name": "output", "op": "output", "args": [{"list": {"items": [{"node": "y"}, {"node": "c"}]}}]}]})",
+                             "gpu.json");
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  const Graph& graph = on_gpu->graph();
+  EXPECT_EQ(graph.inputs()[0]->type().tensor().device, (Device{DeviceType::kCuda, 0}));
+  EXPECT_EQ(graph.inputs()[1]->type().tensor().device, (Device{DeviceType::kCpu, -1}));
+  EXPECT_EQ(graph.outputs()[0].value->type().tensor().device, (Device{DeviceType::kCuda, 0}));
+  auto bad_device = ImportFxJson(R"({"format": "magi-fx", "version": 1, "nodes": [
+      {"name": "x", "op": "placeholder", "meta": [{"dtype": "float32", "shape": [2], "device": "tpu:3"}]}]})",
+                                 "tpu.json");
+  ASSERT_FALSE(bad_device.ok());
+  EXPECT_NE(bad_device.status().message().find("unsupported device 'tpu:3'"), std::string::npos) << bad_device.status();
+}
+
 // In-place ops become functional; a written input comes back as "<input>.updated".
 TEST(FxImportErrorsTest, InPlaceOpsBecomeFunctional) {
   auto imported = ImportFxJson(R"({"format": "magi-fx", "version": 1, "graph_name": "forward", "nodes": [

@@ -97,6 +97,11 @@ absl::StatusOr<TensorType> TypeOf(const FxTensorMeta& meta) {
     return absl::InvalidArgumentError("shape and stride have different ranks");
   }
   if (!strides.empty() && strides != ContiguousStrides(type.sizes)) type.strides = strides;
+  if (!meta.device().empty()) {
+    absl::StatusOr<Device> device = Device::Parse(meta.device());
+    if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("unsupported device '", meta.device(), "'"));
+    type.device = *device;
+  }
   return type;
 }
 
