@@ -4,27 +4,21 @@
 #include "absl/strings/str_format.h"
 #include "magi/base/file.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/torch_compat.h"
+#include "magi/ir/types.h"
 
 namespace magi {
 namespace {
 
+// The dtype's name in a magi-tensors-v1 file, which carries the real types PyTorch's
+// readers of it load (benchmarks/pytorch/tensor_file.py, magi/tools/tensor_file_reader.cc).
 absl::StatusOr<std::string> DTypeName(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return std::string("float32");
-    case at::kDouble:
-      return std::string("float64");
-    case at::kBFloat16:
-      return std::string("bfloat16");
-    case at::kHalf:
-      return std::string("float16");
-    case at::kLong:
-      return std::string("int64");
-    case at::kInt:
-      return std::string("int32");
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("magi-tensors-v1 has no dtype for ", c10::toString(type)));
+  absl::StatusOr<DType> dtype = compat::FromScalarType(type);
+  if (!dtype.ok() || !(*dtype == DType::kFloat32 || *dtype == DType::kFloat64 || *dtype == DType::kBFloat16 ||
+                       *dtype == DType::kFloat16 || *dtype == DType::kInt64 || *dtype == DType::kInt32)) {
+    return absl::InvalidArgumentError(absl::StrCat("magi-tensors-v1 has no dtype for ", c10::toString(type)));
   }
+  return std::string(TorchDTypeName(*dtype));
 }
 
 }  // namespace

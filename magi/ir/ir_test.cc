@@ -31,6 +31,9 @@ TEST(TypesTest, NamesAndSizes) {
     EXPECT_EQ(ParseDType(DTypeName(d)), d);
   }
   EXPECT_FALSE(ParseDType("float").has_value());
+  EXPECT_EQ(TorchDTypeName(DType::kBFloat16), "bfloat16");
+  EXPECT_EQ(TorchDTypeName(DType::kUInt8), "uint8");
+  EXPECT_EQ(TorchDTypeName(DType::kComplex32), "complex32");
   EXPECT_EQ(Device::Parse("cuda:3")->index, 3);
   EXPECT_EQ(Device::Parse("cuda:x").status().message(), "unknown device 'cuda:x' (expected cpu, meta, cuda or cuda:N)");
 }

@@ -17,25 +17,26 @@ namespace {
 struct DTypeInfo {
   DType dtype;
   absl::string_view name;
+  absl::string_view torch_name;
   int64_t size;
   bool floating_point;
 };
 
 constexpr std::array<DTypeInfo, 14> kDTypes = {{
-    {DType::kFloat32, "f32", 4, true},
-    {DType::kFloat64, "f64", 8, true},
-    {DType::kFloat16, "f16", 2, true},
-    {DType::kBFloat16, "bf16", 2, true},
-    {DType::kInt64, "i64", 8, false},
-    {DType::kInt32, "i32", 4, false},
-    {DType::kInt16, "i16", 2, false},
-    {DType::kInt8, "i8", 1, false},
-    {DType::kUInt8, "u8", 1, false},
-    {DType::kBool, "bool", 1, false},
-    {DType::kComplex64, "c64", 8, false},
-    {DType::kComplex128, "c128", 16, false},
-    {DType::kUInt64, "u64", 8, false},
-    {DType::kComplex32, "c32", 4, false},
+    {DType::kFloat32, "f32", "float32", 4, true},
+    {DType::kFloat64, "f64", "float64", 8, true},
+    {DType::kFloat16, "f16", "float16", 2, true},
+    {DType::kBFloat16, "bf16", "bfloat16", 2, true},
+    {DType::kInt64, "i64", "int64", 8, false},
+    {DType::kInt32, "i32", "int32", 4, false},
+    {DType::kInt16, "i16", "int16", 2, false},
+    {DType::kInt8, "i8", "int8", 1, false},
+    {DType::kUInt8, "u8", "uint8", 1, false},
+    {DType::kBool, "bool", "bool", 1, false},
+    {DType::kComplex64, "c64", "complex64", 8, false},
+    {DType::kComplex128, "c128", "complex128", 16, false},
+    {DType::kUInt64, "u64", "uint64", 8, false},
+    {DType::kComplex32, "c32", "complex32", 4, false},
 }};
 
 static_assert(kDTypes.back().dtype == DType::kComplex32, "one row per DType, in the enum's order");
@@ -45,6 +46,8 @@ const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)];
 }  // namespace
 
 absl::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+
+absl::string_view TorchDTypeName(DType dtype) { return Info(dtype).torch_name; }
 
 std::optional<DType> ParseDType(absl::string_view name) {
   for (const DTypeInfo& info : kDTypes) {

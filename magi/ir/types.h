@@ -51,6 +51,9 @@ enum class DType : uint8_t {
 
 // The text name of `dtype`, e.g. "bf16".
 absl::string_view DTypeName(DType dtype);
+// PyTorch's name of `dtype` without "torch." ("bfloat16"), as the tensor files and checkpoint
+// comparisons write it.
+absl::string_view TorchDTypeName(DType dtype);
 // Parses a text name; nullopt for unknown names.
 std::optional<DType> ParseDType(absl::string_view name);
 // Bytes per element.

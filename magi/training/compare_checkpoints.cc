@@ -17,37 +17,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "magi/base/tensor_diff.h"
+#include "magi/compat/torch_compat.h"
+#include "magi/ir/types.h"
 #include "magi/training/checkpoint.h"
 #include "magi/training/checkpoint_files.h"
 
 namespace magi {
 namespace {
 
+// The dtype's name as CompareTensors takes it (magi/base/tensor_diff.h: real types only).
 absl::StatusOr<std::string> DTypeName(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return std::string("float32");
-    case at::kDouble:
-      return std::string("float64");
-    case at::kBFloat16:
-      return std::string("bfloat16");
-    case at::kHalf:
-      return std::string("float16");
-    case at::kLong:
-      return std::string("int64");
-    case at::kInt:
-      return std::string("int32");
-    case at::kShort:
-      return std::string("int16");
-    case at::kChar:
-      return std::string("int8");
-    case at::kByte:
-      return std::string("uint8");
-    case at::kBool:
-      return std::string("bool");
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("no comparison for ", c10::toString(type), " tensors"));
+  absl::StatusOr<DType> dtype = compat::FromScalarType(type);
+  if (!dtype.ok() || *dtype == DType::kComplex32 || *dtype == DType::kComplex64 || *dtype == DType::kComplex128 ||
+      *dtype == DType::kUInt64) {
+    return absl::InvalidArgumentError(absl::StrCat("no comparison for ", c10::toString(type), " tensors"));
   }
+  return std::string(TorchDTypeName(*dtype));
 }
 
 // Compares one pair of archives; 0 identical, 3 different, 1 unreadable.
