@@ -1,5 +1,7 @@
 #include "magi/compiler/partitioner.h"
 
+#include <algorithm>
+
 #include "gtest/gtest.h"
 #include "magi/ir/parser.h"
 #include "magi/ir/printer.h"
@@ -144,6 +146,44 @@ TEST(PartitionerTest, SizeBoundsAndIdenticalPartitionsShareAKey) {
 
   EXPECT_EQ(OutlinePartitions(**module, step, "ew", capability, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A partition that takes a donated input's update (the backend writes it in place) returns
+// it as an output aliasing its own input, and its key says so: the same nodes without the
+// donation are another partition.
+TEST(PartitionerTest, DonatedUpdatesAliasThePartitionInput) {
+  auto step_of = [](bool donate) {
+    return std::string(R"(module @m {
+  graph @step {
+    input %cache: f32[2,8]
+    input %rows: i64[2]
+    input %v: f32[2,8]
+    %k = aten::mul.Tensor(%v, %v) : f32[2,8]
+    %new = aten::index_put(%cache, [%rows], %k, false) : f32[2,8]
+    %s = aten::relu(%new) : f32[2,8]
+    output s = %s
+    output cache = %new)") + (donate ? " {aliases = %cache}" : "") + "\n  }\n}\n";
+  };
+  std::string keys[2];
+  for (bool donate : {false, true}) {
+    absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(step_of(donate));
+    ASSERT_TRUE(module.ok()) << module.status();
+    Graph& step = *(*module)->FindGraph("step");
+    absl::StatusOr<std::vector<Partition>> parts =
+        OutlinePartitions(**module, step, "ew", Accepting(step, {"aten::mul.Tensor", "aten::index_put", "aten::relu"}));
+    ASSERT_TRUE(parts.ok()) << parts.status();
+    ASSERT_EQ(parts->size(), 1u);
+    const Graph& callee = *(*module)->FindGraph((*parts)[0].callee);
+    ASSERT_EQ(callee.outputs().size(), 2u);
+    const GraphOutput& updated = callee.outputs()[0];  // %new, then %s; inputs %v, %cache, %rows
+    EXPECT_EQ(updated.name, "new");
+    EXPECT_EQ(updated.aliases, donate ? callee.inputs()[1] : nullptr) << PrintModule(**module);
+    EXPECT_EQ(callee.inputs()[1]->name(), "cache");
+    EXPECT_TRUE(VerifyModule(**module).ok()) << VerifyModule(**module);
+    keys[donate] = (*parts)[0].structural_key;
+  }
+  EXPECT_NE(keys[0], keys[1]);
+  EXPECT_EQ(keys[1].substr(keys[0].size()), "alias 0->1;");
 }
 
 TEST(PartitionerTest, MaxNodesSplitsLongRuns) {
