@@ -122,6 +122,16 @@ ForwardFunction CachedForward(models::LlamaImpl& model, models::CacheWrite write
 
 }  // namespace
 
+CompileOptions DecodeCompileOptions(CompileOptions compile) {
+  if (compile.deterministic) return compile;
+  for (const std::string& spec : compile.partitioning.backends) {
+    if (spec == "inductor" || absl::StartsWith(spec, "inductor{")) {
+      compile.partitioning.backend_options["inductor"].emplace("config.coordinate_descent_tuning", "true");
+    }
+  }
+  return compile;
+}
+
 std::vector<int64_t> DefaultPrefillBuckets(int64_t window) {
   std::vector<int64_t> buckets;
   for (int64_t length = 16; length < window; length *= 2) buckets.push_back(length);
@@ -192,18 +202,7 @@ InferenceOptions TextGenerator::GraphOptions(bool prefill) const {
   for (int i = 0; i < 2 * config_.n_layers; ++i) inference.donated_inputs.push_back({1 + i, 2 + i});
   if (options_.invariant_batch > 0) inference.batch_invariance = BatchInvariance::kFixedBatch;
   if (prefill && options_.unrolled_prefill) inference.batch_invariance = BatchInvariance::kUnrolled;
-  // The decode step's Inductor partitions tune their kernels by coordinate descent, as
-  // gpt-fast sets torch.compile up: with one row Inductor then writes each matrix-vector
-  // product as a tuned Triton reduction fused with its neighbours instead of a cuBLAS call
-  // (batch 1 on an H100: 758 -> 861 tokens/s, docs/benchmarks.md). A default: a setting in
-  // the partition spec or the options wins; deterministic mode turns tuning off.
-  if (!prefill && !inference.compile.deterministic) {
-    for (const std::string& spec : inference.compile.partitioning.backends) {
-      if (spec == "inductor" || absl::StartsWith(spec, "inductor{")) {
-        inference.compile.partitioning.backend_options["inductor"].emplace("config.coordinate_descent_tuning", "true");
-      }
-    }
-  }
+  if (!prefill) inference.compile = DecodeCompileOptions(std::move(inference.compile));
   return inference;
 }
 

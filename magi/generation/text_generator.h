@@ -124,6 +124,14 @@ struct GenerationOptions {
 // positions of its longest context, over log2(window / 16) + 1 compiled graphs at most.
 std::vector<int64_t> DefaultPrefillBuckets(int64_t window);
 
+// The decode graph's compile options from the generation's: its Inductor partitions tune their
+// kernels by coordinate descent (config.coordinate_descent_tuning=true, as gpt-fast sets
+// torch.compile up: with one row Inductor writes each matrix-vector product as a tuned Triton
+// reduction fused with its neighbours instead of a cuBLAS call; batch 1 on an H100: 758 -> 861
+// tokens/s, docs/benchmarks.md). A default: a setting in the partition spec or in
+// `partitioning.backend_options` wins; none in deterministic mode (it turns tuning off).
+CompileOptions DecodeCompileOptions(CompileOptions compile);
+
 // InvalidArgument naming the flag for a window < 2, a tokens_per_read < 1, a prefill bucket outside (0, window] or
 // any with deterministic mode, an overflow_keep outside
 // [1, window - 1], a batch < 1, or an invariant_batch that is negative, smaller than the

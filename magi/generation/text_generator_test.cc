@@ -531,6 +531,22 @@ TEST(GenerationTest, KvCacheEqualsFullRecomputationOnTwoRanks) { CheckWorld(2); 
 // 3 ranks: the 64-row weights shard unevenly (22, 22 and 20 rows plus padding).
 TEST(GenerationTest, KvCacheEqualsFullRecomputationOnThreeRanks) { CheckWorld(3); }
 
+TEST(GenerationTest, DecodePartitionsTuneByCoordinateDescentByDefault) {
+  CompileOptions compile;
+  compile.partitioning.backends = {"elementwise", "inductor{jobs=2}"};
+  CompileOptions decode = DecodeCompileOptions(compile);
+  EXPECT_EQ(decode.partitioning.backend_options["inductor"]["config.coordinate_descent_tuning"], "true");
+  compile.partitioning.backend_options["inductor"]["config.coordinate_descent_tuning"] = "false";  // asked for
+  EXPECT_EQ(DecodeCompileOptions(compile).partitioning.backend_options["inductor"]["config.coordinate_descent_tuning"],
+            "false");
+  compile.partitioning.backend_options.clear();
+  compile.deterministic = true;  // no tuning there
+  EXPECT_TRUE(DecodeCompileOptions(compile).partitioning.backend_options.empty());
+  compile.deterministic = false;
+  compile.partitioning.backends = {"elementwise"};
+  EXPECT_TRUE(DecodeCompileOptions(compile).partitioning.backend_options.empty());
+}
+
 TEST(GenerationTest, PrefillBucketsAreRefusedInDeterministicMode) {
   models::LlamaConfig config = models::LlamaConfig::Tiny();
   GenerationOptions options;
