@@ -169,6 +169,12 @@ absl::Status CheckDecodeGraph(models::LlamaImpl& model, std::shared_ptr<Communic
   };
   report["layers"] = absl::StrCat(model.config.n_layers);
   report["decode_mm"] = absl::StrCat(count_mm(decode->graph()));
+  // The attention mask's bias (2.x: where.self; 1.13: logical_not), once for all layers (cse).
+  int mask_conversions = 0;
+  for (const Node* node : decode->graph().nodes()) {
+    mask_conversions += node->op() == "aten::where.self" || node->op() == "aten::logical_not";
+  }
+  report["decode_mask_conversions"] = absl::StrCat(mask_conversions);
   report["decode_mm_unfused"] = absl::StrCat(count_mm(unfused->graph()));
   report["decode_prepared"] = absl::StrCat(decode->prepared_weights().size());
   report["decode_unfused_prepared"] = absl::StrCat(unfused->prepared_weights().size());
@@ -520,6 +526,7 @@ void CheckWorld(int world) {
   // (concat_matmuls.h), so nothing is concatenated there and the values are bitwise.
   const bool divisible = 64 % world == 0 && 176 % world == 0;
   EXPECT_EQ(Number(r, "decode_mm_unfused") - Number(r, "decode_mm"), divisible ? 3 * Number(r, "layers") : 0);
+  EXPECT_EQ(Number(r, "decode_mask_conversions"), 1);
   EXPECT_EQ(Number(r, "decode_prepared"), divisible ? 2 * Number(r, "layers") : 0);
   EXPECT_EQ(Number(r, "decode_unfused_prepared"), 0);
   EXPECT_LE(Number(r, "decode_vs_unfused_logits"), divisible ? 1e-5 : 0);

@@ -205,6 +205,12 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   CompileOptions options = inference_options.compile;
   options.sharding = plan;
   options.optimization.weight_preparation = inference_options.weight_preparation;
+  // Every layer's attention turns the same mask into the same additive bias (SDPA's bool-mask
+  // conversion, traced once per call): common subexpression elimination keeps one per graph.
+  // (Not in the training default: a training step's plans and hashes are tabled as they are.)
+  if (options.optimization.canonicalize == OptimizationOptions().canonicalize) {
+    options.optimization.canonicalize = "elide-copies,slice-grads-to-cat,cse,dce";
+  }
   if (options.deterministic && inference_options.batch_invariance == BatchInvariance::kUnrolled) {
     // The unrolled copies share each gathered weight, which concat-matmuls leaves alone,
     // while a one-sequence graph has it concatenated: their bits would differ.
