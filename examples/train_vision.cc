@@ -39,7 +39,8 @@
 #include <optional>
 #include <thread>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
@@ -251,8 +252,8 @@ struct Dataset {
 absl::StatusOr<Dataset> Generate(const magi::ShapesOptions& options, int64_t first, int64_t count) {
   MAGI_ASSIGN_OR_RETURN(magi::ShapesBatch batch, magi::GenerateShapes(options, first, count));
   Dataset out;
-  out.images = torch::from_blob(batch.pixels.data(), {count, 3, options.height, options.width}, torch::kFloat).clone();
-  out.labels = torch::from_blob(batch.labels.data(), {count}, torch::kLong).clone();
+  out.images = at::from_blob(batch.pixels.data(), {count, 3, options.height, options.width}, at::kFloat).clone();
+  out.labels = at::from_blob(batch.labels.data(), {count}, at::kLong).clone();
   return out;
 }
 
@@ -287,11 +288,11 @@ absl::StatusOr<Accuracy> Evaluate(magi::TorchExecutable& executable, const magi:
     }
     inputs.push_back(it->second);
   }
-  at::Tensor counts = torch::zeros({2 * shape.classes}, torch::kDouble);  // correct per class, then totals
-  at::Tensor logits = keep_logits ? torch::zeros({n, shape.classes}, torch::kFloat) : at::Tensor();
+  at::Tensor counts = at::zeros({2 * shape.classes}, at::kDouble);  // correct per class, then totals
+  at::Tensor logits = keep_logits ? at::zeros({n, shape.classes}, at::kFloat) : at::Tensor();
   for (int64_t start = begin; start < end; start += shape.eval_batch) {
     const int64_t rows = std::min(shape.eval_batch, end - start);
-    at::Tensor chunk = torch::zeros({shape.eval_batch, 3, shape.height, shape.width}, torch::kFloat);
+    at::Tensor chunk = at::zeros({shape.eval_batch, 3, shape.height, shape.width}, at::kFloat);
     chunk.narrow(0, 0, rows).copy_(data.images.narrow(0, start, rows));
     inputs[image_input] = chunk;
     MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> outputs, executable.Run(inputs));
@@ -299,8 +300,8 @@ absl::StatusOr<Accuracy> Evaluate(magi::TorchExecutable& executable, const magi:
     at::Tensor predicted = out.argmax(1);
     at::Tensor labels = data.labels.narrow(0, start, rows);
     counts.narrow(0, 0, shape.classes)
-        .index_add_(0, labels, (predicted == labels).to(torch::kDouble));
-    counts.narrow(0, shape.classes, shape.classes).index_add_(0, labels, torch::ones({rows}, torch::kDouble));
+        .index_add_(0, labels, (predicted == labels).to(at::kDouble));
+    counts.narrow(0, shape.classes, shape.classes).index_add_(0, labels, at::ones({rows}, at::kDouble));
     if (keep_logits) logits.narrow(0, start, rows).copy_(out);
   }
   std::vector<at::Tensor> to_reduce = {counts};
@@ -347,7 +348,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
   // Ranks on one machine share its cores (torchrun sets OMP_NUM_THREADS=1 for the same reason).
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    torch::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, world)));
+    at::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, world)));
   }
   const bool deterministic = absl::GetFlag(FLAGS_deterministic);
   if (deterministic) {
@@ -410,7 +411,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
       }
       picked.push_back(it->second[position % n_train]);
     }
-    at::Tensor index = torch::tensor(picked, torch::kLong);
+    at::Tensor index = at::tensor(picked, at::kLong);
     return std::vector<at::Tensor>{train_set->images.index_select(0, index), train_set->labels.index_select(0, index)};
   };
 
@@ -485,8 +486,8 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     absl::Status written = magi::WriteTensorFile(dump_dir + "/batches", batches);
     if (!written.ok()) return Fail(rank, written.message());
   }
-  at::Tensor rank_losses = torch::zeros({steps, world}, torch::kDouble);
-  at::Tensor step_lrs = torch::zeros({steps}, torch::kDouble);  // the learning rate of every step
+  at::Tensor rank_losses = at::zeros({steps, world}, at::kDouble);
+  at::Tensor step_lrs = at::zeros({steps}, at::kDouble);  // the learning rate of every step
   std::vector<double> losses;  // the mean over ranks, per step
   std::vector<std::pair<int, double>> evals;  // (step, test accuracy) of --eval_every
   double train_seconds = 0, eval_seconds = 0;
@@ -497,7 +498,7 @@ int Train(const magi::DistributedEnv& env, const char* argv0) {
     step_lrs[step] = lr;
     absl::StatusOr<double> loss = (*trainer)->Step(rows(step, rank * batch, batch));
     if (!loss.ok()) return Fail(rank, absl::StrCat("step ", step + 1, ": ", loss.status().message()));
-    at::Tensor mine = torch::zeros({world}, torch::kDouble);
+    at::Tensor mine = at::zeros({world}, at::kDouble);
     mine[rank] = *loss;
     absl::StatusOr<std::vector<at::Tensor>> all = AllReduce(**communicator, {mine}, "sum");
     if (!all.ok()) return Fail(rank, all.status().message());

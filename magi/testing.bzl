@@ -5,8 +5,9 @@
 
 adds what every such test needs (GoogleTest's main, Magi's gtest printers for absl::Status and
 StatusOr), makes srcs [name + ".cc"] and size "small" unless given, and with torch = True builds
-through torch_cc_test (LibTorch's precompiled header; third_party/libtorch/torch_cc.bzl). Tests
-of a size other than small say so; the rest is cc_test's.
+through torch_cc_test (LibTorch's precompiled header; third_party/libtorch/torch_cc.bzl), with
+pch = "aten" for a test that uses ATen but not LibTorch's C++ frontend. Tests of a size other than
+small say so; the rest is cc_test's.
 
     magi_cc_test(name = "launcher_test", own_main = True, deps = [":launcher"])
 
@@ -32,8 +33,13 @@ _GTEST_PRINTERS = Label("//magi/base:gtest_printers")
 _GTEST = Label("@com_google_googletest//:gtest")
 _GTEST_MAIN = Label("@com_google_googletest//:gtest_main")
 
-def magi_cc_test(name, srcs = None, deps = [], size = "small", torch = False, own_main = False, **kwargs):
-    test = torch_cc_test if torch else cc_test
+def magi_cc_test(name, srcs = None, deps = [], size = "small", torch = False, own_main = False, pch = None, **kwargs):
+    if pch != None and not torch:
+        fail("%s: pch = %r needs torch = True" % (name, pch))
+    test = cc_test
+    if torch:
+        test = torch_cc_test
+        kwargs["pch"] = pch if pch != None else "torch"
     test(
         name = name,
         srcs = srcs if srcs != None else [name + ".cc"],

@@ -122,10 +122,10 @@ check "the compile driver never depends on frontends, the training runtime, runt
 
 # Not a layer rule, but a bazel query rule of the same kind: every C++ target that compiles
 # against LibTorch's headers uses the torch_cc_* rules (third_party/libtorch/torch_cc.bzl), so
-# its compiles load <torch/torch.h> precompiled; a plain cc_ rule would parse it again, ~25 s
-# per translation unit.
+# its compiles load <torch/torch.h> or <ATen/ATen.h> precompiled; a plain cc_ rule would parse
+# them again, ~25 s per translation unit.
 checked=$((checked + 1))
-plain=$(query "kind('cc_(library|test|binary) rule', rdeps(//..., @libtorch//:headers)) except rdeps(//..., //third_party/libtorch:torch_pch, 1) except @libtorch//...")
+plain=$(query "kind('cc_(library|test|binary) rule', rdeps(//..., @libtorch//:headers)) except rdeps(//..., //third_party/libtorch:torch_pch + //third_party/libtorch:aten_pch, 1) except @libtorch//...")
 if [[ -z "$plain" ]]; then
   echo "PASS  C++ targets that compile against LibTorch use the torch_cc_* rules"
 else

@@ -17,6 +17,16 @@ the nn.Module, example inputs, and for joint graphs a loss function and its extr
                   BatchNorm running statistics updated in training come back as "<buffer>.updated".
   --tracer make_fx (any PyTorch from 1.13 on) or export (torch.export, PyTorch 2.x; forward only).
 
+Several exports in one process (what Bazel's genrules do: importing PyTorch costs ~3 s of CPU per
+process, more than most small exports themselves):
+
+    /usr/bin/python3 tools/fx_export.py --export tools.fx_models:lstm forward /tmp/lstm_forward \
+        --export tools.fx_models:lstm joint /tmp/lstm_joint
+
+Each --export SPEC MODE OUT is exported as a separate command would (the specs seed their own
+models and inputs), with the --tracer and --allow_none_grads given; the first that fails stops the
+run (exit 1, naming it).
+
 Works with PyTorch 1.13 (Debian's python3-torch) and 2.x.
 """
 
@@ -665,26 +675,40 @@ def load_spec(text, **kwargs):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--spec", required=True, help="module.path:function returning a ModelSpec")
+    parser.add_argument("--spec", help="module.path:function returning a ModelSpec")
     parser.add_argument("--mode", default="forward", choices=["forward", "joint"])
     parser.add_argument("--tracer", default="make_fx", choices=["make_fx", "export"])
-    parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.fx.json and PREFIX.tensors")
+    parser.add_argument("--out", help="output prefix: writes PREFIX.fx.json and PREFIX.tensors")
+    parser.add_argument("--export", nargs=3, action="append", default=[], metavar=("SPEC", "MODE", "OUT"),
+                        help="one export of several (instead of --spec, --mode and --out); repeatable")
     parser.add_argument("--print_graph", action="store_true", help="print the traced FX graph")
     parser.add_argument("--allow_none_grads", action="store_true",
                         help="joint: leave out gradients autograd does not make (default: an error naming them)")
     args = parser.parse_args(argv)
+    if args.export and (args.spec or args.out):
+        parser.error("--export replaces --spec, --mode and --out")
+    if not args.export:
+        if not args.spec or not args.out:
+            parser.error("--spec and --out are required (or one --export per export)")
+        args.export = [[args.spec, args.mode, args.out]]
+    for spec_text, mode, out in args.export:
+        if mode not in ("forward", "joint"):
+            parser.error("--export %s %s %s: the mode is forward or joint" % (spec_text, mode, out))
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        spec = load_spec(args.spec, mode=args.mode)
-        gm = export(spec, args.mode, args.tracer, args.out, args.allow_none_grads)
-    except ExportError as error:
-        print("fx_export: %s" % error, file=sys.stderr)
-        return 1
-    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-    if args.print_graph:
-        print(gm.graph)
-    print("fx_export: %s (%s, %s, torch %s): %d ops -> %s.fx.json" % (args.spec, args.mode, args.tracer,
-                                                                       torch.__version__, ops, args.out))
+    for spec_text, mode, out in args.export:
+        try:
+            spec = load_spec(spec_text, mode=mode)
+            gm = export(spec, mode, args.tracer, out, args.allow_none_grads)
+        except ExportError as error:
+            print("fx_export: %s" % error, file=sys.stderr)
+            if len(args.export) > 1:
+                print("fx_export: export of %s (%s) to %s failed" % (spec_text, mode, out), file=sys.stderr)
+            return 1
+        ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        if args.print_graph:
+            print(gm.graph)
+        print("fx_export: %s (%s, %s, torch %s): %d ops -> %s.fx.json" % (spec_text, mode, args.tracer,
+                                                                           torch.__version__, ops, out))
     return 0
 
 

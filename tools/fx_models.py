@@ -345,6 +345,33 @@ def swin(mode="forward"):
     return _classifier_spec(model, mode, (2, 3, 32, 32), 10)
 
 
+def convnext_tiny_narrow(mode="forward"):
+    """torchvision's convnext_tiny with a sixth of its channels (16, 32, 64, 128 instead of 96 ...
+    768): every stage, block (3, 3, 9, 3), downsampling layer, layer scale and stochastic depth of
+    the real one, so the same graph node for node (autograd's new_empty -> zero_ -> as_strided ->
+    copy_ in the joint graph), with 0.8 M parameters instead of 28 M. 10 classes, two 64x64 images,
+    as tv_convnext_tiny."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    torch.manual_seed(0)
+    model = ConvNeXt([CNBlockConfig(16, 32, 3), CNBlockConfig(32, 64, 3), CNBlockConfig(64, 128, 9),
+                      CNBlockConfig(128, None, 3)], stochastic_depth_prob=0.1, num_classes=10)
+    return _classifier_spec(model, mode, (2, 3, 64, 64), 10)
+
+
+def swin_t_narrow(mode="forward"):
+    """torchvision's swin_t with a quarter of its width (embed_dim 24 instead of 96; the same heads,
+    8 wide): every stage (2, 2, 6, 2 blocks), the 7x7 windows, their shifts and attention masks
+    (built with writes to slices), the maps padded to whole windows (16x16 to 21x21, 8x8 to 14x14)
+    and the unshifted windows of the later stages, where one window covers the map, so the same
+    graph node for node, with 1.8 M parameters instead of 28 M. 10 classes, two 64x64 images, as
+    tv_swin_t."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    torch.manual_seed(0)
+    model = SwinTransformer(patch_size=[4, 4], embed_dim=24, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
+                            window_size=[7, 7], stochastic_depth_prob=0.2, num_classes=10)
+    return _classifier_spec(model, mode, (2, 3, 64, 64), 10)
+
+
 def embedding_bag(mode="forward"):
     """EmbeddingBag (sum, per-sample weights): its backward rebuilds offset2bag with
     index_add_ and a sub_ through select(offset2bag) (issue 15: that write was lost)."""

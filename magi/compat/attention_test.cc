@@ -2,6 +2,7 @@
 // (2.11, 2.12), matmul + masked softmax on 1.13; both must compute causal attention.
 #include "magi/compat/attention.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 #include "magi/compat/kernel_trace.h"
 
 #include <stdio.h>
+#include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 #include <unistd.h>

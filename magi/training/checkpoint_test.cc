@@ -6,7 +6,7 @@
 // The test binary is its own worker: the cases launch it with the local launcher and
 // MAGI_CKPT_WORKER naming a scenario; the worker's state at step s is a deterministic
 // function of s, so any process can tell what a loaded step must hold.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <chrono>
 #include <csignal>
@@ -86,11 +86,11 @@ std::string Mismatch(const RankState& got, int64_t step, int64_t world, int64_t 
   if (got.step != step) return absl::StrCat("step ", got.step, ", want ", step);
   for (const auto& [name, tensor] : want.sharded) {
     auto it = got.sharded.find(name);
-    if (it == got.sharded.end() || !torch::equal(it->second, tensor)) return absl::StrCat(name, " differs");
+    if (it == got.sharded.end() || !at::equal(it->second, tensor)) return absl::StrCat(name, " differs");
   }
   for (const auto& [name, tensor] : source.per_rank) {
     auto it = got.per_rank.find(name);
-    if (it == got.per_rank.end() || !torch::equal(it->second, tensor)) return absl::StrCat(name, " differs");
+    if (it == got.per_rank.end() || !at::equal(it->second, tensor)) return absl::StrCat(name, " differs");
   }
   if (got.sharded.size() != want.sharded.size() || got.per_rank.size() != source.per_rank.size()) {
     return "unexpected tensors";

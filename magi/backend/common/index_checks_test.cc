@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -32,7 +32,7 @@ std::string TypeText(const at::Tensor& t) {
   return absl::StrCat(dtype, "[", absl::StrJoin(t.sizes(), ","), "]");
 }
 
-at::Tensor Longs(std::vector<int64_t> values) { return torch::tensor(values, torch::kLong); }
+at::Tensor Longs(std::vector<int64_t> values) { return at::tensor(values, at::kLong); }
 
 // `call` names its operands %a0, %a1, ... (the inputs, in order); its results take the
 // types of `like` (the eager results).
@@ -74,9 +74,9 @@ struct Case {
 };
 
 // Whether a kernel left `input` as `copy` was: unwritten parts of an input (log_alpha
-// past each sample's lengths) may hold NaN, which torch::equal never finds equal to itself.
+// past each sample's lengths) may hold NaN, which at::equal never finds equal to itself.
 bool Unchanged(const at::Tensor& input, const at::Tensor& copy) {
-  if (!input.is_floating_point()) return torch::equal(input, copy);
+  if (!input.is_floating_point()) return at::equal(input, copy);
   return input.sizes() == copy.sizes() && at::isclose(input, copy, 0, 0, /*equal_nan=*/true).all().item<bool>();
 }
 
@@ -91,7 +91,7 @@ void Check(const Case& c) {
   ASSERT_EQ(ran->size(), c.eager.size());
   for (size_t i = 0; i < c.eager.size(); ++i) {
     if (std::find(c.uninitialized.begin(), c.uninitialized.end(), i) != c.uninitialized.end()) continue;
-    EXPECT_TRUE(torch::equal((*ran)[i], c.eager[i])) << "result " << i << ":\n" << (*ran)[i] << "\nvs\n" << c.eager[i];
+    EXPECT_TRUE(at::equal((*ran)[i], c.eager[i])) << "result " << i << ":\n" << (*ran)[i] << "\nvs\n" << c.eager[i];
   }
   for (size_t i = 0; i < c.inputs.size(); ++i) EXPECT_TRUE(Unchanged(copies[i], c.inputs[i])) << "input " << i;
   // Out of range: the node, the argument and the value, never the kernel.
@@ -110,8 +110,8 @@ void Check(const Case& c) {
 }
 
 at::Tensor Weights() {
-  torch::manual_seed(0);
-  return torch::randn({10, 3});
+  at::manual_seed(0);
+  return at::randn({10, 3});
 }
 
 TEST(IndexChecksTest, TableNamesOpsLibTorchHas) {
@@ -126,8 +126,8 @@ TEST(IndexChecksTest, TableNamesOpsLibTorchHas) {
 }
 
 TEST(IndexChecksTest, EmbeddingDenseBackward) {
-  torch::manual_seed(1);
-  at::Tensor grad = torch::randn({4, 3});
+  at::manual_seed(1);
+  at::Tensor grad = at::randn({4, 3});
   at::Tensor indices = Longs({1, 9, 1, 0});
   for (bool scale : {false, true}) {
     Case c{"aten::embedding_dense_backward",
@@ -183,8 +183,8 @@ TEST(IndexChecksTest, EmbeddingBagBackwards) {
       const int64_t padding_idx = padding ? 4 : -1;
       auto [out, offset2bag, bag_size, max_indices] =
           at::_embedding_bag(weight, indices, offsets, false, mode, false, {}, false, padding_idx);
-      torch::manual_seed(2);
-      at::Tensor grad = torch::randn(out.sizes());
+      at::manual_seed(2);
+      at::Tensor grad = at::randn(out.sizes());
       std::string tail = absl::StrCat("10, false, ", mode);
       // The dense backward takes offset2bag as the forward made it except when that is empty
       // (_embedding_bag_backward then rebuilds it from offsets).
@@ -223,10 +223,10 @@ TEST(IndexChecksTest, EmbeddingBagBackwards) {
     }
   }
   // per_sample_weights (sum only), whose backward takes weight and offsets too.
-  at::Tensor per_sample = torch::rand({8});
+  at::Tensor per_sample = at::rand({8});
   auto [out, offset2bag, bag_size, max_indices] =
       at::_embedding_bag(weight, indices, offsets, false, 0, false, per_sample, false, 4);
-  at::Tensor grad = torch::randn(out.sizes());
+  at::Tensor grad = at::randn(out.sizes());
   Case c{"aten::_embedding_bag_per_sample_weights_backward",
          "aten::_embedding_bag_per_sample_weights_backward(%a0, %a1, %a2, %a3, %a4, 0, 4)",
          {grad, weight, indices, offsets, offset2bag},
@@ -239,14 +239,14 @@ TEST(IndexChecksTest, EmbeddingBagBackwards) {
 }
 
 TEST(IndexChecksTest, MaxPoolBackwards) {
-  torch::manual_seed(3);
+  at::manual_seed(3);
   for (int dims : {2, 3}) {
     std::vector<int64_t> shape = {2, 3};
     for (int d = 0; d < dims; ++d) shape.push_back(4);
-    at::Tensor x = torch::randn(shape);
+    at::Tensor x = at::randn(shape);
     std::vector<int64_t> two(dims, 2), zero(dims, 0), one(dims, 1);
     auto [pooled, indices] = dims == 2 ? at::max_pool2d_with_indices(x, two) : at::max_pool3d_with_indices(x, two);
-    at::Tensor grad = torch::randn(pooled.sizes());
+    at::Tensor grad = at::randn(pooled.sizes());
     std::string name = absl::StrCat("max_pool", dims, "d_with_indices_backward");
     std::string list2 = absl::StrCat("[", absl::StrJoin(two, ", "), "]");
     Case c{absl::StrCat("aten::", name),
@@ -280,8 +280,8 @@ TEST(IndexChecksTest, MaxPoolBackwards) {
 }
 
 TEST(IndexChecksTest, CtcLoss) {
-  torch::manual_seed(4);
-  at::Tensor log_probs = torch::randn({6, 2, 4}).log_softmax(2);
+  at::manual_seed(4);
+  at::Tensor log_probs = at::randn({6, 2, 4}).log_softmax(2);
   // Padded targets: beyond each target length the padding (9) is never read.
   at::Tensor targets = Longs({1, 2, 3, 1, 9, 9}).view({2, 3});
   auto [nll, alpha] = at::_ctc_loss(log_probs, targets, {6, 5}, {3, 1});
@@ -310,7 +310,7 @@ TEST(IndexChecksTest, CtcLoss) {
                    {"argument 'targets' has 4 elements, fewer than the target_lengths add up to"}});
   Check(t);
 
-  at::Tensor grad = torch::rand({2});
+  at::Tensor grad = at::rand({2});
   Case b{"aten::_ctc_loss_backward",
          "aten::_ctc_loss_backward(%a0, %a1, %a2, [6, 5], [3, 1], %a3, %a4, 0, false)",
          {grad, log_probs, targets, nll, alpha},
@@ -329,8 +329,8 @@ TEST(IndexChecksTest, CtcLoss) {
 }
 
 TEST(IndexChecksTest, SegmentReduce) {
-  torch::manual_seed(5);
-  at::Tensor data = torch::randn({6, 2});
+  at::manual_seed(5);
+  at::Tensor data = at::randn({6, 2});
   at::Tensor lengths = Longs({2, 0, 4});
   for (const char* unsafe : {"false", "true"}) {
     at::Tensor out = at::segment_reduce(data, "sum", lengths, {}, {}, 0, unsafe == std::string("true"));
@@ -356,7 +356,7 @@ TEST(IndexChecksTest, SegmentReduce) {
   Check(o);
 
   at::Tensor summed = at::segment_reduce(data, "sum", lengths);
-  at::Tensor grad = torch::randn(summed.sizes());
+  at::Tensor grad = at::randn(summed.sizes());
   Case b{"aten::_segment_reduce_backward",
          "aten::_segment_reduce_backward(%a0, %a1, %a2, \"sum\", lengths = %a3, offsets = none, axis = 0, "
          "initial = none)",
@@ -367,8 +367,8 @@ TEST(IndexChecksTest, SegmentReduce) {
 }
 
 TEST(IndexChecksTest, PackedSequences) {
-  torch::manual_seed(6);
-  at::Tensor data = torch::randn({5, 2});
+  at::manual_seed(6);
+  at::Tensor data = at::randn({5, 2});
   at::Tensor batch_sizes = Longs({3, 2});
   auto [padded, lengths] = at::_pad_packed_sequence(data, batch_sizes, false, 0.0, 2);
   Case c{"aten::_pad_packed_sequence",
@@ -379,7 +379,7 @@ TEST(IndexChecksTest, PackedSequences) {
   c.bad.push_back({"a zero batch size", 1, Longs({5, 0}), "", {"'batch_sizes' holds 0 at [1], below 1"}});
   Check(c);
 
-  at::Tensor grad = torch::randn({5, 2});
+  at::Tensor grad = at::randn({5, 2});
   Case b{"aten::_pack_padded_sequence_backward",
          "aten::_pack_padded_sequence_backward(%a0, [2, 3, 2], %a1, false)",
          {grad, batch_sizes},

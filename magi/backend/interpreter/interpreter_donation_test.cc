@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
 #include "magi/backend/common/split_tensor.h"
@@ -43,9 +43,9 @@ std::string AdamWStep(bool donate) {
 }
 
 std::vector<at::Tensor> Inputs() {
-  torch::manual_seed(3);
-  return {torch::randn({kRows}), torch::randn({kRows}), torch::randn({kRows}), torch::rand({kRows}),
-          torch::scalar_tensor(0.999f), torch::scalar_tensor(0.01f), torch::scalar_tensor(0.3f)};
+  at::manual_seed(3);
+  return {at::randn({kRows}), at::randn({kRows}), at::randn({kRows}), at::rand({kRows}),
+          at::scalar_tensor(0.999f), at::scalar_tensor(0.01f), at::scalar_tensor(0.3f)};
 }
 
 std::vector<at::Tensor> Clones(const std::vector<at::Tensor>& tensors) {
@@ -126,10 +126,10 @@ TEST(InterpreterDonationTest, RunDonatingScattersIntoTheDonatedCache) {
   ASSERT_TRUE(module.ok()) << module.status();
   std::unique_ptr<TorchExecutable> executable = Compile(**module);
   ASSERT_NE(executable, nullptr);
-  torch::manual_seed(5);
-  const at::Tensor cache = torch::randn({2, 3, 8, 4});
-  const at::Tensor index = torch::tensor({5, 2}, torch::kLong).view({2, 1, 1, 1}).expand({2, 3, 1, 4}).contiguous();
-  const at::Tensor kv = torch::randn({2, 3, 1, 4});
+  at::manual_seed(5);
+  const at::Tensor cache = at::randn({2, 3, 8, 4});
+  const at::Tensor index = at::tensor({5, 2}, at::kLong).view({2, 1, 1, 1}).expand({2, 3, 1, 4}).contiguous();
+  const at::Tensor kv = at::randn({2, 3, 1, 4});
   const at::Tensor expected = cache.scatter(2, index, kv);
 
   at::Tensor kept = cache.clone();
@@ -192,12 +192,12 @@ TEST(InterpreterDonationTest, SplitMasterWeightsTrainsAsTheStepItCameFrom) {
   ASSERT_NE(plain_step, nullptr);
   ASSERT_NE(split_step, nullptr);
 
-  torch::manual_seed(7);
-  auto [hi, lo] = SplitTensorToBf16(torch::randn({kRows}));
-  const at::Tensor x = torch::randn({kRows}).to(torch::kBFloat16);
-  const at::Tensor m = torch::randn({kRows}) * 0.1, v = torch::rand({kRows}) * 0.01;
-  const at::Tensor decay = torch::scalar_tensor(0.999f), step_size = torch::scalar_tensor(0.01f);
-  const at::Tensor bc2_sqrt = torch::scalar_tensor(0.3f);
+  at::manual_seed(7);
+  auto [hi, lo] = SplitTensorToBf16(at::randn({kRows}));
+  const at::Tensor x = at::randn({kRows}).to(at::kBFloat16);
+  const at::Tensor m = at::randn({kRows}) * 0.1, v = at::rand({kRows}) * 0.01;
+  const at::Tensor decay = at::scalar_tensor(0.999f), step_size = at::scalar_tensor(0.01f);
+  const at::Tensor bc2_sqrt = at::scalar_tensor(0.3f);
   // Three steps, each side from its own previous state.
   at::Tensor p_plain = JoinSplitTensor(hi, lo), m_plain = m.clone(), v_plain = v.clone();
   at::Tensor hi_split = hi.clone(), lo_split = lo.clone(), m_split = m.clone(), v_split = v.clone();
@@ -222,8 +222,8 @@ TEST(InterpreterDonationTest, SplitMasterWeightsTrainsAsTheStepItCameFrom) {
     lo_split = (*b)[2];
     m_split = (*b)[3];
     v_split = (*b)[4];
-    EXPECT_TRUE(hi_split.view(torch::kShort).equal(p_plain.to(torch::kBFloat16).view(torch::kShort)));
-    at::Tensor tie = p_plain.view(torch::kInt).bitwise_and(0xffff).eq(0x8000);
+    EXPECT_TRUE(hi_split.view(at::kShort).equal(p_plain.to(at::kBFloat16).view(at::kShort)));
+    at::Tensor tie = p_plain.view(at::kInt).bitwise_and(0xffff).eq(0x8000);
     at::Tensor joined = JoinSplitTensor(hi_split, lo_split);
     EXPECT_TRUE(joined.masked_select(tie.logical_not()).equal(p_plain.masked_select(tie.logical_not())));
     p_plain = joined;  // both go on from the same master

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
 #include "magi/backend/torch_executable.h"
@@ -72,7 +72,7 @@ TEST(InterpreterProfileTest, ATimedCollectiveKeepsTheThreadsOwnTimeOnItsStart) {
                                                                               std::chrono::milliseconds(40)))
                   .ok());
   (*executable)->set_profile_nodes(true);
-  absl::StatusOr<std::vector<at::Tensor>> outputs = (*executable)->Run({torch::ones({8})});
+  absl::StatusOr<std::vector<at::Tensor>> outputs = (*executable)->Run({at::ones({8})});
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   const RunStats& stats = (*executable)->last_run_stats();
   ASSERT_EQ(stats.node_seconds.size(), 3u);

@@ -2,7 +2,7 @@
 // PyTorch 1.13, at build time), imported, run by the interpreter and compared with what
 // PyTorch computed eagerly: forward outputs, and for joint graphs the loss, every
 // parameter gradient autograd produced, and BatchNorm's updated running statistics.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 

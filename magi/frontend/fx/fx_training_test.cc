@@ -3,7 +3,8 @@
 // same initial state, same per-rank batches, torch.optim.AdamW), both produced at build time.
 //
 // The test binary is its own worker: a gtest case launches it with the local launcher
-// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and MAGI_FX_WORKER naming the model.
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and MAGI_FX_WORKER naming the model; with
+// MAGI_FX_RESUME_DIR the same processes then check a checkpoint resume against that run.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -134,6 +135,92 @@ absl::StatusOr<GlooWorld> ConnectGloo(const DistributedEnv& env) {
   return world;
 }
 
+// Rank `rank`'s batch of step `step` of the reference run at world size `w` ("w2/"), in the
+// trainer's data_inputs() order.
+absl::StatusOr<std::vector<at::Tensor>> ReferenceBatch(const std::map<std::string, at::Tensor>& ref,
+                                                       const FxTrainer& trainer, const std::string& w, int step,
+                                                       int rank) {
+  const std::string prefix = absl::StrCat(w, "step", step, "/rank", rank, "/");
+  std::vector<at::Tensor> batch;
+  for (const std::string& name : trainer.data_inputs()) {
+    auto it = ref.find(prefix + name);
+    if (it == ref.end()) return absl::NotFoundError("the reference has no " + prefix + name);
+    batch.push_back(it->second);
+  }
+  return batch;
+}
+
+// Checkpoints: the straight run of kSteps steps (RunWorker's, checked against PyTorch) against
+// one that saves after 2 steps and a new trainer (a new import, as a restarted process has) that
+// loads that checkpoint and takes the rest: the resumed losses, AdamW state and buffers
+// (BatchNorm's running statistics) must be bitwise the straight run's, and the resumed trainer
+// must have counted the steps.
+absl::Status CheckResume(const std::string& model, const std::string& root, const DistributedEnv& env,
+                         const GlooWorld& world, const std::map<std::string, at::Tensor>& ref,
+                         const FxTrainer& straight, const std::vector<double>& straight_losses) {
+  const ModelCase c = CaseFor(model);
+  auto make_trainer = [&]() -> absl::StatusOr<std::unique_ptr<FxTrainer>> {
+    MAGI_ASSIGN_OR_RETURN(FxImport imported, ImportFxFile(c.joint));
+    FxTrainOptions options;
+    options.shard_groups = c.groups;
+    return FxTrainer::Create(std::move(imported), world.communicator, options);
+  };
+  const std::string w = absl::StrCat("w", env.world_size, "/");
+  auto run = [&](FxTrainer& trainer, int from, int to, std::vector<double>& losses) -> absl::Status {
+    for (int step = from; step < to; ++step) {
+      MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> batch, ReferenceBatch(ref, trainer, w, step, env.rank));
+      MAGI_ASSIGN_OR_RETURN(double loss, trainer.Step(batch));
+      losses.push_back(loss);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<double> first_losses, resumed_losses;
+  MAGI_ASSIGN_OR_RETURN(std::unique_ptr<FxTrainer> first, make_trainer());
+  MAGI_RETURN_IF_ERROR(run(*first, 0, 2, first_losses));
+  CheckpointOptions save;
+  save.config = model;
+  if (absl::Status s = first->SaveCheckpoint(root, save); !s.ok()) {
+    return absl::InternalError(absl::StrCat("save: ", s.message()));
+  }
+
+  MAGI_ASSIGN_OR_RETURN(std::unique_ptr<FxTrainer> resumed, make_trainer());
+  absl::Status wrong_config = resumed->LoadCheckpoint(root, "another model");
+  if (wrong_config.ok()) return absl::InternalError("a checkpoint of another config was loaded");
+  if (absl::Status s = resumed->LoadCheckpoint(root, model); !s.ok()) {
+    return absl::InternalError(absl::StrCat("load: ", s.message()));
+  }
+  if (resumed->steps_taken() != 2) {
+    return absl::InternalError(absl::StrCat("the resumed trainer counts ", resumed->steps_taken()));
+  }
+  MAGI_RETURN_IF_ERROR(run(*resumed, 2, kSteps, resumed_losses));
+
+  for (int step = 2; step < kSteps; ++step) {
+    if (resumed_losses[step - 2] != straight_losses[step]) {
+      return absl::InternalError(absl::StrCat("step ", step, ": resumed loss ", resumed_losses[step - 2],
+                                              " vs straight ", straight_losses[step]));
+    }
+  }
+  auto bitwise = [](const std::map<std::string, at::Tensor>& got, const std::map<std::string, at::Tensor>& want,
+                    const std::string& what) -> std::string {
+    if (got.size() != want.size()) return what + ": different tensors";
+    for (const auto& [name, tensor] : want) {
+      auto it = got.find(name);
+      if (it == got.end() || !at::equal(it->second, tensor)) return what + " " + name + " differs";
+    }
+    return "";
+  };
+  for (const std::string& failure : {bitwise(resumed->state(), straight.state(), "AdamW state"),
+                                     bitwise(resumed->buffers(), straight.buffers(), "buffer")}) {
+    if (!failure.empty()) return absl::InternalError("resumed vs straight: " + failure);
+  }
+  if (env.rank == 0) {
+    std::cout << model << ", world " << env.world_size << ": resumed after 2 of " << kSteps << " steps, "
+              << straight.state().size() << " state tensors and " << straight.buffers().size()
+              << " buffers bitwise the straight run's (wrong config refused: " << wrong_config.message() << ")\n";
+  }
+  return absl::OkStatus();
+}
+
 int RunWorker(const std::string& model) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));
@@ -161,17 +248,14 @@ int RunWorker(const std::string& model) {
   }
   const std::string w = absl::StrCat("w", env->world_size, "/");
   double worst_loss = 0;
+  std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
-    const std::string prefix = absl::StrCat(w, "step", step, "/rank", env->rank, "/");
-    std::vector<at::Tensor> batch;
-    for (const std::string& name : (*trainer)->data_inputs()) {
-      auto it = ref->find(prefix + name);
-      if (it == ref->end()) return Fail("the reference has no " + prefix + name);
-      batch.push_back(it->second);
-    }
-    absl::StatusOr<double> loss = (*trainer)->Step(batch);
+    absl::StatusOr<std::vector<at::Tensor>> batch = ReferenceBatch(*ref, **trainer, w, step, env->rank);
+    if (!batch.ok()) return Fail(std::string(batch.status().message()));
+    absl::StatusOr<double> loss = (*trainer)->Step(*batch);
     if (!loss.ok()) return Fail(std::string(loss.status().message()));
-    double want = ref->at(prefix + "loss").item<double>();
+    losses.push_back(*loss);
+    double want = ref->at(absl::StrCat(w, "step", step, "/rank", env->rank, "/loss")).item<double>();
     double diff = std::abs(*loss - want);
     worst_loss = std::max(worst_loss, diff / std::max(1.0, std::abs(want)));
     std::cout << "rank " << env->rank << " step " << step << " loss " << *loss << " (PyTorch " << want << ")\n";
@@ -229,96 +313,9 @@ int RunWorker(const std::string& model) {
   std::cout << "rank " << env->rank << ": " << kSteps << " steps, losses within " << worst_loss << " (relative), "
             << checked << " parameters and " << buffers << " buffers within " << worst
             << (tolerance.tensors > 0 ? " (elementwise)" : " (L2, of the movement / of the buffer)") << " of PyTorch\n";
-  return 0;
-}
-
-// Rank `rank`'s batch of step `step` of the reference run at world size `w` ("w2/"), in the
-// trainer's data_inputs() order.
-absl::StatusOr<std::vector<at::Tensor>> ReferenceBatch(const std::map<std::string, at::Tensor>& ref,
-                                                       const FxTrainer& trainer, const std::string& w, int step,
-                                                       int rank) {
-  const std::string prefix = absl::StrCat(w, "step", step, "/rank", rank, "/");
-  std::vector<at::Tensor> batch;
-  for (const std::string& name : trainer.data_inputs()) {
-    auto it = ref.find(prefix + name);
-    if (it == ref.end()) return absl::NotFoundError("the reference has no " + prefix + name);
-    batch.push_back(it->second);
-  }
-  return batch;
-}
-
-// Checkpoints: a run of kSteps steps against one that saves after 2 steps and a new trainer
-// (a new import, as a restarted process has) that loads that checkpoint and takes the rest:
-// the resumed losses, parameters, AdamW state and buffers (BatchNorm's running statistics)
-// must be bitwise the straight run's, and the resumed trainer must have counted the steps.
-int RunResumeWorker(const std::string& model, const std::string& root) {
-  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
-  if (!env.ok()) return Fail(std::string(env.status().message()));
-  absl::StatusOr<GlooWorld> world = ConnectGloo(*env);
-  if (!world.ok()) return Fail(std::string(world.status().message()));
-  const ModelCase c = CaseFor(model);
-  absl::StatusOr<std::map<std::string, at::Tensor>> ref = ReadReference(c.reference);
-  if (!ref.ok()) return Fail(std::string(ref.status().message()));
-  auto make_trainer = [&]() -> absl::StatusOr<std::unique_ptr<FxTrainer>> {
-    MAGI_ASSIGN_OR_RETURN(FxImport imported, ImportFxFile(c.joint));
-    FxTrainOptions options;
-    options.shard_groups = c.groups;
-    return FxTrainer::Create(std::move(imported), world->communicator, options);
-  };
-  const std::string w = absl::StrCat("w", env->world_size, "/");
-  auto run = [&](FxTrainer& trainer, int from, int to, std::vector<double>& losses) -> absl::Status {
-    for (int step = from; step < to; ++step) {
-      MAGI_ASSIGN_OR_RETURN(std::vector<at::Tensor> batch, ReferenceBatch(*ref, trainer, w, step, env->rank));
-      MAGI_ASSIGN_OR_RETURN(double loss, trainer.Step(batch));
-      losses.push_back(loss);
-    }
-    return absl::OkStatus();
-  };
-  std::vector<double> straight_losses, first_losses, resumed_losses;
-  auto straight = make_trainer();
-  if (!straight.ok()) return Fail(std::string(straight.status().message()));
-  if (absl::Status s = run(**straight, 0, kSteps, straight_losses); !s.ok()) return Fail(std::string(s.message()));
-
-  auto first = make_trainer();
-  if (!first.ok()) return Fail(std::string(first.status().message()));
-  if (absl::Status s = run(**first, 0, 2, first_losses); !s.ok()) return Fail(std::string(s.message()));
-  CheckpointOptions save;
-  save.config = model;
-  if (absl::Status s = (*first)->SaveCheckpoint(root, save); !s.ok()) return Fail("save: " + std::string(s.message()));
-
-  auto resumed = make_trainer();
-  if (!resumed.ok()) return Fail(std::string(resumed.status().message()));
-  absl::Status wrong_config = (*resumed)->LoadCheckpoint(root, "another model");
-  if (wrong_config.ok()) return Fail("a checkpoint of another config was loaded");
-  if (absl::Status s = (*resumed)->LoadCheckpoint(root, model); !s.ok()) {
-    return Fail("load: " + std::string(s.message()));
-  }
-  if ((*resumed)->steps_taken() != 2) return Fail("the resumed trainer counts " + std::to_string((*resumed)->steps_taken()));
-  if (absl::Status s = run(**resumed, 2, kSteps, resumed_losses); !s.ok()) return Fail(std::string(s.message()));
-
-  for (int step = 2; step < kSteps; ++step) {
-    if (resumed_losses[step - 2] != straight_losses[step]) {
-      return Fail(absl::StrCat("step ", step, ": resumed loss ", resumed_losses[step - 2], " vs straight ",
-                               straight_losses[step]));
-    }
-  }
-  auto bitwise = [](const std::map<std::string, at::Tensor>& got, const std::map<std::string, at::Tensor>& want,
-                    const std::string& what) -> std::string {
-    if (got.size() != want.size()) return what + ": different tensors";
-    for (const auto& [name, tensor] : want) {
-      auto it = got.find(name);
-      if (it == got.end() || !at::equal(it->second, tensor)) return what + " " + name + " differs";
-    }
-    return "";
-  };
-  for (const std::string& failure : {bitwise((*resumed)->state(), (*straight)->state(), "AdamW state"),
-                                     bitwise((*resumed)->buffers(), (*straight)->buffers(), "buffer")}) {
-    if (!failure.empty()) return Fail("resumed vs straight: " + failure);
-  }
-  if (env->rank == 0) {
-    std::cout << model << ", world " << env->world_size << ": resumed after 2 of " << kSteps << " steps, "
-              << (*straight)->state().size() << " state tensors and " << (*straight)->buffers().size()
-              << " buffers bitwise the straight run's (wrong config refused: " << wrong_config.message() << ")\n";
+  if (const char* root = std::getenv("MAGI_FX_RESUME_DIR")) {
+    absl::Status resumed = CheckResume(model, root, *env, *world, *ref, **trainer, losses);
+    if (!resumed.ok()) return Fail(std::string(resumed.message()));
   }
   return 0;
 }
@@ -337,14 +334,14 @@ TEST(FxTrainingTest, LlamaWithBucketingAndOverlapMatchesPyTorchOnTwoRanks) {
   EXPECT_EQ(Launch(2, "llama", {{"MAGI_FX_PASSES", "bucket-collectives{max_mb=64},schedule-overlap{prefetch=2}"}}), 0);
 }
 TEST(FxTrainingTest, Resnet18MatchesPyTorchOnOneRank) { EXPECT_EQ(Launch(1, "resnet18_train"), 0); }
-TEST(FxTrainingTest, Resnet18MatchesPyTorchOnTwoRanks) { EXPECT_EQ(Launch(2, "resnet18_train"), 0); }
-TEST(FxTrainingTest, Resnet18MatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "resnet18_train"), 0); }
-
-TEST(FxTrainingTest, Resnet18ResumesBitwiseFromACheckpointOnTwoRanks) {
+// On two ranks the processes that matched PyTorch then resume from a checkpoint (one launch
+// of resnet18 less than a case of its own; the resume compares with that same run).
+TEST(FxTrainingTest, Resnet18MatchesPyTorchAndResumesBitwiseFromACheckpointOnTwoRanks) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   std::string root = std::string(tmp != nullptr ? tmp : "/tmp") + "/fx_resume_checkpoint";
   EXPECT_EQ(Launch(2, "resnet18_train", {{"MAGI_FX_RESUME_DIR", root}}), 0);
 }
+TEST(FxTrainingTest, Resnet18MatchesPyTorchOnFourRanks) { EXPECT_EQ(Launch(4, "resnet18_train"), 0); }
 
 TEST(FsdpPlanFromModulePrefixesTest, LongestPrefixClaimsAndErrorsNameTheCause) {
   absl::StatusOr<FxImport> imported = ImportFxFile(CaseFor("llama").joint);
@@ -369,10 +366,7 @@ TEST(FsdpPlanFromModulePrefixesTest, LongestPrefixClaimsAndErrorsNameTheCause) {
 
 int main(int argc, char** argv) {
   magi::g_self = argv[0];
-  if (const char* model = std::getenv("MAGI_FX_WORKER")) {
-    if (const char* root = std::getenv("MAGI_FX_RESUME_DIR")) return magi::RunResumeWorker(model, root);
-    return magi::RunWorker(model);
-  }
+  if (const char* model = std::getenv("MAGI_FX_WORKER")) return magi::RunWorker(model);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

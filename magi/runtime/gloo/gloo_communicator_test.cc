@@ -2,8 +2,8 @@
 // MAGI_GLOO_TEST names the scenario a worker runs (the local launcher sets RANK etc.).
 #include "magi/runtime/gloo/gloo_communicator.h"
 
+#include <ATen/ATen.h>
 #include <signal.h>
-#include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -50,8 +50,8 @@ void WaitForRank1Report() {
 // and whether timing() was empty before the wait.
 int RunTimingWorker(Communicator& communicator, int rank) {
   if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  auto first = communicator.Start(CollectiveKind::kAllReduce, {torch::ones({1024})}, "sum");
-  auto second = communicator.Start(CollectiveKind::kAllReduce, {torch::ones({1024})}, "sum");
+  auto first = communicator.Start(CollectiveKind::kAllReduce, {at::ones({1024})}, "sum");
+  auto second = communicator.Start(CollectiveKind::kAllReduce, {at::ones({1024})}, "sum");
   if (!first.ok() || !second.ok()) return 5;
   const bool empty_before = !(*first)->timing().has_value();
   if (!(*first)->Wait().ok() || !(*second)->Wait().ok()) return 6;
@@ -83,13 +83,13 @@ int RunValuesWorker(Communicator& communicator, int rank) {
     return handle.ok() ? (*handle)->Wait() : absl::StatusOr<std::vector<at::Tensor>>(handle.status());
   };
   auto gather_inputs = [](int64_t r) {
-    return std::vector<at::Tensor>{torch::full({2, 3}, static_cast<double>(r)), torch::arange(4, torch::kLong) + 10 * r,
-                                   torch::full({1}, r + 0.5, torch::kDouble)};
+    return std::vector<at::Tensor>{at::full({2, 3}, static_cast<double>(r)), at::arange(4, at::kLong) + 10 * r,
+                                   at::full({1}, r + 0.5, at::kDouble)};
   };
   auto reduce_inputs = [](int64_t r) {
-    return std::vector<at::Tensor>{torch::arange(12, torch::kFloat).reshape({6, 2}) * (r + 1),
-                                   torch::arange(3, torch::kDouble) + r, torch::arange(9, torch::kInt).reshape({3, 3}) - r,
-                                   torch::arange(3, torch::kFloat).reshape({3, 1}).expand({3, 2}) + r};  // strided
+    return std::vector<at::Tensor>{at::arange(12, at::kFloat).reshape({6, 2}) * (r + 1),
+                                   at::arange(3, at::kDouble) + r, at::arange(9, at::kInt).reshape({3, 3}) - r,
+                                   at::arange(3, at::kFloat).reshape({3, 1}).expand({3, 2}) + r};  // strided
   };
   std::string mismatch;
   auto expect = [&](const std::string& what, const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
@@ -97,7 +97,7 @@ int RunValuesWorker(Communicator& communicator, int rank) {
     if (got.size() != want.size()) mismatch = what + ": wrong number of results";
     for (size_t i = 0; mismatch.empty() && i < got.size(); ++i) {
       if (got[i].scalar_type() != want[i].scalar_type() || !got[i].sizes().equals(want[i].sizes()) ||
-          !torch::equal(got[i], want[i])) {
+          !at::equal(got[i], want[i])) {
         std::ostringstream text;
         text << what << " result " << i << ": got " << got[i] << " want " << want[i];
         mismatch = text.str();
@@ -113,7 +113,7 @@ int RunValuesWorker(Communicator& communicator, int rank) {
   for (size_t i = 0; i < 3; ++i) {
     std::vector<at::Tensor> parts;
     for (int r = 0; r < world; ++r) parts.push_back(gather_inputs(r)[i]);
-    want_gathered.push_back(torch::cat(parts));
+    want_gathered.push_back(at::cat(parts));
   }
   expect("all_gather", *gathered, want_gathered);
   std::vector<at::Tensor> sums = reduce_inputs(0);
@@ -140,27 +140,27 @@ int RunValuesWorker(Communicator& communicator, int rank) {
     expect("reduce_scatter " + op, *scattered, want_scattered);
   }
   absl::StatusOr<std::vector<at::Tensor>> uneven =
-      run(CollectiveKind::kReduceScatter, {torch::ones({6}), torch::ones({5})}, "sum");
+      run(CollectiveKind::kReduceScatter, {at::ones({6}), at::ones({5})}, "sum");
   absl::StatusOr<std::vector<at::Tensor>> int_avg =
-      run(CollectiveKind::kAllReduce, {torch::ones({2}), torch::ones({3}, torch::kInt)}, "avg");
+      run(CollectiveKind::kAllReduce, {at::ones({2}), at::ones({3}, at::kInt)}, "avg");
   if (int_avg.ok() || int_avg.status().message() != absl::StrCat("rank ", rank,
                                                                  ": magi::all_reduce_start on group 'dp': input 1 is "
                                                                  "Int; avg reduces floating-point tensors only")) {
     mismatch = "avg of an Int tensor: " + int_avg.status().ToString();
   }
   absl::StatusOr<std::vector<at::Tensor>> bf16 =
-      run(CollectiveKind::kAllReduce, {torch::ones({2}), torch::ones({2}, torch::kBFloat16)}, "sum");
+      run(CollectiveKind::kAllReduce, {at::ones({2}), at::ones({2}, at::kBFloat16)}, "sum");
   if (bf16.ok() || bf16.status().message() !=
                        absl::StrCat("rank ", rank,
                                     ": magi::all_reduce_start on group 'dp': input 1: the Gloo communicator cannot "
                                     "reduce BFloat16 tensors (f32, f64, i32, i64)")) {
     mismatch = "a BFloat16 reduction: " + bf16.status().ToString();
   }
-  absl::StatusOr<std::vector<at::Tensor>> after = run(CollectiveKind::kAllReduce, {torch::ones({2})}, "sum");
+  absl::StatusOr<std::vector<at::Tensor>> after = run(CollectiveKind::kAllReduce, {at::ones({2})}, "sum");
   std::ostringstream report;
   report << (mismatch.empty() ? "OK" : "MISMATCH") << "\n0\n"
          << (mismatch.empty() ? std::string(uneven.status().message()) : mismatch) << "\n"
-         << (after.ok() && torch::equal((*after)[0], torch::full({2}, static_cast<double>(world))) ? "usable-after"
+         << (after.ok() && at::equal((*after)[0], at::full({2}, static_cast<double>(world))) ? "usable-after"
                                                                                                   : "broken-after");
   Report(report.str());
   if (rank != 1) WaitForRank1Report();
@@ -187,7 +187,7 @@ int RunWorker(const std::string& scenario) {
     return 0;
   }
   auto start = std::chrono::steady_clock::now();
-  auto handle = (*communicator)->Start(CollectiveKind::kAllReduce, {torch::ones({1024})}, "sum");
+  auto handle = (*communicator)->Start(CollectiveKind::kAllReduce, {at::ones({1024})}, "sum");
   absl::Status status = handle.ok() ? (*handle)->Wait().status() : handle.status();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::ostringstream report;
