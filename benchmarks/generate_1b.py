@@ -67,6 +67,10 @@ MAGI_RUNS = [
     # Batch-invariant: every graph has `batch` rows (--invariant_batch), run batched at that shape.
     ("Magi nccl_stream + CUDA graph, deterministic", "nccl_stream{cuda_graph=true}",
      ["--deterministic", "--invariant_batch={batch}"]),
+    # The same with the Inductor partitions, compiled in deterministic mode (the row issue #42's
+    # "at most 15% slower than the default mode" compares with row 1).
+    ("Magi nccl_stream + CUDA graph + inductor, deterministic", "nccl_stream{cuda_graph=true}",
+     ["--partition_backends=inductor", "--deterministic", "--invariant_batch={batch}"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),

@@ -471,10 +471,18 @@ void CheckWorld(int world) {
   EXPECT_EQ(Number(r, "decode_bytes") + Number(r, "prefill_sequences"), 3 * kLength);
   // Donation: the decode graph's planned peak counts the cache once.
   // Without it the caller's old cache and the new one coexist: at the end of the step one
-  // whole cache more is live; the peak grows by what of the new cache exists at the peak
-  // (here, a 16 KiB cache beside half a MiB of weights: the first layer's, half of it).
+  // whole cache more is live; the peak grows by what of the new cache exists at the peak.
+  // Sharded, a 16 KiB cache beside half a MiB of gathered weights peaks at the first layer's
+  // gather: half of it. At world 1 nothing is gathered (the identity all-gathers are elided)
+  // and the peak moves to the step's end, where nearly all of the new cache exists (16,256 of
+  // its 16,384 bytes here): more than half, at most all of it.
   EXPECT_EQ(Number(r, "big_end_copied") - Number(r, "big_end_donated"), Number(r, "big_cache_bytes"));
-  EXPECT_EQ(Number(r, "planned_copied") - Number(r, "planned_donated"), Number(r, "cache_bytes") / 2);
+  if (world > 1) {
+    EXPECT_EQ(Number(r, "planned_copied") - Number(r, "planned_donated"), Number(r, "cache_bytes") / 2);
+  } else {
+    EXPECT_GT(Number(r, "planned_copied") - Number(r, "planned_donated"), Number(r, "cache_bytes") / 2);
+    EXPECT_LE(Number(r, "planned_copied") - Number(r, "planned_donated"), Number(r, "cache_bytes"));
+  }
   EXPECT_GT(Number(r, "big_planned_copied") - Number(r, "big_planned_donated"), Number(r, "big_cache_bytes") / 2);
   // Prefill buckets: the same bytes, logits within the tolerance; each prefill computed
   // its bucket (4 or 8 positions), not the window of 16.

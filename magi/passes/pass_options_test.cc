@@ -32,6 +32,7 @@ constexpr const char* kCanonicalSpecs[] = {
     "cse",
     "dce",
     "elide-copies",
+    "elide-single-rank-collectives",
     "hoist-weight-preparation",
     "recompute-fusible",
     "reshard-after-forward{mode=reshard}",

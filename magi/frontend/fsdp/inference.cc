@@ -207,9 +207,11 @@ absl::StatusOr<std::unique_ptr<FsdpInference>> FsdpInference::Create(torch::nn::
   options.optimization.weight_preparation = inference_options.weight_preparation;
   // Every layer's attention turns the same mask into the same additive bias (SDPA's bool-mask
   // conversion, traced once per call): common subexpression elimination keeps one per graph.
-  // (Not in the training default: a training step's plans and hashes are tabled as they are.)
+  // At world 1 the weights' all-gathers are identities that would cut every layer (each
+  // RMSNorm) between two partitions: they go. (Neither is in the training default: a
+  // training step's plans and hashes are tabled as they are.)
   if (options.optimization.canonicalize == OptimizationOptions().canonicalize) {
-    options.optimization.canonicalize = "elide-copies,slice-grads-to-cat,cse,dce";
+    options.optimization.canonicalize = "elide-single-rank-collectives,elide-copies,slice-grads-to-cat,cse,dce";
   }
   if (options.deterministic && inference_options.batch_invariance == BatchInvariance::kUnrolled) {
     // The unrolled copies share each gathered weight, which concat-matmuls leaves alone,
