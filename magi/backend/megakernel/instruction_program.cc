@@ -1,0 +1,282 @@
+#include "magi/backend/megakernel/instruction_program.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <queue>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace magi::megakernel {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows per tile: the smallest multiple of `granule` that splits `rows` into at most `sms` tiles.
+int64_t AutoTileRows(int64_t rows, int64_t granule, int sms) {
+  return std::max<int64_t>(granule, CeilDiv(CeilDiv(rows, sms), granule) * granule);
+}
+
+class Builder {
+ public:
+  Builder(const DecodeModel& model, const ProgramOptions& options) : m_(model), options_(options) {
+    program_.model = model;
+    program_.options = options;
+  }
+
+  Program Build() {
+    const int embed_done = AddCounter("embed");
+    ForTiles(m_.dim, TileRows(m_.dim), [&](int64_t r0, int64_t r1) {
+      Instruction& in = Add(Opcode::kEmbed, -1, r0, r1, 0, m_.batch, (r1 - r0) * m_.batch * m_.weight_bytes_per_element);
+      in.accesses = {Read(Buffer::kTokens, -1, 0, m_.batch, 0, 1), Write(Buffer::kHidden, -1, 0, m_.batch, r0, r1)};
+      Signal(in, embed_done);
+    });
+    int hidden_ready = embed_done;
+    for (int layer = 0; layer < m_.n_layers; ++layer) hidden_ready = AddLayer(layer, hidden_ready);
+    const int logits_done = AddCounter("logits");
+    ForTiles(m_.vocab, TileRows(m_.vocab), [&](int64_t r0, int64_t r1) {
+      Instruction& in = Add(Opcode::kLogits, -1, r0, r1, 0, m_.batch, MatrixBytes(r1 - r0, m_.dim) + NormBytes());
+      in.accesses = {Read(Buffer::kHidden, -1, 0, m_.batch, 0, m_.dim), Write(Buffer::kLogits, -1, 0, m_.batch, r0, r1)};
+      Wait(in, hidden_ready);
+      Signal(in, logits_done);
+    });
+    for (int64_t b = 0; b < m_.batch; ++b) {
+      Instruction& in = Add(Opcode::kArgmax, -1, 0, m_.vocab, b, b + 1, 0);
+      in.accesses = {Read(Buffer::kLogits, -1, b, b + 1, 0, m_.vocab), Write(Buffer::kTokens, -1, b, b + 1, 0, 1)};
+      Wait(in, logits_done);
+    }
+    Place();
+    return std::move(program_);
+  }
+
+ private:
+  // Adds layer `layer`'s instructions after the counter `hidden_ready` (the hidden state's
+  // last writers); returns the counter of its own last writers.
+  int AddLayer(int layer, int hidden_ready) {
+    const int64_t hd = m_.head_dim, heads = m_.n_heads + 2 * m_.n_kv_heads, group = m_.group_size();
+    // The kv group of concatenated head h: q heads h / group, then k heads, then v heads.
+    auto group_of_head = [&](int64_t h) {
+      return h < m_.n_heads ? h / group : (h < m_.n_heads + m_.n_kv_heads ? h - m_.n_heads : h - m_.n_heads - m_.n_kv_heads);
+    };
+    std::vector<int> qkv_done(m_.n_kv_heads);
+    for (int64_t g = 0; g < m_.n_kv_heads; ++g) qkv_done[g] = AddCounter(absl::StrCat("qkv.", layer, ".g", g));
+    const int64_t heads_per_tile =
+        options_.qkv_heads_per_tile > 0 ? options_.qkv_heads_per_tile : std::max<int64_t>(1, CeilDiv(heads, options_.num_sms));
+    ForTiles(heads, heads_per_tile, [&](int64_t h0, int64_t h1) {
+      Instruction& in = Add(Opcode::kQkv, layer, h0 * hd, h1 * hd, 0, m_.batch, MatrixBytes((h1 - h0) * hd, m_.dim) + NormBytes());
+      in.accesses = {Read(Buffer::kHidden, -1, 0, m_.batch, 0, m_.dim), Write(Buffer::kQkv, -1, 0, m_.batch, h0 * hd, h1 * hd)};
+      for (int64_t h = h0; h < h1; ++h) {  // k and v heads go into the cache at this step's position
+        if (h >= m_.n_heads + m_.n_kv_heads) {
+          const int64_t v = h - m_.n_heads - m_.n_kv_heads;
+          in.accesses.push_back(Write(Buffer::kValueCache, layer, 0, m_.batch, v * hd, (v + 1) * hd));
+        } else if (h >= m_.n_heads) {
+          const int64_t k = h - m_.n_heads;
+          in.accesses.push_back(Write(Buffer::kKeyCache, layer, 0, m_.batch, k * hd, (k + 1) * hd));
+        }
+      }
+      Wait(in, hidden_ready);
+      std::vector<int64_t> groups;
+      for (int64_t h = h0; h < h1; ++h) groups.push_back(group_of_head(h));
+      std::sort(groups.begin(), groups.end());
+      groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+      for (int64_t g : groups) Signal(in, qkv_done[g]);
+    });
+    const int attention_done = AddCounter(absl::StrCat("attention.", layer));
+    const int64_t cache_bytes = 2 * hd * (m_.window / 2) * m_.weight_bytes_per_element;  // k and v, half the window
+    for (int64_t g = 0; g < m_.n_kv_heads; ++g) {
+      for (int64_t b = 0; b < m_.batch; ++b) {
+        Instruction& in = Add(Opcode::kAttention, layer, g, g + 1, b, b + 1, cache_bytes);
+        in.accesses = {Read(Buffer::kQkv, -1, b, b + 1, g * group * hd, (g + 1) * group * hd),
+                       Read(Buffer::kKeyCache, layer, b, b + 1, g * hd, (g + 1) * hd),
+                       Read(Buffer::kValueCache, layer, b, b + 1, g * hd, (g + 1) * hd),
+                       Write(Buffer::kAttention, -1, b, b + 1, g * group * hd, (g + 1) * group * hd)};
+        Wait(in, qkv_done[g]);
+        Signal(in, attention_done);
+      }
+    }
+    const int o_done = AddCounter(absl::StrCat("o_proj.", layer));
+    ForTiles(m_.dim, TileRows(m_.dim), [&](int64_t r0, int64_t r1) {
+      Instruction& in = Add(Opcode::kOProj, layer, r0, r1, 0, m_.batch, MatrixBytes(r1 - r0, m_.dim));
+      in.accesses = {Read(Buffer::kAttention, -1, 0, m_.batch, 0, m_.dim), Read(Buffer::kHidden, -1, 0, m_.batch, r0, r1),
+                     Write(Buffer::kHidden, -1, 0, m_.batch, r0, r1)};
+      Wait(in, attention_done);
+      Signal(in, o_done);
+    });
+    const int gate_up_done = AddCounter(absl::StrCat("gate_up.", layer));
+    ForTiles(m_.ffn_hidden, TileRows(m_.ffn_hidden), [&](int64_t r0, int64_t r1) {
+      Instruction& in = Add(Opcode::kGateUp, layer, r0, r1, 0, m_.batch, 2 * MatrixBytes(r1 - r0, m_.dim) + NormBytes());
+      in.accesses = {Read(Buffer::kHidden, -1, 0, m_.batch, 0, m_.dim), Write(Buffer::kActivation, -1, 0, m_.batch, r0, r1)};
+      Wait(in, o_done);
+      Signal(in, gate_up_done);
+    });
+    const int down_done = AddCounter(absl::StrCat("down.", layer));
+    ForTiles(m_.dim, TileRows(m_.dim), [&](int64_t r0, int64_t r1) {
+      Instruction& in = Add(Opcode::kDown, layer, r0, r1, 0, m_.batch, MatrixBytes(r1 - r0, m_.ffn_hidden));
+      in.accesses = {Read(Buffer::kActivation, -1, 0, m_.batch, 0, m_.ffn_hidden),
+                     Read(Buffer::kHidden, -1, 0, m_.batch, r0, r1), Write(Buffer::kHidden, -1, 0, m_.batch, r0, r1)};
+      Wait(in, gate_up_done);
+      Signal(in, down_done);
+    });
+    return down_done;
+  }
+
+  int64_t TileRows(int64_t rows) const {
+    return options_.tile_rows > 0 ? options_.tile_rows : AutoTileRows(rows, 16, options_.num_sms);
+  }
+  int64_t MatrixBytes(int64_t rows, int64_t cols) const { return rows * cols * m_.weight_bytes_per_element; }
+  int64_t NormBytes() const { return m_.dim * m_.weight_bytes_per_element; }
+
+  static void ForTiles(int64_t count, int64_t per_tile, const std::function<void(int64_t, int64_t)>& body) {
+    for (int64_t begin = 0; begin < count; begin += per_tile) body(begin, std::min(count, begin + per_tile));
+  }
+
+  int AddCounter(std::string name) {
+    program_.counters.push_back({std::move(name), 0});
+    return static_cast<int>(program_.counters.size()) - 1;
+  }
+  Instruction& Add(Opcode opcode, int layer, int64_t r0, int64_t r1, int64_t b0, int64_t b1, int64_t bytes) {
+    Instruction& in = program_.instructions.emplace_back();
+    in.opcode = opcode;
+    in.layer = layer;
+    in.row_begin = r0;
+    in.row_end = r1;
+    in.batch_begin = b0;
+    in.batch_end = b1;
+    in.bytes = bytes;
+    return in;
+  }
+  void Wait(Instruction& in, int counter) { in.waits.push_back(counter); }
+  void Signal(Instruction& in, int counter) {
+    in.signals.push_back(counter);
+    ++program_.counters[counter].increments;
+  }
+  static Access Read(Buffer buffer, int layer, int64_t b0, int64_t b1, int64_t r0, int64_t r1) {
+    return Access{buffer, layer, b0, b1, r0, r1, /*write=*/false};
+  }
+  static Access Write(Buffer buffer, int layer, int64_t b0, int64_t b1, int64_t r0, int64_t r1) {
+    return Access{buffer, layer, b0, b1, r0, r1, /*write=*/true};
+  }
+
+  // Each instruction on the SM with the least bytes so far (the lowest index on a tie), in
+  // the sequential order: consecutive instructions of a stage spread over the SMs.
+  void Place() {
+    using Load = std::pair<int64_t, int>;
+    std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads;
+    for (int sm = 0; sm < options_.num_sms; ++sm) loads.push({0, sm});
+    program_.queues.assign(options_.num_sms, {});
+    for (size_t i = 0; i < program_.instructions.size(); ++i) {
+      auto [load, sm] = loads.top();
+      loads.pop();
+      Instruction& in = program_.instructions[i];
+      in.sm = sm;
+      program_.queues[sm].push_back(static_cast<int>(i));
+      // Every instruction costs a little beyond its bytes (its waits, its launch in the queue),
+      // so that byte-free ones (argmax) spread too.
+      loads.push({load + in.bytes + 1, sm});
+    }
+  }
+
+  const DecodeModel& m_;
+  const ProgramOptions& options_;
+  Program program_;
+};
+
+}  // namespace
+
+absl::string_view OpcodeName(Opcode opcode) {
+  switch (opcode) {
+    case Opcode::kEmbed: return "embed";
+    case Opcode::kQkv: return "qkv";
+    case Opcode::kAttention: return "attention";
+    case Opcode::kOProj: return "o_proj";
+    case Opcode::kGateUp: return "gate_up";
+    case Opcode::kDown: return "down";
+    case Opcode::kLogits: return "logits";
+    case Opcode::kArgmax: return "argmax";
+  }
+  return "?";
+}
+
+absl::string_view BufferName(Buffer buffer) {
+  switch (buffer) {
+    case Buffer::kTokens: return "tokens";
+    case Buffer::kHidden: return "hidden";
+    case Buffer::kQkv: return "qkv";
+    case Buffer::kAttention: return "attention";
+    case Buffer::kActivation: return "activation";
+    case Buffer::kLogits: return "logits";
+    case Buffer::kKeyCache: return "key_cache";
+    case Buffer::kValueCache: return "value_cache";
+  }
+  return "?";
+}
+
+int64_t BufferRows(const DecodeModel& model, Buffer buffer) {
+  switch (buffer) {
+    case Buffer::kTokens: return 1;
+    case Buffer::kHidden: return model.dim;
+    case Buffer::kQkv: return model.qkv_rows();
+    case Buffer::kAttention: return model.n_heads * model.head_dim;
+    case Buffer::kActivation: return model.ffn_hidden;
+    case Buffer::kLogits: return model.vocab;
+    case Buffer::kKeyCache:
+    case Buffer::kValueCache: return model.n_kv_heads * model.head_dim;
+  }
+  return 0;
+}
+
+std::string Instruction::DebugString() const {
+  std::string what = absl::StrCat(OpcodeName(opcode), layer >= 0 ? absl::StrCat(" layer ", layer) : "");
+  if (opcode == Opcode::kAttention) {
+    absl::StrAppend(&what, " kv group ", row_begin, " sequence ", batch_begin);
+  } else if (opcode == Opcode::kArgmax) {
+    absl::StrAppend(&what, " sequence ", batch_begin);
+  } else {
+    absl::StrAppend(&what, " rows [", row_begin, ", ", row_end, ")");
+  }
+  if (sm >= 0) absl::StrAppend(&what, " on SM ", sm);
+  return what;
+}
+
+std::string Program::Summary() const {
+  struct Stage {
+    int instructions = 0;
+    int64_t rows = 0, bytes = 0;
+  };
+  std::map<Opcode, Stage> stages;
+  for (const Instruction& in : instructions) {
+    Stage& s = stages[in.opcode];
+    ++s.instructions;
+    s.rows = std::max(s.rows, in.row_end - in.row_begin);
+    s.bytes += in.bytes;
+  }
+  std::string out = absl::StrFormat("%d instructions, %d counters, %d SMs; weights %d bytes per step\n",
+                                    instructions.size(), counters.size(), queues.size(), model.weight_bytes());
+  for (const auto& [opcode, s] : stages) {
+    absl::StrAppendFormat(&out, "  %-9s %6d instructions, %5d rows per tile, %12d bytes\n", OpcodeName(opcode),
+                          s.instructions, s.rows, s.bytes);
+  }
+  int64_t most = 0, total = 0;
+  for (const std::vector<int>& queue : queues) {
+    int64_t bytes = 0;
+    for (int i : queue) bytes += instructions[i].bytes;
+    most = std::max(most, bytes);
+    total += bytes;
+  }
+  const double mean = queues.empty() ? 0 : static_cast<double>(total) / queues.size();
+  absl::StrAppendFormat(&out, "  SM bytes: most %d, mean %.0f (%.3fx)\n", most, mean, mean > 0 ? most / mean : 0.0);
+  return out;
+}
+
+absl::StatusOr<Program> BuildProgram(const DecodeModel& model, const ProgramOptions& options) {
+  if (absl::Status valid = model.Validate(); !valid.ok()) return valid;
+  if (options.num_sms <= 0) return absl::InvalidArgumentError(absl::StrCat("num_sms is ", options.num_sms, ", not positive"));
+  if (options.tile_rows < 0 || options.qkv_heads_per_tile < 0) {
+    return absl::InvalidArgumentError("tile_rows and qkv_heads_per_tile must not be negative (0: chosen)");
+  }
+  return Builder(model, options).Build();
+}
+
+}  // namespace magi::megakernel

@@ -1,0 +1,242 @@
+#include "magi/backend/megakernel/instruction_program.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "magi/backend/megakernel/decode_model.h"
+#include "magi/backend/megakernel/program_check.h"
+#include "magi/base/gtest_printers.h"
+
+namespace magi::megakernel {
+namespace {
+
+// llama.py's "1b" shape (the 953M benchmark model): byte vocabulary, window 1,152.
+DecodeModel Llama953M(int64_t batch) {
+  DecodeModel m;
+  m.batch = batch;
+  m.dim = 2048;
+  m.n_layers = 16;
+  m.n_heads = 16;
+  m.n_kv_heads = 16;
+  m.head_dim = 128;
+  m.ffn_hidden = 5632;
+  m.vocab = 256;
+  m.window = 1152;
+  return m;
+}
+
+int Count(const Program& program, Opcode opcode, int layer) {
+  return static_cast<int>(std::count_if(program.instructions.begin(), program.instructions.end(),
+                                        [&](const Instruction& in) { return in.opcode == opcode && in.layer == layer; }));
+}
+
+int IndexOf(const Program& program, Opcode opcode, int layer, int nth = 0) {
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& in = program.instructions[i];
+    if (in.opcode == opcode && in.layer == layer && nth-- == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+TEST(InstructionProgramTest, The953MStepOnAnH100IsCorrectInEveryOrder) {
+  for (int64_t batch : {1, 8}) {
+    absl::StatusOr<Program> program = BuildProgram(Llama953M(batch), ProgramOptions{});
+    ASSERT_TRUE(program.ok()) << program.status();
+    std::cout << "batch " << batch << ": " << program->Summary();
+    EXPECT_EQ(CheckProgram(*program), absl::OkStatus());
+    // Tiles: whole heads for qkv (48 heads, at most 132 tiles: one head each), 16 rows for
+    // the 2,048-row matrices, 48 for the 5,632 rows of gate/up (the smallest multiple of 16
+    // that makes at most 132 tiles); attention per kv group and sequence.
+    EXPECT_EQ(Count(*program, Opcode::kEmbed, -1), 128);
+    EXPECT_EQ(Count(*program, Opcode::kQkv, 3), 48);
+    EXPECT_EQ(Count(*program, Opcode::kAttention, 3), 16 * batch);
+    EXPECT_EQ(Count(*program, Opcode::kOProj, 3), 128);
+    EXPECT_EQ(Count(*program, Opcode::kGateUp, 3), 118);
+    EXPECT_EQ(Count(*program, Opcode::kDown, 3), 128);
+    EXPECT_EQ(Count(*program, Opcode::kLogits, -1), 16);
+    EXPECT_EQ(Count(*program, Opcode::kArgmax, -1), batch);
+    // Every weight matrix is streamed once per step.
+    int64_t matrix_bytes = 0;
+    for (const Instruction& in : program->instructions) {
+      if (in.opcode == Opcode::kOProj || in.opcode == Opcode::kDown) matrix_bytes += in.bytes;
+    }
+    EXPECT_EQ(matrix_bytes, 16 * 2 * (2048 * 2048 + 2048 * 5632));
+    // Bytes per SM within 10% of the mean: no SM holds up a stage much.
+    int64_t most = 0, total = 0;
+    for (const std::vector<int>& queue : program->queues) {
+      int64_t bytes = 0;
+      for (int i : queue) bytes += program->instructions[i].bytes;
+      most = std::max(most, bytes);
+      total += bytes;
+    }
+    EXPECT_LT(most, 1.1 * total / 132);
+  }
+}
+
+TEST(InstructionProgramTest, AnUnseenShapeWithGroupedQueryAttention) {
+  DecodeModel m;
+  m.batch = 8;
+  m.dim = 1536;
+  m.n_layers = 7;
+  m.n_heads = 12;
+  m.n_kv_heads = 4;
+  m.head_dim = 128;
+  m.ffn_hidden = 4096;
+  m.vocab = 1000;
+  m.window = 512;
+  absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{/*num_sms=*/78});
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(CheckProgram(*program), absl::OkStatus());
+  EXPECT_EQ(Count(*program, Opcode::kAttention, 6), 4 * 8);
+  // An attention instruction of group g waits only for the qkv tiles that touch group g.
+  const Instruction& attention = program->instructions[IndexOf(*program, Opcode::kAttention, 2)];
+  ASSERT_EQ(attention.waits.size(), 1u);
+  EXPECT_EQ(program->counters[attention.waits[0]].name, "qkv.2.g0");
+  EXPECT_EQ(program->counters[attention.waits[0]].increments, 5);  // q heads 0-2, k head 0, v head 0
+}
+
+// Small models, every tiling and SM count: each program is proven, and every tile size that
+// does not divide the rows still covers them (a missing row would be read unwritten).
+TEST(InstructionProgramTest, EverySmallConfigurationIsCorrect) {
+  int programs = 0;
+  for (int64_t heads : {1, 2, 4}) {
+    for (int64_t kv_heads = 1; kv_heads <= heads; ++kv_heads) {
+      if (heads % kv_heads != 0) continue;
+      for (int sms : {1, 3, 7}) {
+        for (int64_t tile_rows : {0, 16, 24}) {
+          for (int64_t heads_per_tile : {0, 1, 3}) {
+            DecodeModel m;
+            m.batch = 2;
+            m.dim = heads * 8;
+            m.n_layers = 2;
+            m.n_heads = heads;
+            m.n_kv_heads = kv_heads;
+            m.head_dim = 8;
+            m.ffn_hidden = 40;
+            m.vocab = 50;
+            m.window = 16;
+            absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{sms, tile_rows, heads_per_tile});
+            ASSERT_TRUE(program.ok()) << program.status();
+            EXPECT_EQ(CheckProgram(*program), absl::OkStatus()) << "heads " << heads << "/" << kv_heads << ", " << sms << " SMs, tiles "
+                                              << tile_rows << ", " << heads_per_tile << " heads";
+            ++programs;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(programs, 6 * 3 * 3 * 3);  // head counts 1/1, 2/1, 2/2, 4/1, 4/2, 4/4
+}
+
+// The checker fails programs that a real kernel would run wrongly.
+class BrokenProgramTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DecodeModel m = Llama953M(2);
+    m.n_layers = 2;
+    absl::StatusOr<Program> built = BuildProgram(m, ProgramOptions{/*num_sms=*/16});
+    ASSERT_TRUE(built.ok()) << built.status();
+    program_ = *std::move(built);
+    ASSERT_EQ(CheckProgram(program_), absl::OkStatus());
+  }
+  void ExpectRefused(absl::string_view needle) {
+    absl::Status status = CheckProgram(program_);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), needle)) << status.message();
+  }
+  Program program_;
+};
+
+TEST_F(BrokenProgramTest, AttentionThatDoesNotWaitForItsQueries) {
+  program_.instructions[IndexOf(program_, Opcode::kAttention, 1, 3)].waits.clear();
+  ExpectRefused("reads qkv[seq 1]");
+}
+
+TEST_F(BrokenProgramTest, AnOutputProjectionThatDoesNotWaitForAttention) {
+  program_.instructions[IndexOf(program_, Opcode::kOProj, 0, 5)].waits.clear();
+  ExpectRefused("with no wait between them");
+}
+
+TEST_F(BrokenProgramTest, AWaitForACounterSignalledLater) {
+  Instruction& qkv = program_.instructions[IndexOf(program_, Opcode::kQkv, 1)];
+  qkv.waits.push_back(program_.instructions[IndexOf(program_, Opcode::kDown, 1)].signals[0]);
+  ExpectRefused("it can deadlock");
+}
+
+TEST_F(BrokenProgramTest, AQueueOutOfTheSequentialOrder) {
+  std::vector<int>& queue = program_.queues[3];
+  ASSERT_GE(queue.size(), 2u);
+  std::swap(queue[0], queue[1]);
+  ExpectRefused("against the sequential order");
+}
+
+TEST_F(BrokenProgramTest, AnInstructionNoSmRuns) {
+  program_.queues[5].pop_back();
+  ExpectRefused("is in no SM's queue");
+}
+
+TEST_F(BrokenProgramTest, ACounterThatNeverReachesItsCount) {
+  program_.instructions[IndexOf(program_, Opcode::kGateUp, 0, 2)].signals.clear();
+  ExpectRefused("is declared to get");
+}
+
+// Write after read: an instruction that overwrites a value another SM may still be reading.
+TEST(ProgramCheckTest, AnOverwriteOfAValueStillBeingRead) {
+  DecodeModel m;
+  m.batch = 1;
+  m.dim = 2;
+  m.n_layers = 1;
+  m.n_heads = 1;
+  m.n_kv_heads = 1;
+  m.head_dim = 2;
+  m.ffn_hidden = 2;
+  m.vocab = 2;
+  m.window = 4;
+  Program p;
+  p.model = m;
+  p.counters = {{"embed", 1}};
+  Instruction embed;
+  embed.opcode = Opcode::kEmbed;
+  embed.accesses = {{Buffer::kTokens, -1, 0, 1, 0, 1, false}, {Buffer::kHidden, -1, 0, 1, 0, 2, true}};
+  embed.signals = {0};
+  embed.sm = 0;
+  Instruction reader = embed;  // reads the hidden state (a norm)
+  reader.opcode = Opcode::kGateUp;
+  reader.accesses = {{Buffer::kHidden, -1, 0, 1, 0, 2, false}, {Buffer::kActivation, -1, 0, 1, 0, 2, true}};
+  reader.signals = {};
+  reader.waits = {0};
+  reader.sm = 1;
+  Instruction writer = reader;  // adds into the hidden state without waiting for the reader
+  writer.opcode = Opcode::kDown;
+  writer.accesses = {{Buffer::kHidden, -1, 0, 1, 0, 1, false}, {Buffer::kHidden, -1, 0, 1, 0, 1, true}};
+  writer.sm = 2;
+  p.instructions = {embed, reader, writer};
+  p.queues = {{0}, {1}, {2}};
+  absl::Status status = CheckProgram(p);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "overwrites hidden[seq 0][row 0], which #1 (gate_up rows [0, 0) on SM 1) reads before it"))
+      << status.message();
+  // On one SM the queue orders them: correct.
+  p.instructions[1].sm = 0;
+  p.instructions[2].sm = 0;
+  p.queues = {{0, 1, 2}, {}, {}};
+  EXPECT_EQ(CheckProgram(p), absl::OkStatus());
+}
+
+TEST(DecodeModelTest, InconsistentShapesAreRefusedNamingTheField) {
+  DecodeModel m = Llama953M(1);
+  m.n_kv_heads = 5;
+  EXPECT_EQ(m.Validate().message(), "decode model: n_kv_heads 5 does not divide n_heads 16");
+  m = Llama953M(1);
+  m.dim = 2000;
+  EXPECT_EQ(m.Validate().message(), "decode model: dim 2000 is not n_heads x head_dim = 2048");
+  m = Llama953M(0);
+  EXPECT_EQ(m.Validate().message(), "decode model: batch is 0, not positive");
+  EXPECT_EQ(BuildProgram(m, ProgramOptions{}).status().message(), "decode model: batch is 0, not positive");
+  EXPECT_EQ(BuildProgram(Llama953M(1), ProgramOptions{/*num_sms=*/0}).status().message(), "num_sms is 0, not positive");
+}
+
+}  // namespace
+}  // namespace magi::megakernel
