@@ -1,0 +1,177 @@
+#include "magi/backend/megakernel/reference_executor.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace magi::megakernel {
+namespace {
+
+using at::indexing::Slice;
+
+// As the graph computes it: w * (x * rsqrt(mean(x^2, -1, keepdim) + eps)).
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return (x * (x.pow(2).mean({-1}, /*keepdim=*/true) + eps).rsqrt()) * weight;
+}
+
+class Executor {
+ public:
+  Executor(const Program& program, DecodeTensors& t) : p_(program), m_(program.model), t_(t) {
+    const at::TensorOptions options = t.embedding.options();
+    hidden_ = at::zeros({m_.batch, m_.dim}, options);
+    qkv_ = at::zeros({m_.batch, m_.qkv_rows()}, options);
+    attention_ = at::zeros({m_.batch, m_.n_heads * m_.head_dim}, options);
+    activation_ = at::zeros({m_.batch, m_.ffn_hidden}, options);
+    logits_ = at::zeros({m_.batch, m_.vocab}, options);
+    next_token_ = at::zeros({m_.batch}, t.tokens.options());
+    const at::Tensor positions = t.positions.to(at::kLong);
+    cos_ = t.rope_cos.index_select(0, positions);  // [batch, head_dim / 2]
+    sin_ = t.rope_sin.index_select(0, positions);
+    positions_ = positions.contiguous();
+  }
+
+  void Run(const Instruction& in) {
+    const int64_t r0 = in.row_begin, r1 = in.row_end, hd = m_.head_dim;
+    switch (in.opcode) {
+      case Opcode::kEmbed:
+        hidden_.index_put_({Slice(), Slice(r0, r1)},
+                           t_.embedding.index_select(0, t_.tokens.reshape({-1})).index({Slice(), Slice(r0, r1)}));
+        break;
+      case Opcode::kQkv: {
+        const DecodeTensors::Layer& layer = t_.layers[in.layer];
+        const at::Tensor x = RmsNorm(hidden_, layer.attention_norm, layer.attention_eps);
+        const at::Tensor out = at::mm(x, layer.qkv.index({Slice(r0, r1)}).t());  // [batch, rows]
+        for (int64_t h = r0 / hd; h < r1 / hd; ++h) {
+          at::Tensor head = out.index({Slice(), Slice(h * hd - r0, (h + 1) * hd - r0)});
+          const bool is_k = h >= m_.n_heads && h < m_.n_heads + m_.n_kv_heads;
+          if (h < m_.n_heads || is_k) head = Rope(head);
+          qkv_.index_put_({Slice(), Slice(h * hd, (h + 1) * hd)}, head);
+          if (h < m_.n_heads) continue;
+          const int64_t kv = is_k ? h - m_.n_heads : h - m_.n_heads - m_.n_kv_heads;
+          const at::Tensor& cache = is_k ? layer.key_cache : layer.value_cache;  // written through: a handle
+          for (int64_t b = 0; b < m_.batch; ++b) cache.select(0, b).select(0, kv).select(0, Position(b)).copy_(head[b]);
+        }
+        break;
+      }
+      case Opcode::kAttention: {
+        const DecodeTensors::Layer& layer = t_.layers[in.layer];
+        const int64_t g = r0, b = in.batch_begin, group = m_.group_size();
+        const at::Tensor q = qkv_.index({b, Slice(g * group * hd, (g + 1) * group * hd)}).reshape({group, hd});
+        const at::Tensor keys = layer.key_cache.index({b, g});    // [window, head_dim]
+        const at::Tensor values = layer.value_cache.index({b, g});
+        at::Tensor scores = at::mm(q, keys.t()) / std::sqrt(static_cast<double>(hd));  // [group, window]
+        const at::Tensor visible = at::arange(m_.window, positions_.options()).le(Position(b));
+        scores = scores.masked_fill(visible.logical_not(), -INFINITY);
+        const at::Tensor out = at::mm(at::softmax(scores, -1), values);  // [group, head_dim]
+        attention_.index_put_({b, Slice(g * group * hd, (g + 1) * group * hd)}, out.reshape({-1}));
+        break;
+      }
+      case Opcode::kOProj:
+        AddRows(r0, r1, at::mm(attention_, t_.layers[in.layer].o.index({Slice(r0, r1)}).t()));
+        break;
+      case Opcode::kGateUp: {
+        const DecodeTensors::Layer& layer = t_.layers[in.layer];
+        const at::Tensor x = RmsNorm(hidden_, layer.ffn_norm, layer.ffn_eps);
+        const at::Tensor gate = at::mm(x, layer.gate_up.index({Slice(r0, r1)}).t());
+        const at::Tensor up = at::mm(x, layer.gate_up.index({Slice(m_.ffn_hidden + r0, m_.ffn_hidden + r1)}).t());
+        activation_.index_put_({Slice(), Slice(r0, r1)}, at::silu(gate) * up);
+        break;
+      }
+      case Opcode::kDown:
+        AddRows(r0, r1, at::mm(activation_, t_.layers[in.layer].down.index({Slice(r0, r1)}).t()));
+        break;
+      case Opcode::kLogits: {
+        const at::Tensor x = RmsNorm(hidden_, t_.final_norm, t_.final_eps);
+        logits_.index_put_({Slice(), Slice(r0, r1)}, at::mm(x, t_.lm_head.index({Slice(r0, r1)}).t()));
+        break;
+      }
+      case Opcode::kArgmax:
+        next_token_.index_put_({in.batch_begin}, logits_[in.batch_begin].argmax());
+        break;
+    }
+  }
+
+  ReferenceResult Result() const { return {logits_.reshape({m_.batch, 1, m_.vocab}), next_token_, {}}; }
+
+ private:
+  int64_t Position(int64_t b) const { return positions_[b].item<int64_t>(); }
+
+  // cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin) over the halves of the last dim.
+  at::Tensor Rope(const at::Tensor& x) const {
+    const int64_t half = m_.head_dim / 2;
+    const at::Tensor x1 = x.index({Slice(), Slice(0, half)}), x2 = x.index({Slice(), Slice(half, 2 * half)});
+    return at::cat({x1 * cos_ - x2 * sin_, x2 * cos_ + x1 * sin_}, -1);
+  }
+
+  void AddRows(int64_t r0, int64_t r1, const at::Tensor& branch) {
+    hidden_.index_put_({Slice(), Slice(r0, r1)}, hidden_.index({Slice(), Slice(r0, r1)}) + branch);
+  }
+
+  const Program& p_;
+  const DecodeModel& m_;
+  DecodeTensors& t_;
+  at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_, cos_, sin_, positions_;
+};
+
+}  // namespace
+
+absl::StatusOr<DecodeTensors> BindDecodeTensors(const DecodeGraphMatch& match, const Graph& graph,
+                                                const std::vector<at::Tensor>& inputs) {
+  if (inputs.size() != graph.inputs().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("@", graph.name(), " takes ", graph.inputs().size(), " inputs, not ", inputs.size()));
+  }
+  absl::flat_hash_map<const Value*, at::Tensor> by_value;
+  for (size_t i = 0; i < inputs.size(); ++i) by_value[graph.inputs()[i]] = inputs[i];
+  auto get = [&](const Value* value) { return by_value.at(value); };
+  DecodeTensors t;
+  t.tokens = get(match.tokens);
+  t.positions = get(match.positions);
+  t.rope_cos = get(match.rope_cos);
+  t.rope_sin = get(match.rope_sin);
+  t.embedding = get(match.embedding);
+  t.final_norm = get(match.final_norm);
+  t.lm_head = get(match.lm_head);
+  t.final_eps = match.final_eps;
+  for (const DecodeLayerBinding& binding : match.layers) {
+    t.layers.push_back({get(binding.attention_norm), get(binding.qkv_weight), get(binding.o_weight),
+                        get(binding.ffn_norm), get(binding.gate_up_weight), get(binding.down_weight),
+                        get(binding.key_cache), get(binding.value_cache), binding.attention_eps, binding.ffn_eps});
+  }
+  return t;
+}
+
+absl::StatusOr<ReferenceResult> RunReference(const Program& program, DecodeTensors& tensors, uint64_t order_seed) {
+  Executor executor(program, tensors);
+  std::vector<int> order;
+  if (order_seed == 0) {
+    for (size_t i = 0; i < program.instructions.size(); ++i) order.push_back(static_cast<int>(i));
+  } else {
+    std::mt19937_64 random(order_seed);
+    std::vector<size_t> next(program.queues.size(), 0);
+    std::vector<int> count(program.counters.size(), 0);
+    while (order.size() < program.instructions.size()) {
+      std::vector<int> ready;  // SMs whose next instruction may start
+      for (size_t sm = 0; sm < program.queues.size(); ++sm) {
+        if (next[sm] == program.queues[sm].size()) continue;
+        const Instruction& in = program.instructions[program.queues[sm][next[sm]]];
+        bool met = true;
+        for (int c : in.waits) met = met && count[c] == program.counters[c].increments;
+        if (met) ready.push_back(static_cast<int>(sm));
+      }
+      if (ready.empty()) return absl::FailedPreconditionError("the program deadlocks: no SM's next instruction can start");
+      const int sm = ready[random() % ready.size()];
+      const int i = program.queues[sm][next[sm]++];
+      order.push_back(i);
+      for (int c : program.instructions[i].signals) ++count[c];
+    }
+  }
+  for (int i : order) executor.Run(program.instructions[i]);
+  ReferenceResult result = executor.Result();
+  result.order = std::move(order);
+  return result;
+}
+
+}  // namespace magi::megakernel
