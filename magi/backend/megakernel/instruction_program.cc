@@ -62,8 +62,11 @@ class Builder {
     };
     std::vector<int> qkv_done(m_.n_kv_heads);
     for (int64_t g = 0; g < m_.n_kv_heads; ++g) qkv_done[g] = AddCounter(absl::StrCat("qkv.", layer, ".g", g));
-    const int64_t heads_per_tile =
+    int64_t heads_per_tile =
         options_.qkv_heads_per_tile > 0 ? options_.qkv_heads_per_tile : std::max<int64_t>(1, CeilDiv(heads, options_.num_sms));
+    if (options_.qkv_heads_per_tile == 0 && options_.max_tile_rows > 0) {
+      heads_per_tile = std::max<int64_t>(1, std::min(heads_per_tile, options_.max_tile_rows / hd));
+    }
     ForTiles(heads, heads_per_tile, [&](int64_t h0, int64_t h1) {
       Instruction& in = Add(Opcode::kQkv, layer, h0 * hd, h1 * hd, 0, m_.batch, MatrixBytes((h1 - h0) * hd, m_.dim) + NormBytes());
       in.accesses = {Read(Buffer::kHidden, -1, 0, m_.batch, 0, m_.dim), Write(Buffer::kQkv, -1, 0, m_.batch, h0 * hd, h1 * hd)};
@@ -123,7 +126,9 @@ class Builder {
   }
 
   int64_t TileRows(int64_t rows) const {
-    return options_.tile_rows > 0 ? options_.tile_rows : AutoTileRows(rows, 16, options_.num_sms);
+    if (options_.tile_rows > 0) return options_.tile_rows;
+    const int64_t chosen = AutoTileRows(rows, 16, options_.num_sms);
+    return options_.max_tile_rows > 0 ? std::max<int64_t>(16, std::min(chosen, options_.max_tile_rows / 16 * 16)) : chosen;
   }
   int64_t MatrixBytes(int64_t rows, int64_t cols) const { return rows * cols * m_.weight_bytes_per_element; }
   int64_t NormBytes() const { return m_.dim * m_.weight_bytes_per_element; }
@@ -273,8 +278,8 @@ std::string Program::Summary() const {
 absl::StatusOr<Program> BuildProgram(const DecodeModel& model, const ProgramOptions& options) {
   if (absl::Status valid = model.Validate(); !valid.ok()) return valid;
   if (options.num_sms <= 0) return absl::InvalidArgumentError(absl::StrCat("num_sms is ", options.num_sms, ", not positive"));
-  if (options.tile_rows < 0 || options.qkv_heads_per_tile < 0) {
-    return absl::InvalidArgumentError("tile_rows and qkv_heads_per_tile must not be negative (0: chosen)");
+  if (options.tile_rows < 0 || options.qkv_heads_per_tile < 0 || options.max_tile_rows < 0) {
+    return absl::InvalidArgumentError("tile_rows, qkv_heads_per_tile and max_tile_rows must not be negative (0: chosen)");
   }
   return Builder(model, options).Build();
 }

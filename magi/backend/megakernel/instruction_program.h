@@ -84,6 +84,9 @@ struct ProgramOptions {
   // qkv_heads_per_tile, 0: the fewest heads that make at most num_sms tiles.
   int64_t tile_rows = 0;
   int64_t qkv_heads_per_tile = 0;
+  // At most this many rows per chosen tile (0: no bound); the CUDA kernel's is kMaxTileRows
+  // (device_records.h).
+  int64_t max_tile_rows = 0;
 };
 
 struct Program {

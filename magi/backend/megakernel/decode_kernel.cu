@@ -1,0 +1,330 @@
+// The persistent decode kernel (decode_kernel.h): each block runs its SM's queue; each
+// instruction computes what reference_executor.cc's Executor::Run computes.
+#include "magi/backend/megakernel/decode_kernel.h"
+
+#include <cuda/atomic>
+#include <cuda_bf16.h>
+
+namespace magi::megakernel {
+namespace {
+
+// Opcode's numbering (instruction_program.h; device_program.cc checks it).
+enum : int32_t { kEmbed = 0, kQkv, kAttention, kOProj, kGateUp, kDown, kLogits, kArgmax };
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+using bf16 = __nv_bfloat16;
+using Counter = cuda::atomic_ref<uint32_t, cuda::thread_scope_device>;
+
+struct Shared {
+  float out[kMaxTileRows * kMaxBatch];   // a tile's products, [row][sequence]
+  float out2[kMaxTileRows * kMaxBatch];  // gate_up's up rows
+  float scores[kMaxWindow];
+  float q[kMaxHeadDim];
+  float inverse_rms[kMaxBatch];
+  float reduce[kWarps];
+  int reduce_index[kWarps];
+};
+
+__device__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// The sum over the block (every thread gets it).
+__device__ float BlockSum(float v, Shared& s) {
+  v = WarpSum(v);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s.reduce[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < kWarps; ++w) total += s.reduce[w];
+  return total;
+}
+
+// The maximum over the block (every thread gets it).
+__device__ float BlockMax(float v, Shared& s) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s.reduce[threadIdx.x / 32] = v;
+  __syncthreads();
+  float most = s.reduce[0];
+  for (int w = 1; w < kWarps; ++w) most = fmaxf(most, s.reduce[w]);
+  return most;
+}
+
+// The maximum over the block and its lowest index (every thread gets them).
+__device__ void BlockArgMax(float& v, int& index, Shared& s) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(kFullMask, v, offset);
+    const int other_index = __shfl_xor_sync(kFullMask, index, offset);
+    if (other > v || (other == v && other_index < index)) {
+      v = other;
+      index = other_index;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) {
+    s.reduce[threadIdx.x / 32] = v;
+    s.reduce_index[threadIdx.x / 32] = index;
+  }
+  __syncthreads();
+  v = s.reduce[0];
+  index = s.reduce_index[0];
+  for (int w = 1; w < kWarps; ++w) {
+    if (s.reduce[w] > v || (s.reduce[w] == v && s.reduce_index[w] < index)) {
+      v = s.reduce[w];
+      index = s.reduce_index[w];
+    }
+  }
+}
+
+// Another block's writes are read from L2 (__ldcg): an L1 line of this SM may be stale.
+__device__ float Load(const float* p) { return __ldcg(p); }
+__device__ float Weight(const void* p, int64_t i) { return __bfloat162float(static_cast<const bf16*>(p)[i]); }
+
+// 1 / sqrt(mean(hidden[b]^2) + eps) for every sequence, into s.inverse_rms.
+__device__ void InverseRms(const KernelArgs& a, float eps, Shared& s) {
+  for (int b = 0; b < a.batch; ++b) {
+    float sum = 0;
+    for (int k = threadIdx.x; k < a.dim; k += kThreads) {
+      const float x = Load(a.hidden + static_cast<int64_t>(b) * a.dim + k);
+      sum += x * x;
+    }
+    sum = BlockSum(sum, s);
+    if (threadIdx.x == 0) s.inverse_rms[b] = rsqrtf(sum / a.dim + eps);
+  }
+  __syncthreads();
+}
+
+// out[(r - r0) * kMaxBatch + b] = sum_k W[r, k] * input(b, k) for rows [r0, r1): a warp per row,
+// 16-byte weight loads (K % 8 == 0), fp32 sums.
+template <typename Input>
+__device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int batch, Input input, float* out) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = r0 + warp; r < r1; r += kWarps) {
+    float sums[kMaxBatch];
+#pragma unroll
+    for (int b = 0; b < kMaxBatch; ++b) sums[b] = 0;
+    const bf16* row = static_cast<const bf16*>(weights) + static_cast<int64_t>(r) * k_size;
+    for (int k = lane * 8; k < k_size; k += 32 * 8) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k));
+      const bf16* w = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float wj = __bfloat162float(w[j]);
+#pragma unroll
+        for (int b = 0; b < kMaxBatch; ++b) {
+          if (b < batch) sums[b] += wj * input(b, k + j);
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kMaxBatch; ++b) {
+      const float total = WarpSum(sums[b]);
+      if (lane == 0 && b < batch) out[(r - r0) * kMaxBatch + b] = total;
+    }
+  }
+  __syncthreads();
+}
+
+// RoPE of one head's [head_dim] values (x at out[row0 + i]) at `position`, as
+// cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin); `write(i, value)` stores element i.
+template <typename Write>
+__device__ void Rope(const KernelArgs& a, const float* out, int row0, int b, int64_t position, Write write) {
+  const int half = a.head_dim / 2;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    const float x1 = out[(row0 + i) * kMaxBatch + b], x2 = out[(row0 + i + half) * kMaxBatch + b];
+    const float c = Weight(a.rope_cos, position * half + i), s = Weight(a.rope_sin, position * half + i);
+    write(i, x1 * c - x2 * s);
+    write(i + half, x2 * c + x1 * s);
+  }
+}
+
+__device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+  const KernelLayer& layer = a.layers[in.layer];
+  InverseRms(a, layer.attention_eps, s);
+  const float* hidden = a.hidden;
+  const int dim = a.dim;
+  auto input = [&](int b, int k) {
+    return Load(hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.attention_norm, k);
+  };
+  MatrixRows(layer.qkv, a.dim, in.row_begin, in.row_end, a.batch, input, s.out);
+  const int hd = a.head_dim, qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * hd;
+  for (int h = in.row_begin / hd; h < in.row_end / hd; ++h) {
+    const int row0 = h * hd - in.row_begin;
+    const bool is_q = h < a.n_heads, is_k = !is_q && h < a.n_heads + a.n_kv_heads;
+    const int kv = is_k ? h - a.n_heads : h - a.n_heads - a.n_kv_heads;
+    for (int b = 0; b < a.batch; ++b) {
+      const int64_t position = a.positions[b];
+      float* qkv = a.qkv + static_cast<int64_t>(b) * qkv_rows + h * hd;
+      if (is_q) {
+        Rope(a, s.out, row0, b, position, [&](int i, float v) { qkv[i] = v; });
+        continue;
+      }
+      bf16* cache = static_cast<bf16*>(is_k ? layer.key_cache : layer.value_cache) +
+                    ((static_cast<int64_t>(b) * a.n_kv_heads + kv) * a.window + position) * hd;
+      if (is_k) {
+        Rope(a, s.out, row0, b, position, [&](int i, float v) {
+          qkv[i] = v;
+          cache[i] = __float2bfloat16(v);
+        });
+      } else {
+        for (int i = threadIdx.x; i < hd; i += kThreads) {
+          const float v = s.out[(row0 + i) * kMaxBatch + b];
+          qkv[i] = v;
+          cache[i] = __float2bfloat16(v);
+        }
+      }
+    }
+  }
+}
+
+// Sequence b's query heads of kv group g over the cache's positions 0..position.
+__device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+  const KernelLayer& layer = a.layers[in.layer];
+  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const int qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * hd;
+  const int visible = static_cast<int>(a.positions[b]) + 1;
+  const int64_t cache_base = (static_cast<int64_t>(b) * a.n_kv_heads + g) * a.window * hd;
+  const bf16* keys = static_cast<const bf16*>(layer.key_cache) + cache_base;
+  const bf16* values = static_cast<const bf16*>(layer.value_cache) + cache_base;
+  const float scale = rsqrtf(static_cast<float>(hd));
+  for (int j = 0; j < group; ++j) {
+    const int head = g * group + j;
+    for (int i = threadIdx.x; i < hd; i += kThreads) s.q[i] = Load(a.qkv + static_cast<int64_t>(b) * qkv_rows + head * hd + i);
+    __syncthreads();
+    float most = -INFINITY;
+    for (int p = threadIdx.x; p < visible; p += kThreads) {
+      float dot = 0;
+      for (int i = 0; i < hd; ++i) dot += s.q[i] * __bfloat162float(__ldcg(keys + p * hd + i));
+      s.scores[p] = dot * scale;
+      most = fmaxf(most, s.scores[p]);
+    }
+    most = BlockMax(most, s);
+    float sum = 0;
+    for (int p = threadIdx.x; p < visible; p += kThreads) {
+      s.scores[p] = __expf(s.scores[p] - most);
+      sum += s.scores[p];
+    }
+    sum = BlockSum(sum, s);
+    for (int i = threadIdx.x; i < hd; i += kThreads) {
+      float acc = 0;
+      for (int p = 0; p < visible; ++p) acc += s.scores[p] * __bfloat162float(__ldcg(values + p * hd + i));
+      a.attention[static_cast<int64_t>(b) * a.n_heads * hd + head * hd + i] = acc / sum;
+    }
+    __syncthreads();
+  }
+}
+
+__device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+  const int r0 = in.row_begin, r1 = in.row_end, dim = a.dim;
+  switch (in.opcode) {
+    case kEmbed:
+      for (int b = 0; b < a.batch; ++b) {
+        for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
+          a.hidden[static_cast<int64_t>(b) * dim + r] = Weight(a.embedding, a.tokens[b] * dim + r);
+        }
+      }
+      break;
+    case kQkv:
+      RunQkv(a, in, s);
+      break;
+    case kAttention:
+      RunAttention(a, in, s);
+      break;
+    case kOProj:
+    case kDown: {
+      const KernelLayer& layer = a.layers[in.layer];
+      const float* source = in.opcode == kOProj ? a.attention : a.activation;
+      const int k_size = in.opcode == kOProj ? dim : a.ffn;
+      MatrixRows(in.opcode == kOProj ? layer.o : layer.down, k_size, r0, r1, a.batch,
+                 [&](int b, int k) { return Load(source + static_cast<int64_t>(b) * k_size + k); }, s.out);
+      for (int b = 0; b < a.batch; ++b) {
+        for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
+          float* h = a.hidden + static_cast<int64_t>(b) * dim + r;
+          *h = Load(h) + s.out[(r - r0) * kMaxBatch + b];
+        }
+      }
+      break;
+    }
+    case kGateUp: {
+      const KernelLayer& layer = a.layers[in.layer];
+      InverseRms(a, layer.ffn_eps, s);
+      auto input = [&](int b, int k) {
+        return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.ffn_norm, k);
+      };
+      MatrixRows(layer.gate_up, dim, r0, r1, a.batch, input, s.out);
+      MatrixRows(layer.gate_up, dim, a.ffn + r0, a.ffn + r1, a.batch, input, s.out2);
+      for (int b = 0; b < a.batch; ++b) {
+        for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
+          const float gate = s.out[(r - r0) * kMaxBatch + b], up = s.out2[(r - r0) * kMaxBatch + b];
+          a.activation[static_cast<int64_t>(b) * a.ffn + r] = gate / (1.0f + __expf(-gate)) * up;
+        }
+      }
+      break;
+    }
+    case kLogits: {
+      InverseRms(a, a.final_eps, s);
+      auto input = [&](int b, int k) {
+        return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(a.final_norm, k);
+      };
+      MatrixRows(a.lm_head, dim, r0, r1, a.batch, input, s.out);
+      for (int b = 0; b < a.batch; ++b) {
+        for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
+          a.logits[static_cast<int64_t>(b) * a.vocab + r] = s.out[(r - r0) * kMaxBatch + b];
+        }
+      }
+      break;
+    }
+    case kArgmax: {
+      const int b = in.batch_begin;
+      float best = -INFINITY;
+      int index = a.vocab;
+      for (int v = threadIdx.x; v < a.vocab; v += kThreads) {
+        const float x = Load(a.logits + static_cast<int64_t>(b) * a.vocab + v);
+        if (x > best) {
+          best = x;
+          index = v;
+        }
+      }
+      BlockArgMax(best, index, s);
+      if (threadIdx.x == 0) a.next_token[b] = index;
+      break;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) DecodeStep(KernelArgs a) {
+  __shared__ Shared s;
+  for (int q = a.queue_begin[blockIdx.x]; q < a.queue_begin[blockIdx.x + 1]; ++q) {
+    const DeviceInstruction in = a.instructions[a.queue[q]];
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < in.num_waits; ++w) {
+        const uint32_t target = (a.step + 1) * in.wait_increments[w];
+        Counter counter(a.counters[in.waits[w]]);
+        while (counter.load(cuda::memory_order_acquire) < target) __nanosleep(64);
+      }
+    }
+    __syncthreads();
+    Run(a, in, s);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      for (int i = 0; i < in.num_signals; ++i) Counter(a.counters[in.signals[i]]).fetch_add(1, cuda::memory_order_release);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t stream) {
+  KernelArgs copy = args;
+  void* params[] = {&copy};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&DecodeStep), dim3(num_sms), dim3(kThreads), params,
+                                     0, stream);
+}
+
+}  // namespace magi::megakernel

@@ -1,0 +1,69 @@
+// The MegaKernel decode step on the GPU: one persistent kernel, one block per SM, each block
+// running its SM's queue of a packed instruction program (device_program.h, device_records.h) and computing each
+// instruction as reference_executor.h does, with the weights and caches in bf16 and everything
+// else in fp32. Blocks order themselves only through the program's counters (release: a
+// fence and an atomic add after an instruction; acquire: a load of the counter before one), and
+// read what other blocks wrote through L2, never a stale L1 line.
+//
+// This first form reads the weights with plain vectorized loads; streaming them with the
+// Hopper bulk-copy engine (TMA) into a shared-memory ring, started before an instruction's
+// wait, is the next step (docs/megakernel.md). Built with --config=cuda; not yet run.
+#ifndef MAGI_BACKEND_MEGAKERNEL_DECODE_KERNEL_H_
+#define MAGI_BACKEND_MEGAKERNEL_DECODE_KERNEL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "magi/backend/megakernel/device_records.h"
+
+namespace magi::megakernel {
+
+// One layer's tensors on the device (bf16 unless said; contiguous, the shapes of decode_pattern.h).
+struct KernelLayer {
+  const void* attention_norm;  // [dim]
+  const void* qkv;             // [(n_heads + 2 n_kv_heads) head_dim, dim]
+  const void* o;               // [dim, dim]
+  const void* ffn_norm;        // [dim]
+  const void* gate_up;         // [2 ffn, dim]
+  const void* down;            // [dim, ffn]
+  void* key_cache;             // [batch, n_kv_heads, window, head_dim]
+  void* value_cache;
+  float attention_eps, ffn_eps;
+};
+
+struct KernelArgs {
+  // Shapes (DecodeModel's).
+  int32_t batch, dim, n_heads, n_kv_heads, head_dim, ffn, vocab, window;
+  // Inputs.
+  const int64_t* tokens;     // [batch]
+  const int64_t* positions;  // [batch]
+  const void* rope_cos;      // bf16 [positions, head_dim / 2]
+  const void* rope_sin;
+  const void* embedding;     // bf16 [vocab, dim]
+  const void* final_norm;    // bf16 [dim]
+  const void* lm_head;       // bf16 [vocab, dim]
+  float final_eps;
+  const KernelLayer* layers;  // device array of n_layers
+  // Scratch, fp32, [batch, rows]: hidden (dim), qkv, attention (dim), activation (ffn), logits (vocab).
+  float* hidden;
+  float* qkv;
+  float* attention;
+  float* activation;
+  float* logits;
+  int64_t* next_token;  // [batch]: the output
+  // The program (device copies of a DeviceProgram) and its counters (zeroed once).
+  const DeviceInstruction* instructions;
+  const int32_t* queue_begin;
+  const int32_t* queue;
+  uint32_t* counters;
+  uint32_t step;  // 0 for the first step run with these counters
+};
+
+// Launches the step on `num_sms` blocks (the program's SM count) as a cooperative launch, so
+// that every block is resident; the launch's error, if any.
+cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t stream);
+
+}  // namespace magi::megakernel
+
+#endif  // MAGI_BACKEND_MEGAKERNEL_DECODE_KERNEL_H_
