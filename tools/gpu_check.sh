@@ -56,6 +56,7 @@ GPU_TESTS=(
   //tests/gpu:generation_test
   //magi/frontend/python:cuda_backends_test
   //magi/backend/common:fused_adamw_test
+  //magi/backend/megakernel:decode_kernel_test
   //magi/backend/nccl_stream:graph_memsets_test
   //magi/frontend/capture:capture_cuda_test
   //magi/runtime/nccl:nccl_communicator_test

@@ -15,45 +15,11 @@
 #include "magi/backend/megakernel/decode_pattern.h"
 #include "magi/backend/megakernel/instruction_program.h"
 #include "magi/backend/torch_executable.h"
-#include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
-#include "magi/ir/parser.h"
+#include "magi/backend/megakernel/test_inputs.h"
 
 namespace magi::megakernel {
 namespace {
-
-at::ScalarType TorchType(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16: return at::kBFloat16;
-    case DType::kInt64: return at::kLong;
-    default: return at::kFloat;
-  }
-}
-
-// Random inputs for every graph input: weights ~0.1 N(0, 1) (norms 1 + that), caches N(0, 1),
-// tokens below the vocabulary, positions below the window, the other integer inputs 0.
-std::vector<at::Tensor> RandomInputs(const Graph& graph, const DecodeGraphMatch& match) {
-  at::manual_seed(42);
-  std::vector<at::Tensor> inputs;
-  for (const Value* input : graph.inputs()) {
-    const TensorType& type = input->type().tensor();
-    const at::TensorOptions options = at::TensorOptions().dtype(TorchType(type.dtype));
-    if (input == match.tokens) {
-      inputs.push_back(at::randint(match.model.vocab, type.sizes, options));
-    } else if (input == match.positions) {
-      inputs.push_back(at::randint(match.model.window, type.sizes, options));
-    } else if (type.dtype == DType::kInt64) {
-      inputs.push_back(at::zeros(type.sizes, options));
-    } else if (type.sizes.size() == 1 && input->role() == InputRole::kParam) {
-      inputs.push_back(1 + 0.1 * at::randn(type.sizes, options));
-    } else if (input->role() == InputRole::kParam) {
-      inputs.push_back(0.1 * at::randn(type.sizes, options));
-    } else {
-      inputs.push_back(at::randn(type.sizes, options));
-    }
-  }
-  return inputs;
-}
 
 std::vector<at::Tensor> Clones(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> out;
@@ -68,16 +34,14 @@ void CheckAgainstTheInterpreter(absl::string_view file, double tolerance) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "the graphs were dumped with LibTorch 2.12, whose CPU attention op LibTorch 1.13 lacks";
 #endif
-  absl::StatusOr<std::string> text = ReadFile(absl::StrCat("magi/backend/megakernel/testdata/", file));
-  ASSERT_TRUE(text.ok()) << text.status();
-  absl::StatusOr<std::unique_ptr<Module>> module = ParseModule(*text, file);
+  absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph(file);
   ASSERT_TRUE(module.ok()) << module.status();
   const Graph& graph = *(*module)->FindGraph("forward");
   absl::StatusOr<DecodeGraphMatch> match = MatchDecodeGraph(graph);
   ASSERT_TRUE(match.ok()) << match.status();
   absl::StatusOr<Program> program = BuildProgram(match->model, ProgramOptions{/*num_sms=*/7});
   ASSERT_TRUE(program.ok()) << program.status();
-  const std::vector<at::Tensor> inputs = RandomInputs(graph, *match);
+  const std::vector<at::Tensor> inputs = testing::RandomInputs(graph, *match);
 
   absl::StatusOr<std::unique_ptr<TorchExecutable>> interpreter = CompileForTorch("interpreter", **module, "forward");
   ASSERT_TRUE(interpreter.ok()) << interpreter.status();

@@ -1,0 +1,27 @@
+// Test helpers: the decode graphs of testdata/ and random inputs for a matched graph.
+#ifndef MAGI_BACKEND_MEGAKERNEL_TEST_INPUTS_H_
+#define MAGI_BACKEND_MEGAKERNEL_TEST_INPUTS_H_
+
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "magi/backend/megakernel/decode_pattern.h"
+#include "magi/ir/module.h"
+
+namespace magi::megakernel::testing {
+
+// magi/backend/megakernel/testdata/`file`, parsed.
+absl::StatusOr<std::unique_ptr<Module>> LoadTestGraph(absl::string_view file);
+
+// Seeded random inputs for every input of `graph`, on the CPU: weights 0.1 N(0, 1) (norm
+// weights 1 + that), caches N(0, 1), tokens below the vocabulary, positions below the window,
+// other integer inputs 0.
+std::vector<at::Tensor> RandomInputs(const Graph& graph, const DecodeGraphMatch& match, uint64_t seed = 42);
+
+}  // namespace magi::megakernel::testing
+
+#endif  // MAGI_BACKEND_MEGAKERNEL_TEST_INPUTS_H_
