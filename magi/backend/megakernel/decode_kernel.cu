@@ -310,9 +310,10 @@ __global__ void __launch_bounds__(kThreads) DecodeStep(KernelArgs a) {
     }
     __syncthreads();
     Run(a, in, s);
+    // Every thread's writes reach L2 before thread 0 releases the counters.
+    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence();
       for (int i = 0; i < in.num_signals; ++i) Counter(a.counters[in.signals[i]]).fetch_add(1, cuda::memory_order_release);
     }
   }
