@@ -8,7 +8,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace magi::megakernel {
 namespace {
@@ -39,8 +38,6 @@ bool IsReshape(const Node* node) {
 }
 
 const std::vector<int64_t>& Sizes(const Value* value) { return value->type().tensor().sizes; }
-
-std::string SizesText(const std::vector<int64_t>& sizes) { return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]"); }
 
 // A number argument (int or float) of `node`, or nullopt.
 std::optional<double> Number(const Node& node, int arg) {
