@@ -521,10 +521,7 @@ class Matcher {
     if (!logits_out || !token_out) return Fail(logits, "the logits and the next token as graph outputs");
     match_.logits = logits;
     match_.next_token = argmax->result(0);
-    // The positions: the input the rope rows' index is computed from.
-    absl::StatusOr<const Value*> positions = PositionsInput(rope_index_);
-    if (!positions.ok()) return positions.status();
-    match_.positions = *positions;
+    // The positions were found by the layers' RoPE (none without a layer: Run refuses that).
     return absl::OkStatus();
   }
 

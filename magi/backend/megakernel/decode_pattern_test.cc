@@ -117,5 +117,38 @@ TEST(DecodePatternTest, OtherGraphsAreDeclinedNamingWhere) {
   }
 }
 
+// Embedding, final norm and LM head with no layer between: declined, not matched.
+TEST(DecodePatternTest, AGraphWithoutLayersIsDeclined) {
+  std::unique_ptr<Module> module;
+  absl::StatusOr<DecodeGraphMatch> match = Match(R"(module @m {
+  graph @forward {
+    input %tokens: i64[1,1]
+    input %emb: f32[16,8] {role = param}
+    input %norm: f32[8] {role = param}
+    input %head: f32[16,8] {role = param}
+    %h = aten::embedding(%emb, %tokens, -1, false, false) : f32[1,1,8]
+    %p = aten::pow.Tensor_Scalar(%h, 2) : f32[1,1,8]
+    %m = aten::mean.dim(%p, [-1], true, dtype = none) : f32[1,1,1]
+    %a = aten::add.Scalar(%m, 1e-05, 1) : f32[1,1,1]
+    %r = aten::rsqrt(%a) : f32[1,1,1]
+    %x = aten::mul.Tensor(%h, %r) : f32[1,1,8]
+    %w = aten::mul.Tensor(%x, %norm) : f32[1,1,8]
+    %v = aten::view(%w, [1, 8]) : f32[1,8]
+    %t = aten::t(%head) : f32[8,16]strides[1,8]
+    %y = aten::mm(%v, %t) : f32[1,16]
+    %logits = aten::_unsafe_view(%y, [1, 1, 16]) : f32[1,1,16]
+    %s = aten::select.int(%logits, 1, 0) : f32[1,16]
+    %next = aten::argmax(%s, -1, false) : i64[1]
+    output logits = %logits
+    output next = %next
+  }
+}
+)",
+                                                 module);
+  ASSERT_FALSE(match.ok());
+  EXPECT_EQ(match.status().code(), absl::StatusCode::kUnimplemented) << match.status();
+  EXPECT_EQ(match.status().message(), "no transformer layer was matched");
+}
+
 }  // namespace
 }  // namespace magi::megakernel
