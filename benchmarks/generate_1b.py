@@ -71,6 +71,9 @@ MAGI_RUNS = [
     # "at most 15% slower than the default mode" compares with row 1).
     ("Magi nccl_stream + CUDA graph + inductor, deterministic", "nccl_stream{cuda_graph=true}",
      ["--partition_backends=inductor", "--deterministic", "--invariant_batch={batch}"]),
+    # The decode step as ONE persistent kernel (docs/megakernel.md); prefill on the Inductor partitions.
+    ("Magi nccl_stream + CUDA graph + megakernel", "nccl_stream{cuda_graph=true}",
+     ["--partition_backends=megakernel,inductor"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),

@@ -81,6 +81,18 @@ __device__ void BlockArgMax(float& v, int& index, Shared& s) {
   }
 }
 
+// Sequence b's position this step, clamped into the window (decode_kernel.h).
+__device__ int64_t Position(const KernelArgs& a, int b) {
+  const int64_t position = a.positions[b];
+  return position < 0 ? 0 : (position >= a.window ? a.window - 1 : position);
+}
+
+// Sequence b's token, clamped into the vocabulary for the same reason.
+__device__ int64_t Token(const KernelArgs& a, int b) {
+  const int64_t token = a.tokens[b];
+  return token < 0 ? 0 : (token >= a.vocab ? a.vocab - 1 : token);
+}
+
 // Another block's writes are read from L2 (__ldcg): an L1 line of this SM may be stale.
 __device__ float Load(const float* p) { return __ldcg(p); }
 __device__ float Weight(const void* p, int64_t i) { return __bfloat162float(static_cast<const bf16*>(p)[i]); }
@@ -158,7 +170,7 @@ __device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, Shared&
     const bool is_q = h < a.n_heads, is_k = !is_q && h < a.n_heads + a.n_kv_heads;
     const int kv = is_k ? h - a.n_heads : h - a.n_heads - a.n_kv_heads;
     for (int b = 0; b < a.batch; ++b) {
-      const int64_t position = a.positions[b];
+      const int64_t position = Position(a, b);
       float* qkv = a.qkv + static_cast<int64_t>(b) * qkv_rows + h * hd;
       if (is_q) {
         Rope(a, s.out, row0, b, position, [&](int i, float v) { qkv[i] = v; });
@@ -187,7 +199,7 @@ __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, S
   const KernelLayer& layer = a.layers[in.layer];
   const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
   const int qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * hd;
-  const int visible = static_cast<int>(a.positions[b]) + 1;
+  const int visible = static_cast<int>(Position(a, b)) + 1;
   const int64_t cache_base = (static_cast<int64_t>(b) * a.n_kv_heads + g) * a.window * hd;
   const bf16* keys = static_cast<const bf16*>(layer.key_cache) + cache_base;
   const bf16* values = static_cast<const bf16*>(layer.value_cache) + cache_base;
@@ -225,7 +237,7 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
     case kEmbed:
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
-          a.hidden[static_cast<int64_t>(b) * dim + r] = Weight(a.embedding, a.tokens[b] * dim + r);
+          a.hidden[static_cast<int64_t>(b) * dim + r] = Weight(a.embedding, Token(a, b) * dim + r);
         }
       }
       break;
@@ -299,11 +311,14 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
 
 __global__ void __launch_bounds__(kThreads) DecodeStep(KernelArgs a) {
   __shared__ Shared s;
+  __shared__ uint32_t step;
+  if (threadIdx.x == 0) step = a.block_steps[blockIdx.x];
+  __syncthreads();
   for (int q = a.queue_begin[blockIdx.x]; q < a.queue_begin[blockIdx.x + 1]; ++q) {
     const DeviceInstruction in = a.instructions[a.queue[q]];
     if (threadIdx.x == 0) {
       for (int w = 0; w < in.num_waits; ++w) {
-        const uint32_t target = (a.step + 1) * in.wait_increments[w];
+        const uint32_t target = (step + 1) * in.wait_increments[w];
         Counter counter(a.counters[in.waits[w]]);
         while (counter.load(cuda::memory_order_acquire) < target) __nanosleep(64);
       }
@@ -317,15 +332,27 @@ __global__ void __launch_bounds__(kThreads) DecodeStep(KernelArgs a) {
       for (int i = 0; i < in.num_signals; ++i) Counter(a.counters[in.signals[i]]).fetch_add(1, cuda::memory_order_release);
     }
   }
+  // Only this block reads its count, in the next launch (stream-ordered after this one).
+  if (threadIdx.x == 0) a.block_steps[blockIdx.x] = step + 1;
 }
 
 }  // namespace
 
 cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t stream) {
-  KernelArgs copy = args;
-  void* params[] = {&copy};
-  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&DecodeStep), dim3(num_sms), dim3(kThreads), params,
-                                     0, stream);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(num_sms);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute cooperative = {};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, DecodeStep, args);
+}
+
+cudaError_t DecodeStepBlocksPerSm(int* blocks) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, DecodeStep, kThreads, 0);
 }
 
 }  // namespace magi::megakernel

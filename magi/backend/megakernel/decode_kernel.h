@@ -7,7 +7,7 @@
 //
 // This first form reads the weights with plain vectorized loads; streaming them with the
 // Hopper bulk-copy engine (TMA) into a shared-memory ring, started before an instruction's
-// wait, is the next step (docs/megakernel.md). Built with --config=cuda; not yet run.
+// wait, is the next step (docs/megakernel.md). Built with --config=cuda.
 #ifndef MAGI_BACKEND_MEGAKERNEL_DECODE_KERNEL_H_
 #define MAGI_BACKEND_MEGAKERNEL_DECODE_KERNEL_H_
 
@@ -52,17 +52,26 @@ struct KernelArgs {
   float* activation;
   float* logits;
   int64_t* next_token;  // [batch]: the output
-  // The program (device copies of a DeviceProgram) and its counters (zeroed once).
+  // The program (device copies of a DeviceProgram), its counters and one step count per block
+  // (all zeroed once). Counters only grow: a wait in step s is for (s + 1) times the counter's
+  // increments per step, s being the block's own count of the steps it ran, kept in device
+  // memory (not a launch argument) so that a CUDA graph replaying the launch advances it.
   const DeviceInstruction* instructions;
   const int32_t* queue_begin;
   const int32_t* queue;
   uint32_t* counters;
-  uint32_t step;  // 0 for the first step run with these counters
+  uint32_t* block_steps;  // [num_sms]
 };
 
 // Launches the step on `num_sms` blocks (the program's SM count) as a cooperative launch, so
-// that every block is resident; the launch's error, if any.
+// that every block is resident (capturable into a CUDA graph); the launch's error, if any.
+// A position outside [0, window) or a token outside [0, vocab) is clamped into it (a bad input
+// must not write outside the caches); the caller keeps positions in range, as the graph's index_put requires.
 cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t stream);
+
+// How many blocks of the kernel one SM of the current device keeps resident (a cooperative
+// launch needs at least 1).
+cudaError_t DecodeStepBlocksPerSm(int* blocks);
 
 }  // namespace magi::megakernel
 

@@ -1,0 +1,196 @@
+#include "magi/backend/megakernel/kernel_runner.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "magi/backend/megakernel/device_program.h"
+
+namespace magi::megakernel {
+namespace {
+
+// `count` records copied into a new tensor on `device` (a blocking copy: called outside captures).
+template <typename T>
+at::Tensor ToDevice(const T* data, size_t count, at::Device device) {
+  at::Tensor bytes = at::empty({static_cast<int64_t>(count * sizeof(T))}, at::TensorOptions().dtype(at::kByte));
+  if (count > 0) std::memcpy(bytes.data_ptr(), data, count * sizeof(T));
+  return bytes.to(device);
+}
+
+absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
+}
+
+bool SameLayers(const std::vector<KernelLayer>& a, const std::vector<KernelLayer>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(KernelLayer)) == 0);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(const Program& program,
+                                                                                at::Device device) {
+  if (!device.is_cuda()) return absl::InvalidArgumentError(absl::StrCat("the decode kernel runs on CUDA, not ", device.str()));
+  const int index = device.has_index() ? device.index() : at::cuda::current_device();
+  const int device_sms = at::cuda::getDeviceProperties(index)->multiProcessorCount;
+  if (program.options.num_sms > device_sms) {
+    return absl::InvalidArgumentError(absl::StrCat("the program has ", program.options.num_sms, " SMs' queues; cuda:",
+                                                   index, " has ", device_sms, " SMs"));
+  }
+  absl::StatusOr<DeviceProgram> packed = PackProgram(program);
+  if (!packed.ok()) return packed.status();
+  {
+    const c10::DeviceGuard guard(at::Device(at::kCUDA, index));
+    int blocks = 0;
+    absl::Status occupancy = CudaStatus(DecodeStepBlocksPerSm(&blocks), "querying the decode kernel's occupancy");
+    if (!occupancy.ok()) return occupancy;
+    if (blocks < 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the decode kernel cannot keep a block resident per SM on cuda:", index));
+    }
+  }
+  auto runner = std::unique_ptr<DecodeKernelRunner>(new DecodeKernelRunner());
+  runner->program_ = program;
+  runner->device_ = at::Device(at::kCUDA, index);
+  const at::Device d = runner->device_;
+  runner->instructions_ = ToDevice(packed->instructions.data(), packed->instructions.size(), d);
+  runner->queue_begin_ = ToDevice(packed->queue_begin.data(), packed->queue_begin.size(), d);
+  runner->queue_ = ToDevice(packed->queue.data(), packed->queue.size(), d);
+  const at::TensorOptions i32 = at::TensorOptions().dtype(at::kInt).device(d);
+  runner->counters_ = at::zeros({std::max<int32_t>(packed->num_counters, 1)}, i32);
+  runner->block_steps_ = at::zeros({program.options.num_sms}, i32);
+  const DecodeModel& m = program.model;
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(d);
+  runner->hidden_ = at::zeros({m.batch, m.dim}, f32);
+  runner->qkv_ = at::zeros({m.batch, m.qkv_rows()}, f32);
+  runner->attention_ = at::zeros({m.batch, m.dim}, f32);
+  runner->activation_ = at::zeros({m.batch, m.ffn_hidden}, f32);
+  runner->logits_ = at::zeros({m.batch, m.vocab}, f32);
+  runner->next_token_ = at::zeros({m.batch}, at::TensorOptions().dtype(at::kLong).device(d));
+  return runner;
+}
+
+absl::Status DecodeKernelRunner::CheckTensors(const DecodeTensors& t) const {
+  const DecodeModel& m = program_.model;
+  auto check = [&](const at::Tensor& tensor, absl::string_view name, at::ScalarType dtype,
+                   std::vector<int64_t> sizes) -> absl::Status {
+    if (!tensor.defined() || tensor.scalar_type() != dtype || tensor.device() != device_ || !tensor.is_contiguous() ||
+        tensor.sizes().vec() != sizes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the decode kernel takes ", name, " as a contiguous ", c10::toString(dtype), "[", absl::StrJoin(sizes, ","),
+          "] on ", device_.str(), "; given ",
+          tensor.defined() ? absl::StrCat(c10::toString(tensor.scalar_type()), tensor.sizes().vec().size(), "-d ",
+                                          tensor.device().str(), tensor.is_contiguous() ? "" : " strided")
+                           : "nothing"));
+    }
+    return absl::OkStatus();
+  };
+  const at::ScalarType bf16 = at::kBFloat16;
+  const int64_t half = m.head_dim / 2;
+  for (const auto& [tensor, name, dtype, sizes] :
+       std::vector<std::tuple<at::Tensor, std::string, at::ScalarType, std::vector<int64_t>>>{
+           {t.tokens, "the tokens", at::kLong, {m.batch, 1}},
+           {t.positions, "the positions", at::kLong, {m.batch}},
+           {t.rope_cos, "the rope cosines", bf16, {t.rope_cos.defined() ? t.rope_cos.size(0) : 0, half}},
+           {t.rope_sin, "the rope sines", bf16, {t.rope_sin.defined() ? t.rope_sin.size(0) : 0, half}},
+           {t.embedding, "the embedding", bf16, {m.vocab, m.dim}},
+           {t.final_norm, "the final norm", bf16, {m.dim}},
+           {t.lm_head, "the LM head", bf16, {m.vocab, m.dim}}}) {
+    if (absl::Status status = check(tensor, name, dtype, sizes); !status.ok()) return status;
+  }
+  if (t.rope_cos.size(0) < m.window) {
+    return absl::InvalidArgumentError(absl::StrCat("the rope tables have ", t.rope_cos.size(0),
+                                                   " positions; the window is ", m.window));
+  }
+  if (static_cast<int64_t>(t.layers.size()) != m.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(t.layers.size(), " layers given, the program has ", m.n_layers));
+  }
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    const DecodeTensors::Layer& layer = t.layers[l];
+    const std::string at_layer = absl::StrCat(" of layer ", l);
+    const std::vector<int64_t> cache = {m.batch, m.n_kv_heads, m.window, m.head_dim};
+    for (const auto& [tensor, name, sizes] : std::vector<std::tuple<at::Tensor, std::string, std::vector<int64_t>>>{
+             {layer.attention_norm, "the attention norm", {m.dim}},
+             {layer.qkv, "the q/k/v weight", {m.qkv_rows(), m.dim}},
+             {layer.o, "the output projection", {m.dim, m.dim}},
+             {layer.ffn_norm, "the FFN norm", {m.dim}},
+             {layer.gate_up, "the gate/up weight", {2 * m.ffn_hidden, m.dim}},
+             {layer.down, "the down projection", {m.dim, m.ffn_hidden}},
+             {layer.key_cache, "the key cache", cache},
+             {layer.value_cache, "the value cache", cache}}) {
+      if (absl::Status status = check(tensor, name + at_layer, bf16, sizes); !status.ok()) return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeKernelRunner::Step(const DecodeTensors& t) {
+  if (absl::Status status = CheckTensors(t); !status.ok()) return status;
+  const c10::DeviceGuard guard(device_);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device_.index()).stream();
+  std::vector<KernelLayer> layers;
+  for (const DecodeTensors::Layer& l : t.layers) {
+    layers.push_back({l.attention_norm.data_ptr(), l.qkv.data_ptr(), l.o.data_ptr(), l.ffn_norm.data_ptr(),
+                      l.gate_up.data_ptr(), l.down.data_ptr(), l.key_cache.data_ptr(), l.value_cache.data_ptr(),
+                      static_cast<float>(l.attention_eps), static_cast<float>(l.ffn_eps)});
+  }
+  if (!layers_.defined() || !SameLayers(layers, layers_on_device_)) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (absl::Status status = CudaStatus(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
+        !status.ok()) {
+      return status;
+    }
+    if (capturing != cudaStreamCaptureStatusNone) {
+      return absl::FailedPreconditionError(
+          "the decode step's weights or caches moved while a CUDA graph captured it: run a step outside the "
+          "capture first, on the tensors the graph will use");
+    }
+    layers_ = ToDevice(layers.data(), layers.size(), device_);
+    layers_on_device_ = std::move(layers);
+  }
+  const DecodeModel& m = program_.model;
+  KernelArgs args{};
+  args.batch = static_cast<int32_t>(m.batch);
+  args.dim = static_cast<int32_t>(m.dim);
+  args.n_heads = static_cast<int32_t>(m.n_heads);
+  args.n_kv_heads = static_cast<int32_t>(m.n_kv_heads);
+  args.head_dim = static_cast<int32_t>(m.head_dim);
+  args.ffn = static_cast<int32_t>(m.ffn_hidden);
+  args.vocab = static_cast<int32_t>(m.vocab);
+  args.window = static_cast<int32_t>(m.window);
+  args.tokens = t.tokens.data_ptr<int64_t>();
+  args.positions = t.positions.data_ptr<int64_t>();
+  args.rope_cos = t.rope_cos.data_ptr();
+  args.rope_sin = t.rope_sin.data_ptr();
+  args.embedding = t.embedding.data_ptr();
+  args.final_norm = t.final_norm.data_ptr();
+  args.lm_head = t.lm_head.data_ptr();
+  args.final_eps = static_cast<float>(t.final_eps);
+  args.layers = static_cast<const KernelLayer*>(layers_.data_ptr());
+  args.hidden = hidden_.data_ptr<float>();
+  args.qkv = qkv_.data_ptr<float>();
+  args.attention = attention_.data_ptr<float>();
+  args.activation = activation_.data_ptr<float>();
+  args.logits = logits_.data_ptr<float>();
+  args.next_token = next_token_.data_ptr<int64_t>();
+  args.instructions = static_cast<const DeviceInstruction*>(instructions_.data_ptr());
+  args.queue_begin = static_cast<const int32_t*>(queue_begin_.data_ptr());
+  args.queue = static_cast<const int32_t*>(queue_.data_ptr());
+  args.counters = reinterpret_cast<uint32_t*>(counters_.data_ptr<int32_t>());
+  args.block_steps = reinterpret_cast<uint32_t*>(block_steps_.data_ptr<int32_t>());
+  if (absl::Status status =
+          CudaStatus(LaunchDecodeStep(args, program_.options.num_sms, stream), "launching the decode kernel");
+      !status.ok()) {
+    return status;
+  }
+  ++steps_run_;
+  return absl::OkStatus();
+}
+
+}  // namespace magi::megakernel

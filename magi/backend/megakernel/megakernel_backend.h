@@ -1,0 +1,69 @@
+// "megakernel": the partition backend that runs a whole decode step as ONE persistent kernel
+// (docs/megakernel.md).
+//
+// Capability: all or nothing. A graph that MatchDecodeGraph recognizes as a decode step
+// (decode_pattern.h), whose outputs are only the logits, the next tokens and the caches it
+// updates in place, is claimed whole (the caches' index_put included:
+// UpdatesDonatedInputInPlace); anything else is declined node by node with the reason the
+// match gave, so it runs on the next partition backend or the primary one. On CUDA it claims
+// bf16 graphs within the kernel's limits (device_records.h), and only in a --config=cuda build.
+//
+// Compile builds the step's instruction program (instruction_program.h) for the device's SMs,
+// proves it (CheckProgram, unless check=false) and returns an executable that runs it: on CUDA
+// with the persistent kernel (kernel_runner.h; one launch per step, capturable into a CUDA
+// graph), on the CPU instruction by instruction with the reference executor (the same
+// program and arithmetic, for tests; not fast).
+//
+// Options (megakernel{key=value,...}): num_sms (queues of the program; default the CUDA
+// device's SM count, 132 on the CPU), tile_rows and qkv_heads_per_tile (ProgramOptions;
+// default 0: chosen for the SM count), check (prove each program, default true).
+#ifndef MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
+#define MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "magi/backend/backend.h"
+#include "magi/backend/megakernel/decode_pattern.h"
+#include "magi/backend/megakernel/instruction_program.h"
+#include "magi/registry/registry.h"
+
+namespace magi::megakernel {
+
+struct MegakernelOptions {
+  int num_sms = 0;  // 0: the device's
+  int64_t tile_rows = 0;
+  int64_t qkv_heads_per_tile = 0;
+  bool check = true;
+
+  static absl::StatusOr<MegakernelOptions> Parse(const ComponentOptions& options);
+};
+
+// Whether this build has the CUDA kernel (--config=cuda).
+bool HasCudaKernel();
+
+class MegakernelBackend : public Backend {
+ public:
+  explicit MegakernelBackend(MegakernelOptions options) : options_(options) {}
+  absl::string_view name() const override { return "megakernel"; }
+  Capability GetCapability(const Module& module, const Graph& graph) const override;
+  // The caches' index_put: the kernel writes each step's keys and values into them.
+  bool UpdatesDonatedInputInPlace(const Node& node) const override;
+  using Backend::Compile;
+  absl::StatusOr<std::unique_ptr<Executable>> Compile(const Module& module, const Graph& graph,
+                                                      const CompileContext& context) const override;
+
+  // The match of `graph` when this backend claims it; else why not (the reason every node
+  // of a declined graph carries).
+  absl::StatusOr<DecodeGraphMatch> Claim(const Graph& graph) const;
+  // The program options for a graph claimed on `cuda` (or the CPU).
+  absl::StatusOr<ProgramOptions> ProgramOptionsFor(bool cuda) const;
+
+ private:
+  MegakernelOptions options_;
+};
+
+}  // namespace magi::megakernel
+
+#endif  // MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
