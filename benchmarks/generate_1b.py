@@ -121,7 +121,7 @@ def make_prompts(count, length, seed=0):
 _FLOAT = r"([0-9.eE+-]+|inf|nan)"
 _MAGI_LINES = {
     "prefill": re.compile(r"^magi: prefill: (\d+) runs, (\d+) sequences \((\d+) after a context overflow\), (\d+) "
-                          r"context bytes \((\d+) window positions\) in " + _FLOAT + r" s: " + _FLOAT +
+                          r"context bytes \((\d+) (?:bucket|window) positions\) in " + _FLOAT + r" s: " + _FLOAT +
                           r" bytes/s \(" + _FLOAT + r" positions/s\)", re.M),
     "decode": re.compile(r"^magi: decode: (\d+) steps of (\d+) sequences, (\d+) bytes in " + _FLOAT + r" s: " +
                          _FLOAT + r" bytes/s", re.M),

@@ -45,7 +45,7 @@ def main(argv):
     prompt_bytes = batch * len(prompts[0])
     sys.stderr.write("magi: generated %d x %d bytes in 0.50 s (%.1f bytes/s; %d forwards of %d sequences, KV cache)\n" %
                      (batch, length, batch * length / 0.5, length, batch))
-    sys.stderr.write("magi: prefill: 1 runs, %d sequences (0 after a context overflow), %d context bytes (%d window "
+    sys.stderr.write("magi: prefill: 1 runs, %d sequences (0 after a context overflow), %d context bytes (%d bucket "
                      "positions) in 0.020 s: %.1f bytes/s (%.1f positions/s)\n" %
                      (batch, prompt_bytes, batch * seq, prompt_bytes / 0.02, batch * seq / 0.02))
     steps = length - 1

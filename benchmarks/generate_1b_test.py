@@ -24,7 +24,7 @@ import result_tables  # noqa: E402
 
 # examples/generate.cc's format strings (C's %lld / %d / %.3f / %.1f), rendered by Python's %.
 PREFILL_FORMAT = ("magi: prefill: %d runs, %d sequences (%d after a context overflow), %d context bytes "
-                  "(%d window positions) in %.3f s: %.1f bytes/s (%.1f positions/s)\n")
+                  "(%d bucket positions) in %.3f s: %.1f bytes/s (%.1f positions/s)\n")
 DECODE_FORMAT = "magi: decode: %d steps of %d sequences, %d bytes in %.3f s: %.1f bytes/s\n"
 
 

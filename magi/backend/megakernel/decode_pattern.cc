@@ -314,20 +314,31 @@ class Matcher {
     return view->result(0);
   }
 
-  // where(position <= the step's position, 0, -inf) [B, 1, 1, window]: the decode mask.
+  // The decode mask [B, 1, 1, window], in either form ATen converts the model's boolean mask
+  // to: where(position <= the step's position, 0, -inf) (math, flash, efficient attention) or
+  // where(!(position <= the step's position), -65504, 0) (cuDNN, which mishandles -inf). The
+  // kernel leaves masked positions out; a masked value at or below -65504 (bf16 scores are far
+  // above it) makes exp underflow to 0 as -inf does.
   absl::Status MatchMask(const Value* mask) {
     const Node* where = mask->producer();
     if (where == nullptr || where->op() != "aten::where.self" || where->num_operands() != 3) {
       return Fail(mask, "the attention mask: aten::where.self(position <= step position, 0, -inf)");
     }
-    auto constant = [](const Value* v, double want) {
+    auto constant = [](const Value* v) -> std::optional<double> {
       const Node* c = v->producer();
-      return c != nullptr && c->op() == "aten::scalar_tensor" && Number(*c, 0) == want;
+      if (c == nullptr || c->op() != "aten::scalar_tensor") return std::nullopt;
+      return Number(*c, 0);
     };
-    const Node* le = where->operand(0)->producer();
-    if (!constant(where->operand(1), 0.0) || !constant(where->operand(2), -INFINITY) || le == nullptr ||
+    const Node* condition = where->operand(0)->producer();
+    const bool negated = condition != nullptr && condition->op() == "aten::logical_not";
+    const Node* le = negated ? condition->operand(0)->producer() : condition;
+    const std::optional<double> visible = constant(where->operand(negated ? 2 : 1));
+    const std::optional<double> masked = constant(where->operand(negated ? 1 : 2));
+    if (!visible.has_value() || *visible != 0.0 || !masked.has_value() || !(*masked <= -65504.0) || le == nullptr ||
         le->op() != "aten::le.Tensor") {
-      return Fail(mask, "the attention mask: aten::where.self(aten::le.Tensor(positions, step), 0, -inf)");
+      return Fail(mask,
+                  "the attention mask: aten::where.self(aten::le.Tensor(positions, step), 0, -inf) or "
+                  "aten::where.self(aten::logical_not(aten::le.Tensor(positions, step)), -65504, 0)");
     }
     const Node* range_view = le->operand(0)->producer();
     const Node* range = IsReshape(range_view) ? range_view->operand(0)->producer() : nullptr;

@@ -86,6 +86,28 @@ TEST(DecodePatternTest, GroupedQueryAttentionInBf16AtBatchTwo) {
   EXPECT_EQ(match->layers[0].key_cache->name(), "input.2");
 }
 
+// The mask as ATen converts it for cuDNN attention on the GPU: where(!visible, -65504, 0).
+std::string CudnnMask(const std::string& decode, const std::string& masked_value) {
+  return absl::StrReplaceAll(
+      decode, {{"%where_65 = aten::where.self(%le_12, %scalar_tensor_64, %scalar_tensor_63)",
+                "%not_le = aten::logical_not(%le_12) : bool[1,1,1,32]\n"
+                "    %where_65 = aten::where.self(%not_le, %scalar_tensor_63, %scalar_tensor_64)"},
+               {"aten::scalar_tensor(-inf,", absl::StrCat("aten::scalar_tensor(", masked_value, ",")}});
+}
+
+TEST(DecodePatternTest, TheCudnnFormOfTheMaskIsMatched) {
+  std::unique_ptr<Module> module;
+  const std::string decode = Testdata("decode_tiny_f32.mir");
+  const std::string cudnn = CudnnMask(decode, "-65504.0");
+  ASSERT_NE(cudnn, decode);
+  absl::StatusOr<DecodeGraphMatch> match = Match(cudnn, module);
+  EXPECT_TRUE(match.ok()) << match.status();
+  // A masked value that would not vanish in the softmax is not a mask.
+  match = Match(CudnnMask(decode, "-1.0"), module);
+  ASSERT_FALSE(match.ok());
+  EXPECT_TRUE(absl::StrContains(match.status().message(), "expected the attention mask")) << match.status();
+}
+
 // What is not a Llama decode step is declined where it stops being one.
 TEST(DecodePatternTest, OtherGraphsAreDeclinedNamingWhere) {
   std::unique_ptr<Module> module;
