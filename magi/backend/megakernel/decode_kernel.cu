@@ -93,6 +93,13 @@ __device__ int64_t Token(const KernelArgs& a, int b) {
   return token < 0 ? 0 : (token >= a.vocab ? a.vocab - 1 : token);
 }
 
+// The GPU's global timer in ns, the same on every SM (the timeline's clock).
+__device__ uint64_t GlobalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // Another block's writes are read from L2 (__ldcg): an L1 line of this SM may be stale.
 __device__ float Load(const float* p) { return __ldcg(p); }
 __device__ float Weight(const void* p, int64_t i) { return __bfloat162float(static_cast<const bf16*>(p)[i]); }
@@ -315,13 +322,17 @@ __global__ void __launch_bounds__(kThreads) DecodeStep(KernelArgs a) {
   if (threadIdx.x == 0) step = a.block_steps[blockIdx.x];
   __syncthreads();
   for (int q = a.queue_begin[blockIdx.x]; q < a.queue_begin[blockIdx.x + 1]; ++q) {
-    const DeviceInstruction in = a.instructions[a.queue[q]];
+    const int index = a.queue[q];
+    const DeviceInstruction in = a.instructions[index];
+    uint64_t wait_begin = 0, start = 0;
     if (threadIdx.x == 0) {
+      wait_begin = GlobalTimer();
       for (int w = 0; w < in.num_waits; ++w) {
         const uint32_t target = (step + 1) * in.wait_increments[w];
         Counter counter(a.counters[in.waits[w]]);
         while (counter.load(cuda::memory_order_acquire) < target) __nanosleep(64);
       }
+      start = GlobalTimer();
     }
     __syncthreads();
     Run(a, in, s);
@@ -330,6 +341,10 @@ __global__ void __launch_bounds__(kThreads) DecodeStep(KernelArgs a) {
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int i = 0; i < in.num_signals; ++i) Counter(a.counters[in.signals[i]]).fetch_add(1, cuda::memory_order_release);
+      uint64_t* record = a.timeline + 3 * static_cast<int64_t>(index);
+      record[0] = wait_begin;
+      record[1] = start;
+      record[2] = GlobalTimer();
     }
   }
   // Only this block reads its count, in the next launch (stream-ordered after this one).

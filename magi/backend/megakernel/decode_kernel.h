@@ -61,6 +61,9 @@ struct KernelArgs {
   const int32_t* queue;
   uint32_t* counters;
   uint32_t* block_steps;  // [num_sms]
+  // Each instruction's global timer (ns) before its waits, after them and after its signals,
+  // [num_instructions][3], rewritten every step (program_timeline.h reads the last one).
+  uint64_t* timeline;
 };
 
 // Launches the step on `num_sms` blocks (the program's SM count) as a cooperative launch, so

@@ -4,6 +4,7 @@
 // and replayed from a CUDA graph.
 #include "magi/backend/megakernel/kernel_runner.h"
 
+#include <iostream>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "magi/backend/megakernel/decode_pattern.h"
 #include "magi/backend/megakernel/instruction_program.h"
 #include "magi/backend/megakernel/program_check.h"
+#include "magi/backend/megakernel/program_timeline.h"
 #include "magi/backend/megakernel/reference_executor.h"
 #include "magi/backend/megakernel/test_inputs.h"
 #include "magi/base/gtest_printers.h"
@@ -120,6 +122,16 @@ void CheckThreeSteps(bool cuda_graph) {
     cpu->positions.add_(1);
     gpu->positions.add_(1);
   }
+  // The kernel's clock records of the last step: one per instruction, in order on each SM.
+  absl::StatusOr<std::vector<InstructionTimes>> times = (*runner)->LastStepTimeline();
+  ASSERT_TRUE(times.ok()) << times.status();
+  ASSERT_EQ(CheckTimeline(*program, *times), absl::OkStatus());
+  for (const std::vector<int>& queue : program->queues) {
+    for (size_t k = 1; k < queue.size(); ++k) {
+      EXPECT_LE((*times)[queue[k - 1]].end, (*times)[queue[k]].wait_begin) << "instruction #" << queue[k];
+    }
+  }
+  std::cout << SummarizeTimeline(*program, *times) << std::flush;
 }
 
 TEST(DecodeKernelTest, ThreeStepsEqualTheReferenceExecutor) { CheckThreeSteps(/*cuda_graph=*/false); }

@@ -65,6 +65,8 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   const at::TensorOptions i32 = at::TensorOptions().dtype(at::kInt).device(d);
   runner->counters_ = at::zeros({std::max<int32_t>(packed->num_counters, 1)}, i32);
   runner->block_steps_ = at::zeros({program.options.num_sms}, i32);
+  runner->timeline_ = at::zeros({static_cast<int64_t>(program.instructions.size()), 3},
+                                at::TensorOptions().dtype(at::kLong).device(d));
   const DecodeModel& m = program.model;
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(d);
   runner->hidden_ = at::zeros({m.batch, m.dim}, f32);
@@ -184,6 +186,7 @@ absl::Status DecodeKernelRunner::Step(const DecodeTensors& t) {
   args.queue = static_cast<const int32_t*>(queue_.data_ptr());
   args.counters = reinterpret_cast<uint32_t*>(counters_.data_ptr<int32_t>());
   args.block_steps = reinterpret_cast<uint32_t*>(block_steps_.data_ptr<int32_t>());
+  args.timeline = reinterpret_cast<uint64_t*>(timeline_.data_ptr<int64_t>());
   if (absl::Status status =
           CudaStatus(LaunchDecodeStep(args, program_.options.num_sms, stream), "launching the decode kernel");
       !status.ok()) {
@@ -191,6 +194,23 @@ absl::Status DecodeKernelRunner::Step(const DecodeTensors& t) {
   }
   ++steps_run_;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<InstructionTimes>> DecodeKernelRunner::LastStepTimeline() const {
+  if (steps_run_ == 0) return absl::FailedPreconditionError("the decode kernel has run no step yet");
+  const c10::DeviceGuard guard(device_);
+  // The step may run on any stream (a CUDA graph's replay included): wait for the device.
+  if (absl::Status status = CudaStatus(cudaDeviceSynchronize(), "waiting for the decode step"); !status.ok()) {
+    return status;
+  }
+  const at::Tensor host = timeline_.cpu();
+  const int64_t* records = host.data_ptr<int64_t>();
+  std::vector<InstructionTimes> times(program_.instructions.size());
+  for (size_t i = 0; i < times.size(); ++i) {
+    times[i] = {static_cast<uint64_t>(records[3 * i]), static_cast<uint64_t>(records[3 * i + 1]),
+                static_cast<uint64_t>(records[3 * i + 2])};
+  }
+  return times;
 }
 
 }  // namespace magi::megakernel

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "magi/backend/megakernel/decode_kernel.h"
 #include "magi/backend/megakernel/instruction_program.h"
+#include "magi/backend/megakernel/program_timeline.h"
 #include "magi/backend/megakernel/reference_executor.h"
 
 namespace magi::megakernel {
@@ -41,6 +42,10 @@ class DecodeKernelRunner {
   const at::Tensor& logits() const { return logits_; }
   const at::Tensor& next_token() const { return next_token_; }
   int64_t steps_run() const { return steps_run_; }
+  // The kernel's clock records of the last step that ran (waiting for the device first), in
+  // the program's instruction order. FailedPrecondition before any step.
+  absl::StatusOr<std::vector<InstructionTimes>> LastStepTimeline() const;
+  const Program& program() const { return program_; }
 
  private:
   DecodeKernelRunner() = default;
@@ -48,7 +53,7 @@ class DecodeKernelRunner {
 
   Program program_;
   at::Device device_ = at::Device(at::kCUDA);
-  at::Tensor instructions_, queue_begin_, queue_, counters_, block_steps_, layers_;
+  at::Tensor instructions_, queue_begin_, queue_, counters_, block_steps_, layers_, timeline_;
   std::vector<KernelLayer> layers_on_device_;  // what layers_ holds
   at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_;
   int64_t steps_run_ = 0;

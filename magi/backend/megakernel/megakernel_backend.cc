@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "magi/backend/megakernel/device_program.h"
 #include "magi/backend/megakernel/program_check.h"
+#include "magi/backend/megakernel/program_timeline.h"
 #include "magi/backend/megakernel/reference_executor.h"
 #include "magi/backend/torch_executable.h"
 #include "magi/base/status_macros.h"
@@ -99,6 +100,21 @@ class MegakernelExecutable : public TorchExecutable {
   }
 
   absl::string_view backend_name() const override { return "megakernel"; }
+
+  absl::StatusOr<std::string> WriteLastStepTimeline(const std::string& path, double peak_bytes_per_s) const {
+#ifdef MAGI_WITH_CUDA
+    if (runner_ != nullptr && runner_->steps_run() > 0) {
+      MAGI_ASSIGN_OR_RETURN(std::vector<InstructionTimes> times, runner_->LastStepTimeline());
+      MAGI_RETURN_IF_ERROR(WriteTimelineTrace(program_, times, path));
+      return SummarizeTimeline(program_, times, peak_bytes_per_s);
+    }
+#else
+    (void)path;
+    (void)peak_bytes_per_s;
+#endif
+    return absl::FailedPreconditionError(
+        "the megakernel executable has run no step on CUDA: only the kernel records a timeline");
+  }
   const RunStats& last_run_stats() const override { return stats_; }
   void set_profile_nodes(bool) override {}
   absl::Status BindCommunicator(const std::string& group, std::shared_ptr<Communicator>) override {
@@ -174,6 +190,16 @@ class MegakernelExecutable : public TorchExecutable {
 };
 
 }  // namespace
+
+absl::StatusOr<std::string> WriteLastStepTimeline(const Executable& executable, const std::string& path,
+                                                  double peak_bytes_per_s) {
+  const auto* mega = dynamic_cast<const MegakernelExecutable*>(&executable);
+  if (mega == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a timeline needs a megakernel executable, not one of '", executable.backend_name(), "'"));
+  }
+  return mega->WriteLastStepTimeline(path, peak_bytes_per_s);
+}
 
 bool HasCudaKernel() {
 #ifdef MAGI_WITH_CUDA

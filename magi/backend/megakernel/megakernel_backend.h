@@ -43,6 +43,13 @@ struct MegakernelOptions {
 // Whether this build has the CUDA kernel (--config=cuda).
 bool HasCudaKernel();
 
+// The last decode step `executable` ran on CUDA, from the kernel's own clock records: written
+// to `path` as a Chrome trace (program_timeline.h); returns SummarizeTimeline's table (with
+// `peak_bytes_per_s` > 0, the step's share of it). FailedPrecondition for an executable of
+// another backend, or one that has not run a step on CUDA.
+absl::StatusOr<std::string> WriteLastStepTimeline(const Executable& executable, const std::string& path,
+                                                  double peak_bytes_per_s = 0);
+
 class MegakernelBackend : public Backend {
  public:
   explicit MegakernelBackend(MegakernelOptions options) : options_(options) {}

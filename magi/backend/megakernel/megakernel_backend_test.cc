@@ -160,6 +160,22 @@ TEST(MegakernelBackendTest, DeclinesAGraphOnCudaItCannotRunNamingWhy) {
   }
 }
 
+TEST(MegakernelBackendTest, TimelinesComeOnlyFromTheKernel) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "the graphs were dumped with LibTorch 2.12, whose CPU attention op LibTorch 1.13 lacks";
+#endif
+  absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_f32.mir");
+  ASSERT_TRUE(module.ok()) << module.status();
+  absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(**module), "forward", WithPartitions({"megakernel"}));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_EQ(compiled->partition_executables.size(), 1u);
+  const Executable& mega = *compiled->partition_executables.begin()->second;
+  EXPECT_EQ(WriteLastStepTimeline(mega, "/dev/null").status().message(),
+            "the megakernel executable has run no step on CUDA: only the kernel records a timeline");
+  EXPECT_EQ(WriteLastStepTimeline(*compiled->executable, "/dev/null").status().message(),
+            "a timeline needs a megakernel executable, not one of 'interpreter'");
+}
+
 TEST(MegakernelBackendTest, OptionsAreCheckedNamingTheKey) {
   auto create = [](ComponentOptions options) { return Registry<Backend>::Global().Create("megakernel", options).status(); };
   EXPECT_TRUE(create({{"num_sms", "8"}, {"check", "false"}, {"tile_rows", "32"}}).ok());

@@ -147,6 +147,10 @@ class FsdpInference {
   absl::StatusOr<MemoryPlan> PlannedMemory(bool donated = true) const;
   const Graph& graph() const { return compiled_.graph(); }
   const Module& module() const { return compiled_.module(); }
+  // The compiled partitions the graph calls, by callee graph name.
+  const std::map<std::string, std::shared_ptr<Executable>>& partition_executables() const {
+    return compiled_.partition_executables;
+  }
   // The compiled plan's fingerprint (magi/compiler/plan_hash.h).
   const std::string& plan_hash() const { return compiled_.plan_hash; }
   // The weight preparation graph of module() (see above), or null when there is none.
