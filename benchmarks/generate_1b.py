@@ -61,7 +61,8 @@ from result_tables import generate_1b_table, hbm_peak_bytes_per_s
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 MAGI_RUNS = [
-    # (label, --backend, more examples:generate flags; "{batch}" is replaced by the row's batch)
+    # (label, --backend, more examples:generate flags; "{batch}" is replaced by the row's batch,
+    # "{timeline}" by <out_dir>/<row tag>.timeline.json)
     ("Magi nccl_stream + CUDA graph", "nccl_stream{cuda_graph=true}", []),
     ("Magi nccl_stream + CUDA graph + inductor", "nccl_stream{cuda_graph=true}", ["--partition_backends=inductor"]),
     # Batch-invariant: every graph has `batch` rows (--invariant_batch), run batched at that shape.
@@ -72,8 +73,9 @@ MAGI_RUNS = [
     ("Magi nccl_stream + CUDA graph + inductor, deterministic", "nccl_stream{cuda_graph=true}",
      ["--partition_backends=inductor", "--deterministic", "--invariant_batch={batch}"]),
     # The decode step as ONE persistent kernel (docs/megakernel.md); prefill on the Inductor partitions.
+    # The kernel's timeline of the last decode step goes to <tag>.timeline.json, its summary to the log.
     ("Magi nccl_stream + CUDA graph + megakernel", "nccl_stream{cuda_graph=true}",
-     ["--partition_backends=megakernel,inductor"]),
+     ["--partition_backends=megakernel,inductor", "--megakernel_timeline={timeline}"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),
@@ -263,7 +265,8 @@ class Bench:
         row = self.base_row(label, "magi", batch, prompt_len, tag)
         cmd = _executable(self.args.generate) + self.magi_flags(batch, prompt_len, prompts) + [
             "--backend=" + backend, "--logits_out=" + os.path.join(self.out, tag)]
-        cmd += [flag.replace("{batch}", str(batch)) for flag in extra]
+        cmd += [flag.replace("{batch}", str(batch)).replace("{timeline}", os.path.join(self.out, tag + ".timeline.json"))
+                for flag in extra]
         if not self.have_weights():
             cmd.append("--dump_weights=" + self.weights)
         uses_inductor = any(flag.startswith("--partition_backends=") for flag in extra)

@@ -409,14 +409,19 @@ int Generate(const magi::DistributedEnv& env) {
     for (const auto& [callee, executable] : gen.decode()->partition_executables()) {
       if (executable->backend_name() != "megakernel") continue;
       absl::StatusOr<std::string> summary = magi::megakernel::WriteLastStepTimeline(*executable, path);
-      if (!summary.ok()) return Fail(rank, absl::StrCat("--megakernel_timeline: ", summary.status().message()));
+      if (!summary.ok()) {
+        std::fprintf(stderr, "magi: warning: --megakernel_timeline: %s\n",
+                     std::string(summary.status().message()).c_str());
+        continue;
+      }
       std::fprintf(stderr, "magi: the last decode step's timeline (@%s) is in %s:\n%s", callee.c_str(), path.c_str(),
                    summary->c_str());
       ++written;
     }
+    // A diagnostic: its absence is reported, and the generation's results stand.
     if (written == 0) {
-      return Fail(rank, "--megakernel_timeline: the decode step calls no megakernel partition (give "
-                        "--partition_backends=megakernel,...; the compile notes say why it was declined)");
+      std::fprintf(stderr, "magi: warning: --megakernel_timeline: no timeline written (the decode step calls no "
+                           "megakernel partition that ran on CUDA; the compile notes say why)\n");
     }
   }
   if (rank == 0) {
