@@ -76,6 +76,9 @@ MAGI_RUNS = [
     # The kernel's timeline of the last decode step goes to <tag>.timeline.json, its summary to the log.
     ("Magi nccl_stream + CUDA graph + megakernel", "nccl_stream{cuda_graph=true}",
      ["--partition_backends=megakernel,inductor", "--megakernel_timeline={timeline}"]),
+    # Its first form, each matrix row reading its input from L2 (what staging them saves).
+    ("Magi nccl_stream + CUDA graph + megakernel, inputs from L2", "nccl_stream{cuda_graph=true}",
+     ["--partition_backends=megakernel{stage_inputs=false},inductor", "--megakernel_timeline={timeline}"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),

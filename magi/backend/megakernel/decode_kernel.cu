@@ -149,6 +149,25 @@ __device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int 
   __syncthreads();
 }
 
+// A tile's input vectors, [batch][k_size] floats, in dynamic shared memory when the launch gave
+// enough (KernelArgs::staged_floats): computed once per instruction (the norm applied) instead of
+// once per row, and then read from shared memory instead of L2.
+// Runs `rows(input)` with `input(b, k)` staged when it fits, else as given.
+template <typename Input, typename Rows>
+__device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Rows rows) {
+  extern __shared__ float staged[];
+  if (a.staged_floats < a.batch * k_size) {
+    rows(input);
+    return;
+  }
+  for (int b = 0; b < a.batch; ++b) {
+    for (int k = threadIdx.x; k < k_size; k += kThreads) staged[b * k_size + k] = input(b, k);
+  }
+  __syncthreads();
+  rows([k_size](int b, int k) { return staged[b * k_size + k]; });
+  // MatrixRows ends with a barrier: the next instruction may overwrite `staged`.
+}
+
 // RoPE of one head's [head_dim] values (x at out[row0 + i]) at `position`, as
 // cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin); `write(i, value)` stores element i.
 template <typename Write>
@@ -170,7 +189,7 @@ __device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, Shared&
   auto input = [&](int b, int k) {
     return Load(hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.attention_norm, k);
   };
-  MatrixRows(layer.qkv, a.dim, in.row_begin, in.row_end, a.batch, input, s.out);
+  WithStagedInput(a, a.dim, input, [&](auto x) { MatrixRows(layer.qkv, a.dim, in.row_begin, in.row_end, a.batch, x, s.out); });
   const int hd = a.head_dim, qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * hd;
   for (int h = in.row_begin / hd; h < in.row_end / hd; ++h) {
     const int row0 = h * hd - in.row_begin;
@@ -259,8 +278,8 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
       const KernelLayer& layer = a.layers[in.layer];
       const float* source = in.opcode == kOProj ? a.attention : a.activation;
       const int k_size = in.opcode == kOProj ? dim : a.ffn;
-      MatrixRows(in.opcode == kOProj ? layer.o : layer.down, k_size, r0, r1, a.batch,
-                 [&](int b, int k) { return Load(source + static_cast<int64_t>(b) * k_size + k); }, s.out);
+      WithStagedInput(a, k_size, [&](int b, int k) { return Load(source + static_cast<int64_t>(b) * k_size + k); },
+                      [&](auto x) { MatrixRows(in.opcode == kOProj ? layer.o : layer.down, k_size, r0, r1, a.batch, x, s.out); });
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
           float* h = a.hidden + static_cast<int64_t>(b) * dim + r;
@@ -275,8 +294,10 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
       auto input = [&](int b, int k) {
         return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.ffn_norm, k);
       };
-      MatrixRows(layer.gate_up, dim, r0, r1, a.batch, input, s.out);
-      MatrixRows(layer.gate_up, dim, a.ffn + r0, a.ffn + r1, a.batch, input, s.out2);
+      WithStagedInput(a, dim, input, [&](auto x) {
+        MatrixRows(layer.gate_up, dim, r0, r1, a.batch, x, s.out);
+        MatrixRows(layer.gate_up, dim, a.ffn + r0, a.ffn + r1, a.batch, x, s.out2);
+      });
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
           const float gate = s.out[(r - r0) * kMaxBatch + b], up = s.out2[(r - r0) * kMaxBatch + b];
@@ -290,7 +311,7 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
       auto input = [&](int b, int k) {
         return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(a.final_norm, k);
       };
-      MatrixRows(a.lm_head, dim, r0, r1, a.batch, input, s.out);
+      WithStagedInput(a, dim, input, [&](auto x) { MatrixRows(a.lm_head, dim, r0, r1, a.batch, x, s.out); });
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
           a.logits[static_cast<int64_t>(b) * a.vocab + r] = s.out[(r - r0) * kMaxBatch + b];
@@ -357,6 +378,7 @@ cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t s
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(num_sms);
   config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(args.staged_floats) * sizeof(float);
   config.stream = stream;
   cudaLaunchAttribute cooperative = {};
   cooperative.id = cudaLaunchAttributeCooperative;
@@ -366,8 +388,28 @@ cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t s
   return cudaLaunchKernelEx(&config, DecodeStep, args);
 }
 
-cudaError_t DecodeStepBlocksPerSm(int* blocks) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, DecodeStep, kThreads, 0);
+cudaError_t DecodeStepBlocksPerSm(int staged_floats, int* blocks) {
+  const size_t dynamic = static_cast<size_t>(staged_floats) * sizeof(float);
+  if (cudaError_t error = cudaFuncSetAttribute(DecodeStep, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(dynamic));
+      error != cudaSuccess) {
+    return error;
+  }
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, DecodeStep, kThreads, dynamic);
+}
+
+cudaError_t DecodeStepMaxStagedFloats(int* floats) {
+  int device = 0, optin = 0;
+  cudaFuncAttributes attributes;
+  if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return error;
+  if (cudaError_t error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      error != cudaSuccess) {
+    return error;
+  }
+  if (cudaError_t error = cudaFuncGetAttributes(&attributes, DecodeStep); error != cudaSuccess) return error;
+  const int left = optin - static_cast<int>(attributes.sharedSizeBytes);
+  *floats = left > 0 ? left / static_cast<int>(sizeof(float)) : 0;
+  return cudaSuccess;
 }
 
 }  // namespace magi::megakernel

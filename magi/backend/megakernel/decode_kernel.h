@@ -64,6 +64,9 @@ struct KernelArgs {
   // Each instruction's global timer (ns) before its waits, after them and after its signals,
   // [num_instructions][3], rewritten every step (program_timeline.h reads the last one).
   uint64_t* timeline;
+  // Floats of dynamic shared memory the launch gives for staging a tile's input vectors
+  // (batch x the matrix's width; 0: read them from L2 for every row).
+  int32_t staged_floats;
 };
 
 // Launches the step on `num_sms` blocks (the program's SM count) as a cooperative launch, so
@@ -72,9 +75,12 @@ struct KernelArgs {
 // must not write outside the caches); the caller keeps positions in range, as the graph's index_put requires.
 cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t stream);
 
-// How many blocks of the kernel one SM of the current device keeps resident (a cooperative
-// launch needs at least 1).
-cudaError_t DecodeStepBlocksPerSm(int* blocks);
+// Sets the kernel's dynamic shared memory to `staged_floats` floats, then: how many blocks of
+// it one SM of the current device keeps resident (a cooperative launch needs at least 1).
+cudaError_t DecodeStepBlocksPerSm(int staged_floats, int* blocks);
+
+// The most floats of dynamic shared memory a block of the kernel can have on the current device.
+cudaError_t DecodeStepMaxStagedFloats(int* floats);
 
 }  // namespace magi::megakernel
 

@@ -25,7 +25,7 @@
 namespace magi::megakernel {
 namespace {
 
-void CheckThreeSteps(bool cuda_graph) {
+void CheckThreeSteps(bool cuda_graph, bool stage_inputs = true) {
   ASSERT_TRUE(at::hasCUDA());
   absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir");
   ASSERT_TRUE(module.ok()) << module.status();
@@ -39,8 +39,10 @@ void CheckThreeSteps(bool cuda_graph) {
   absl::StatusOr<Program> program = BuildProgram(m, options);
   ASSERT_TRUE(program.ok()) << program.status();
   ASSERT_EQ(CheckProgram(*program), absl::OkStatus());
-  absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> runner = DecodeKernelRunner::Create(*program, at::kCUDA);
+  absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> runner =
+      DecodeKernelRunner::Create(*program, at::kCUDA, stage_inputs);
   ASSERT_TRUE(runner.ok()) << runner.status();
+  EXPECT_EQ((*runner)->stages_inputs(), stage_inputs);
 
   std::vector<at::Tensor> host = testing::RandomInputs(graph, *match);
   // Positions low enough for three steps.
@@ -136,6 +138,10 @@ void CheckThreeSteps(bool cuda_graph) {
 
 TEST(DecodeKernelTest, ThreeStepsEqualTheReferenceExecutor) { CheckThreeSteps(/*cuda_graph=*/false); }
 TEST(DecodeKernelTest, ThreeReplaysOfACudaGraphEqualTheReferenceExecutor) { CheckThreeSteps(/*cuda_graph=*/true); }
+// The kernel's first form: every row reads its input from L2.
+TEST(DecodeKernelTest, ThreeStepsWithoutStagedInputsEqualTheReferenceExecutor) {
+  CheckThreeSteps(/*cuda_graph=*/false, /*stage_inputs=*/false);
+}
 
 }  // namespace
 }  // namespace magi::megakernel

@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -35,7 +36,7 @@ bool SameLayers(const std::vector<KernelLayer>& a, const std::vector<KernelLayer
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(const Program& program,
-                                                                                at::Device device) {
+                                                                                at::Device device, bool stage_inputs) {
   if (!device.is_cuda()) return absl::InvalidArgumentError(absl::StrCat("the decode kernel runs on CUDA, not ", device.str()));
   const int index = device.has_index() ? device.index() : at::cuda::current_device();
   const int device_sms = at::cuda::getDeviceProperties(index)->multiProcessorCount;
@@ -45,10 +46,17 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   }
   absl::StatusOr<DeviceProgram> packed = PackProgram(program);
   if (!packed.ok()) return packed.status();
+  int32_t staged_floats = 0;
   {
     const c10::DeviceGuard guard(at::Device(at::kCUDA, index));
+    int most = 0;
+    absl::Status room = CudaStatus(DecodeStepMaxStagedFloats(&most), "querying the decode kernel's shared memory");
+    if (!room.ok()) return room;
+    const int64_t needed = program.model.batch * std::max(program.model.dim, program.model.ffn_hidden);
+    if (stage_inputs && needed <= most) staged_floats = static_cast<int32_t>(needed);
     int blocks = 0;
-    absl::Status occupancy = CudaStatus(DecodeStepBlocksPerSm(&blocks), "querying the decode kernel's occupancy");
+    absl::Status occupancy =
+        CudaStatus(DecodeStepBlocksPerSm(staged_floats, &blocks), "querying the decode kernel's occupancy");
     if (!occupancy.ok()) return occupancy;
     if (blocks < 1) {
       return absl::FailedPreconditionError(
@@ -57,6 +65,7 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   }
   auto runner = std::unique_ptr<DecodeKernelRunner>(new DecodeKernelRunner());
   runner->program_ = program;
+  runner->staged_floats_ = staged_floats;
   runner->device_ = at::Device(at::kCUDA, index);
   const at::Device d = runner->device_;
   runner->instructions_ = ToDevice(packed->instructions.data(), packed->instructions.size(), d);
@@ -187,6 +196,7 @@ absl::Status DecodeKernelRunner::Step(const DecodeTensors& t) {
   args.counters = reinterpret_cast<uint32_t*>(counters_.data_ptr<int32_t>());
   args.block_steps = reinterpret_cast<uint32_t*>(block_steps_.data_ptr<int32_t>());
   args.timeline = reinterpret_cast<uint64_t*>(timeline_.data_ptr<int64_t>());
+  args.staged_floats = staged_floats_;
   if (absl::Status status =
           CudaStatus(LaunchDecodeStep(args, program_.options.num_sms, stream), "launching the decode kernel");
       !status.ok()) {

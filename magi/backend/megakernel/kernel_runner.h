@@ -31,7 +31,10 @@ class DecodeKernelRunner {
   // InvalidArgument when the program does not fit the kernel (PackProgram) or has more SMs
   // than `device` (a CUDA device); FailedPrecondition when the kernel cannot keep one block
   // resident per SM there.
-  static absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> Create(const Program& program, at::Device device);
+  // `stage_inputs`: stage each tile's input vectors in shared memory where they fit (the
+  // default), else read them from L2 for every row (the kernel's first form, kept to compare).
+  static absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> Create(const Program& program, at::Device device,
+                                                                    bool stage_inputs = true);
 
   // One decode step: reads the tokens and positions, writes the step's keys and values into
   // the caches, and the logits and next tokens into the runner's own tensors. InvalidArgument
@@ -46,6 +49,8 @@ class DecodeKernelRunner {
   // the program's instruction order. FailedPrecondition before any step.
   absl::StatusOr<std::vector<InstructionTimes>> LastStepTimeline() const;
   const Program& program() const { return program_; }
+  // Whether the tiles' inputs are staged in shared memory.
+  bool stages_inputs() const { return staged_floats_ > 0; }
 
  private:
   DecodeKernelRunner() = default;
@@ -57,6 +62,7 @@ class DecodeKernelRunner {
   std::vector<KernelLayer> layers_on_device_;  // what layers_ holds
   at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_;
   int64_t steps_run_ = 0;
+  int32_t staged_floats_ = 0;
 };
 
 }  // namespace magi::megakernel

@@ -16,7 +16,8 @@
 //
 // Options (megakernel{key=value,...}): num_sms (queues of the program; default the CUDA
 // device's SM count, 132 on the CPU), tile_rows and qkv_heads_per_tile (ProgramOptions;
-// default 0: chosen for the SM count), check (prove each program, default true).
+// default 0: chosen for the SM count), check (prove each program, default true), stage_inputs
+// (stage tiles' inputs in shared memory, default true; false: the kernel's first form).
 #ifndef MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
 #define MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
 
@@ -36,6 +37,7 @@ struct MegakernelOptions {
   int64_t tile_rows = 0;
   int64_t qkv_heads_per_tile = 0;
   bool check = true;
+  bool stage_inputs = true;  // DecodeKernelRunner::Create's
 
   static absl::StatusOr<MegakernelOptions> Parse(const ComponentOptions& options);
 };
