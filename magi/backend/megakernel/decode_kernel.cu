@@ -388,16 +388,6 @@ cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t s
   return cudaLaunchKernelEx(&config, DecodeStep, args);
 }
 
-cudaError_t DecodeStepBlocksPerSm(int staged_floats, int* blocks) {
-  const size_t dynamic = static_cast<size_t>(staged_floats) * sizeof(float);
-  if (cudaError_t error = cudaFuncSetAttribute(DecodeStep, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(dynamic));
-      error != cudaSuccess) {
-    return error;
-  }
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, DecodeStep, kThreads, dynamic);
-}
-
 cudaError_t DecodeStepMaxStagedFloats(int* floats) {
   int device = 0, optin = 0;
   cudaFuncAttributes attributes;
@@ -410,6 +400,20 @@ cudaError_t DecodeStepMaxStagedFloats(int* floats) {
   const int left = optin - static_cast<int>(attributes.sharedSizeBytes);
   *floats = left > 0 ? left / static_cast<int>(sizeof(float)) : 0;
   return cudaSuccess;
+}
+
+cudaError_t DecodeStepBlocksPerSm(int staged_floats, int* blocks) {
+  // The function's limit is set to the most the device allows, not to this program's need:
+  // programs of other shapes in the same process launch with their own sizes under it.
+  int most = 0;
+  if (cudaError_t error = DecodeStepMaxStagedFloats(&most); error != cudaSuccess) return error;
+  if (cudaError_t error = cudaFuncSetAttribute(DecodeStep, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               most * static_cast<int>(sizeof(float)));
+      error != cudaSuccess) {
+    return error;
+  }
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, DecodeStep, kThreads,
+                                                       static_cast<size_t>(staged_floats) * sizeof(float));
 }
 
 }  // namespace magi::megakernel

@@ -75,8 +75,9 @@ struct KernelArgs {
 // must not write outside the caches); the caller keeps positions in range, as the graph's index_put requires.
 cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t stream);
 
-// Sets the kernel's dynamic shared memory to `staged_floats` floats, then: how many blocks of
-// it one SM of the current device keeps resident (a cooperative launch needs at least 1).
+// Raises the kernel's dynamic shared memory limit to the device's most, then: how many blocks
+// of it, with `staged_floats` floats of dynamic shared memory, one SM of the current device keeps
+// resident (a cooperative launch needs at least 1).
 cudaError_t DecodeStepBlocksPerSm(int staged_floats, int* blocks);
 
 // The most floats of dynamic shared memory a block of the kernel can have on the current device.
