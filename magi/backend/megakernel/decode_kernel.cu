@@ -14,6 +14,7 @@ enum : int32_t { kEmbed = 0, kQkv, kAttention, kOProj, kGateUp, kDown, kLogits, 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kInFlight = 8;  // a lane's weight loads in flight per matrix row (MatrixRows)
 
 using bf16 = __nv_bfloat16;
 using Counter = cuda::atomic_ref<uint32_t, cuda::thread_scope_device>;
@@ -128,15 +129,28 @@ __device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int 
 #pragma unroll
     for (int b = 0; b < kMaxBatch; ++b) sums[b] = 0;
     const bf16* row = static_cast<const bf16*>(weights) + static_cast<int64_t>(r) * k_size;
-    for (int k = lane * 8; k < k_size; k += 32 * 8) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k));
-      const bf16* w = reinterpret_cast<const bf16*>(&raw);
+    // kInFlight 16-byte loads per lane issued before any is used: one load at a time per warp
+    // keeps too few bytes in flight to stream an SM's share of the memory bandwidth.
+    for (int k0 = lane * 8; k0 < k_size; k0 += 32 * 8 * kInFlight) {
+      uint4 raw[kInFlight];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float wj = __bfloat162float(w[j]);
+      for (int u = 0; u < kInFlight; ++u) {
+        const int k = k0 + u * 32 * 8;
+        raw[u] = k < k_size ? __ldg(reinterpret_cast<const uint4*>(row + k)) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int b = 0; b < kMaxBatch; ++b) {
-          if (b < batch) sums[b] += wj * input(b, k + j);
+      for (int u = 0; u < kInFlight; ++u) {
+        const int k = k0 + u * 32 * 8;
+        if (k < k_size) {
+          const bf16* w = reinterpret_cast<const bf16*>(&raw[u]);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float wj = __bfloat162float(w[j]);
+#pragma unroll
+            for (int b = 0; b < kMaxBatch; ++b) {
+              if (b < batch) sums[b] += wj * input(b, k + j);
+            }
+          }
         }
       }
     }
@@ -337,7 +351,7 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
   }
 }
 
-__global__ void __launch_bounds__(kThreads) DecodeStep(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) DecodeStep(KernelArgs a) {
   __shared__ Shared s;
   __shared__ uint32_t step;
   if (threadIdx.x == 0) step = a.block_steps[blockIdx.x];
