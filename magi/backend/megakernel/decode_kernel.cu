@@ -14,7 +14,8 @@ enum : int32_t { kEmbed = 0, kQkv, kAttention, kOProj, kGateUp, kDown, kLogits, 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kInFlight = 8;  // a lane's weight loads in flight per matrix row (MatrixRows)
+constexpr int kRowsPerWarp = 2;  // matrix rows a warp computes at once (MatrixRows)
+constexpr int kInFlight = 4;     // a lane's 16-byte weight loads in flight per row
 
 using bf16 = __nv_bfloat16;
 using Counter = cuda::atomic_ref<uint32_t, cuda::thread_scope_device>;
@@ -119,45 +120,61 @@ __device__ void InverseRms(const KernelArgs& a, float eps, Shared& s) {
   __syncthreads();
 }
 
-// out[(r - r0) * kMaxBatch + b] = sum_k W[r, k] * input(b, k) for rows [r0, r1): a warp per row,
-// 16-byte weight loads (K % 8 == 0), fp32 sums.
+// out[(r - r0) * kMaxBatch + b] = sum_k W[r, k] * input(b, k) for rows [r0, r1): a warp computes
+// kRowsPerWarp rows at once (each input value read once for all of them), each lane keeping
+// kInFlight 16-byte weight loads per row in flight before it uses any (one load at a time per
+// warp kept too few bytes in flight to stream an SM's share of the memory bandwidth); K % 8 == 0;
+// fp32 sums, each row's in the same order whatever the batch.
 template <typename Input>
 __device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int batch, Input input, float* out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = r0 + warp; r < r1; r += kWarps) {
-    float sums[kMaxBatch];
+  for (int first = r0 + warp * kRowsPerWarp; first < r1; first += kWarps * kRowsPerWarp) {
+    float sums[kRowsPerWarp][kMaxBatch];
+    const bf16* rows[kRowsPerWarp];
 #pragma unroll
-    for (int b = 0; b < kMaxBatch; ++b) sums[b] = 0;
-    const bf16* row = static_cast<const bf16*>(weights) + static_cast<int64_t>(r) * k_size;
-    // kInFlight 16-byte loads per lane issued before any is used: one load at a time per warp
-    // keeps too few bytes in flight to stream an SM's share of the memory bandwidth.
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      // A row past the tile reads the tile's last row again; its sums are not stored.
+      rows[i] = static_cast<const bf16*>(weights) + static_cast<int64_t>(min(first + i, r1 - 1)) * k_size;
+#pragma unroll
+      for (int b = 0; b < kMaxBatch; ++b) sums[i][b] = 0;
+    }
     for (int k0 = lane * 8; k0 < k_size; k0 += 32 * 8 * kInFlight) {
-      uint4 raw[kInFlight];
+      uint4 raw[kRowsPerWarp][kInFlight];
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
         const int k = k0 + u * 32 * 8;
-        raw[u] = k < k_size ? __ldg(reinterpret_cast<const uint4*>(row + k)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          raw[i][u] = k < k_size ? __ldg(reinterpret_cast<const uint4*>(rows[i] + k)) : make_uint4(0, 0, 0, 0);
+        }
       }
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
         const int k = k0 + u * 32 * 8;
         if (k < k_size) {
-          const bf16* w = reinterpret_cast<const bf16*>(&raw[u]);
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            const float wj = __bfloat162float(w[j]);
 #pragma unroll
             for (int b = 0; b < kMaxBatch; ++b) {
-              if (b < batch) sums[b] += wj * input(b, k + j);
+              if (b < batch) {
+                const float x = input(b, k + j);
+#pragma unroll
+                for (int i = 0; i < kRowsPerWarp; ++i) {
+                  sums[i][b] += __bfloat162float(reinterpret_cast<const bf16*>(&raw[i][u])[j]) * x;
+                }
+              }
             }
           }
         }
       }
     }
 #pragma unroll
-    for (int b = 0; b < kMaxBatch; ++b) {
-      const float total = WarpSum(sums[b]);
-      if (lane == 0 && b < batch) out[(r - r0) * kMaxBatch + b] = total;
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+#pragma unroll
+      for (int b = 0; b < kMaxBatch; ++b) {
+        const float total = WarpSum(sums[i][b]);
+        if (lane == 0 && b < batch && first + i < r1) out[(first + i - r0) * kMaxBatch + b] = total;
+      }
     }
   }
   __syncthreads();
