@@ -4,24 +4,13 @@
 #include "gtest/gtest.h"
 #include "magi/backend/megakernel/decode_model.h"
 #include "magi/backend/megakernel/instruction_program.h"
+#include "magi/backend/megakernel/test_models.h"
 #include "magi/base/gtest_printers.h"
 
 namespace magi::megakernel {
 namespace {
 
-DecodeModel Small(int64_t batch) {
-  DecodeModel m;
-  m.batch = batch;
-  m.dim = 64;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 16;
-  m.ffn_hidden = 176;
-  m.vocab = 256;
-  m.window = 32;
-  return m;
-}
+DecodeModel Small(int64_t batch) { return testing::TinyGqaModel(batch); }
 
 // The records say what the program says: the same instructions, waits with their counters'
 // increments per step, signals, and each SM's queue as one range.

@@ -25,15 +25,8 @@
 namespace magi::megakernel {
 namespace {
 
-std::vector<at::Tensor> Clones(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> out;
-  for (const at::Tensor& t : tensors) out.push_back(t.clone());
-  return out;
-}
-
-double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
-}
+using testing::Clones;
+using testing::MaxDiff;
 
 CompileOptions WithPartitions(std::vector<std::string> backends) {
   CompileOptions options;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "magi/backend/megakernel/test_models.h"
 #include "magi/base/file.h"
 #include "magi/base/gtest_printers.h"
 
@@ -15,17 +16,7 @@ namespace magi::megakernel {
 namespace {
 
 Program SmallProgram() {
-  DecodeModel m;
-  m.batch = 2;
-  m.dim = 64;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 16;
-  m.ffn_hidden = 176;
-  m.vocab = 256;
-  m.window = 32;
-  absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{/*num_sms=*/4});
+  absl::StatusOr<Program> program = BuildProgram(testing::TinyGqaModel(/*batch=*/2), ProgramOptions{/*num_sms=*/4});
   EXPECT_TRUE(program.ok()) << program.status();
   return *program;
 }

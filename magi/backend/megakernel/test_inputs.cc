@@ -49,4 +49,16 @@ std::vector<at::Tensor> RandomInputs(const Graph& graph, const DecodeGraphMatch&
   return inputs;
 }
 
+std::vector<at::Tensor> Clones(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : tensors) out.push_back(t.clone());
+  return out;
+}
+
+double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+
+double MaxAbs(const at::Tensor& a) { return a.to(at::kFloat).abs().max().item<double>(); }
+
 }  // namespace magi::megakernel::testing

@@ -22,6 +22,12 @@ absl::StatusOr<std::unique_ptr<Module>> LoadTestGraph(absl::string_view file);
 // other integer inputs 0.
 std::vector<at::Tensor> RandomInputs(const Graph& graph, const DecodeGraphMatch& match, uint64_t seed = 42);
 
+// Copies of `tensors` (a step writes its caches in place).
+std::vector<at::Tensor> Clones(const std::vector<at::Tensor>& tensors);
+// max |a - b| and max |a|, in fp32.
+double MaxDiff(const at::Tensor& a, const at::Tensor& b);
+double MaxAbs(const at::Tensor& a);
+
 }  // namespace magi::megakernel::testing
 
 #endif  // MAGI_BACKEND_MEGAKERNEL_TEST_INPUTS_H_
