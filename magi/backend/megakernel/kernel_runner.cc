@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -88,54 +87,52 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
 }
 
 absl::Status DecodeKernelRunner::CheckTensors(const DecodeTensors& t) const {
+  // Runs every step: no allocation unless a tensor is refused (then the message is built).
   const DecodeModel& m = program_.model;
-  auto check = [&](const at::Tensor& tensor, absl::string_view name, at::ScalarType dtype,
-                   std::vector<int64_t> sizes) -> absl::Status {
-    if (!tensor.defined() || tensor.scalar_type() != dtype || tensor.device() != device_ || !tensor.is_contiguous() ||
-        tensor.sizes().vec() != sizes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the decode kernel takes ", name, " as a contiguous ", c10::toString(dtype), "[", absl::StrJoin(sizes, ","),
-          "] on ", device_.str(), "; given ",
-          tensor.defined() ? absl::StrCat(c10::toString(tensor.scalar_type()), tensor.sizes().vec().size(), "-d ",
-                                          tensor.device().str(), tensor.is_contiguous() ? "" : " strided")
-                           : "nothing"));
+  auto check = [&](const at::Tensor& tensor, const char* name, int layer, at::ScalarType dtype,
+                   std::initializer_list<int64_t> sizes) -> absl::Status {
+    if (tensor.defined() && tensor.scalar_type() == dtype && tensor.device() == device_ && tensor.is_contiguous() &&
+        tensor.sizes() == at::IntArrayRef(sizes)) {
+      return absl::OkStatus();
     }
-    return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the decode kernel takes ", name, layer >= 0 ? absl::StrCat(" of layer ", layer) : "", " as a contiguous ",
+        c10::toString(dtype), "[", absl::StrJoin(sizes, ","), "] on ", device_.str(), "; given ",
+        tensor.defined() ? absl::StrCat(c10::toString(tensor.scalar_type()), "[", absl::StrJoin(tensor.sizes(), ","),
+                                        "] on ", tensor.device().str(), tensor.is_contiguous() ? "" : ", strided")
+                         : "nothing"));
   };
   const at::ScalarType bf16 = at::kBFloat16;
-  const int64_t half = m.head_dim / 2;
-  for (const auto& [tensor, name, dtype, sizes] :
-       std::vector<std::tuple<at::Tensor, std::string, at::ScalarType, std::vector<int64_t>>>{
-           {t.tokens, "the tokens", at::kLong, {m.batch, 1}},
-           {t.positions, "the positions", at::kLong, {m.batch}},
-           {t.rope_cos, "the rope cosines", bf16, {t.rope_cos.defined() ? t.rope_cos.size(0) : 0, half}},
-           {t.rope_sin, "the rope sines", bf16, {t.rope_sin.defined() ? t.rope_sin.size(0) : 0, half}},
-           {t.embedding, "the embedding", bf16, {m.vocab, m.dim}},
-           {t.final_norm, "the final norm", bf16, {m.dim}},
-           {t.lm_head, "the LM head", bf16, {m.vocab, m.dim}}}) {
-    if (absl::Status status = check(tensor, name, dtype, sizes); !status.ok()) return status;
+  const int64_t half = m.head_dim / 2, rope_rows = t.rope_cos.defined() ? t.rope_cos.size(0) : 0;
+  for (absl::Status status : {check(t.tokens, "the tokens", -1, at::kLong, {m.batch, 1}),
+                              check(t.positions, "the positions", -1, at::kLong, {m.batch}),
+                              check(t.rope_cos, "the rope cosines", -1, bf16, {rope_rows, half}),
+                              check(t.rope_sin, "the rope sines", -1, bf16, {rope_rows, half}),
+                              check(t.embedding, "the embedding", -1, bf16, {m.vocab, m.dim}),
+                              check(t.final_norm, "the final norm", -1, bf16, {m.dim}),
+                              check(t.lm_head, "the LM head", -1, bf16, {m.vocab, m.dim})}) {
+    if (!status.ok()) return status;
   }
-  if (t.rope_cos.size(0) < m.window) {
-    return absl::InvalidArgumentError(absl::StrCat("the rope tables have ", t.rope_cos.size(0),
-                                                   " positions; the window is ", m.window));
+  if (rope_rows < m.window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the rope tables have ", rope_rows, " positions; the window is ", m.window));
   }
   if (static_cast<int64_t>(t.layers.size()) != m.n_layers) {
     return absl::InvalidArgumentError(absl::StrCat(t.layers.size(), " layers given, the program has ", m.n_layers));
   }
-  for (size_t l = 0; l < t.layers.size(); ++l) {
-    const DecodeTensors::Layer& layer = t.layers[l];
-    const std::string at_layer = absl::StrCat(" of layer ", l);
-    const std::vector<int64_t> cache = {m.batch, m.n_kv_heads, m.window, m.head_dim};
-    for (const auto& [tensor, name, sizes] : std::vector<std::tuple<at::Tensor, std::string, std::vector<int64_t>>>{
-             {layer.attention_norm, "the attention norm", {m.dim}},
-             {layer.qkv, "the q/k/v weight", {m.qkv_rows(), m.dim}},
-             {layer.o, "the output projection", {m.dim, m.dim}},
-             {layer.ffn_norm, "the FFN norm", {m.dim}},
-             {layer.gate_up, "the gate/up weight", {2 * m.ffn_hidden, m.dim}},
-             {layer.down, "the down projection", {m.dim, m.ffn_hidden}},
-             {layer.key_cache, "the key cache", cache},
-             {layer.value_cache, "the value cache", cache}}) {
-      if (absl::Status status = check(tensor, name + at_layer, bf16, sizes); !status.ok()) return status;
+  for (size_t i = 0; i < t.layers.size(); ++i) {
+    const DecodeTensors::Layer& layer = t.layers[i];
+    const int l = static_cast<int>(i);
+    for (absl::Status status :
+         {check(layer.attention_norm, "the attention norm", l, bf16, {m.dim}),
+          check(layer.qkv, "the q/k/v weight", l, bf16, {m.qkv_rows(), m.dim}),
+          check(layer.o, "the output projection", l, bf16, {m.dim, m.dim}),
+          check(layer.ffn_norm, "the FFN norm", l, bf16, {m.dim}),
+          check(layer.gate_up, "the gate/up weight", l, bf16, {2 * m.ffn_hidden, m.dim}),
+          check(layer.down, "the down projection", l, bf16, {m.dim, m.ffn_hidden}),
+          check(layer.key_cache, "the key cache", l, bf16, {m.batch, m.n_kv_heads, m.window, m.head_dim}),
+          check(layer.value_cache, "the value cache", l, bf16, {m.batch, m.n_kv_heads, m.window, m.head_dim})}) {
+      if (!status.ok()) return status;
     }
   }
   return absl::OkStatus();
