@@ -63,6 +63,17 @@ absl::StatusOr<std::vector<OutputSource>> OutputSources(const Graph& graph, cons
   return sources;
 }
 
+// InvalidArgument unless every value of the int64 CPU tensor `values` is in [0, end).
+absl::Status CheckInRange(const at::Tensor& values, int64_t end, absl::string_view what) {
+  if (values.numel() == 0) return absl::OkStatus();
+  const int64_t low = values.min().item<int64_t>(), high = values.max().item<int64_t>();
+  if (low < 0 || high >= end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a ", what, " outside [0, ", end, "): the step's ", what, "s span [", low, ", ", high, "]"));
+  }
+  return absl::OkStatus();
+}
+
 // The kernel's element types: bf16 weights, rope tables and caches.
 absl::Status CheckKernelDTypes(const DecodeGraphMatch& match) {
   std::vector<std::pair<const Value*, const char*>> values = {
@@ -129,6 +140,9 @@ class MegakernelExecutable : public TorchExecutable {
     at::Tensor logits, next_token;
     int64_t allocated = -1;
     if (tensors.tokens.device().is_cpu()) {
+      // The graph's index_put and embedding would refuse these; the kernel clamps them.
+      MAGI_RETURN_IF_ERROR(CheckInRange(tensors.tokens, program_.model.vocab, "token"));
+      MAGI_RETURN_IF_ERROR(CheckInRange(tensors.positions, program_.model.window, "position"));
       MAGI_ASSIGN_OR_RETURN(ReferenceResult result, RunReference(program_, tensors));
       logits = std::move(result.logits);
       next_token = std::move(result.next_token);

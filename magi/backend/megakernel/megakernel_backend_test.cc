@@ -169,6 +169,37 @@ TEST(MegakernelBackendTest, TimelinesComeOnlyFromTheKernel) {
             "a timeline needs a megakernel executable, not one of 'interpreter'");
 }
 
+TEST(MegakernelBackendTest, APositionOutsideTheWindowIsRefused) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "the graphs were dumped with LibTorch 2.12, whose CPU attention op LibTorch 1.13 lacks";
+#endif
+  absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_f32.mir");
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Graph& graph = *(*module)->FindGraph("forward");
+  absl::StatusOr<DecodeGraphMatch> match = MatchDecodeGraph(graph);
+  ASSERT_TRUE(match.ok()) << match.status();
+  std::vector<at::Tensor> inputs = testing::RandomInputs(graph, *match);
+  absl::StatusOr<CompiledStep> compiled = Compile(CloneModule(**module), "forward", WithPartitions({"megakernel"}));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto* mega = dynamic_cast<TorchExecutable*>(compiled->partition_executables.begin()->second.get());
+  ASSERT_NE(mega, nullptr);
+  const Graph& callee = *compiled->module().FindGraph(compiled->partitions[0].callee);
+  for (size_t i = 0; i < graph.inputs().size(); ++i) {
+    if (graph.inputs()[i] == match->positions) inputs[i].fill_(match->model.window);
+  }
+  // The partition's inputs by name, from the step's.
+  std::vector<at::Tensor> callee_inputs;
+  for (const Value* input : callee.inputs()) {
+    for (size_t i = 0; i < graph.inputs().size(); ++i) {
+      if (graph.inputs()[i]->name() == input->name()) callee_inputs.push_back(inputs[i]);
+    }
+  }
+  ASSERT_EQ(callee_inputs.size(), callee.inputs().size());
+  absl::StatusOr<std::vector<at::Tensor>> run = mega->Run(callee_inputs);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(run.status().message(), "a position outside [0, 32): the step's positions span [32, 32]");
+}
+
 TEST(MegakernelBackendTest, OptionsAreCheckedNamingTheKey) {
   auto create = [](ComponentOptions options) { return Registry<Backend>::Global().Create("megakernel", options).status(); };
   EXPECT_TRUE(create({{"num_sms", "8"}, {"check", "false"}, {"tile_rows", "32"}, {"stage_inputs", "false"}}).ok());
