@@ -199,76 +199,63 @@ __device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Ro
   // MatrixRows ends with a barrier: the next instruction may overwrite `staged`.
 }
 
-// RoPE of one head's [head_dim] values (x at out[row0 + i]) at `position`, as
-// cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin); `write(i, value)` stores element i.
-template <typename Write>
-__device__ void Rope(const KernelArgs& a, const float* out, int row0, int b, int64_t position, Write write) {
-  const int half = a.head_dim / 2;
-  for (int i = threadIdx.x; i < half; i += kThreads) {
-    const float x1 = out[(row0 + i) * kMaxBatch + b], x2 = out[(row0 + i + half) * kMaxBatch + b];
-    const float c = Weight(a.rope_cos, position * half + i), s = Weight(a.rope_sin, position * half + i);
-    write(i, x1 * c - x2 * s);
-    write(i + half, x2 * c + x1 * s);
-  }
-}
-
+// Rows [r0, r1) of the concatenated q/k/v projection of the normalized hidden state, for every
+// sequence, into the fp32 qkv scratch (attention rotates q and k and writes the cache).
 __device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
   const KernelLayer& layer = a.layers[in.layer];
   InverseRms(a, layer.attention_eps, s);
   const float* hidden = a.hidden;
-  const int dim = a.dim;
+  const int dim = a.dim, r0 = in.row_begin, r1 = in.row_end, qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   auto input = [&](int b, int k) {
     return Load(hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.attention_norm, k);
   };
-  WithStagedInput(a, a.dim, input, [&](auto x) { MatrixRows(layer.qkv, a.dim, in.row_begin, in.row_end, a.batch, x, s.out); });
-  const int hd = a.head_dim, qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * hd;
-  for (int h = in.row_begin / hd; h < in.row_end / hd; ++h) {
-    const int row0 = h * hd - in.row_begin;
-    const bool is_q = h < a.n_heads, is_k = !is_q && h < a.n_heads + a.n_kv_heads;
-    const int kv = is_k ? h - a.n_heads : h - a.n_heads - a.n_kv_heads;
-    for (int b = 0; b < a.batch; ++b) {
-      const int64_t position = Position(a, b);
-      float* qkv = a.qkv + static_cast<int64_t>(b) * qkv_rows + h * hd;
-      if (is_q) {
-        Rope(a, s.out, row0, b, position, [&](int i, float v) { qkv[i] = v; });
-        continue;
-      }
-      bf16* cache = static_cast<bf16*>(is_k ? layer.key_cache : layer.value_cache) +
-                    ((static_cast<int64_t>(b) * a.n_kv_heads + kv) * a.window + position) * hd;
-      if (is_k) {
-        Rope(a, s.out, row0, b, position, [&](int i, float v) {
-          qkv[i] = v;
-          cache[i] = __float2bfloat16(v);
-        });
-      } else {
-        for (int i = threadIdx.x; i < hd; i += kThreads) {
-          const float v = s.out[(row0 + i) * kMaxBatch + b];
-          qkv[i] = v;
-          cache[i] = __float2bfloat16(v);
-        }
-      }
+  WithStagedInput(a, dim, input, [&](auto x) { MatrixRows(layer.qkv, dim, r0, r1, a.batch, x, s.out); });
+  for (int b = 0; b < a.batch; ++b) {
+    for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
+      a.qkv[static_cast<int64_t>(b) * qkv_rows + r] = s.out[(r - r0) * kMaxBatch + b];
     }
   }
 }
 
-// Sequence b's query heads of kv group g over the cache's positions 0..position.
+// Sequence b, kv group g: RoPE on the group's query heads (into shared memory) and on its key
+// head, the key and value written into the caches at the step's position, then each query head
+// over the cache's positions 0..position.
 __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
   const KernelLayer& layer = a.layers[in.layer];
-  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, half = hd / 2, group = a.n_heads / a.n_kv_heads;
   const int qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * hd;
-  const int visible = static_cast<int>(Position(a, b)) + 1;
+  const int64_t position = Position(a, b);
+  const int visible = static_cast<int>(position) + 1;
+  const float* row = a.qkv + static_cast<int64_t>(b) * qkv_rows;
+  const float* k_in = row + (a.n_heads + g) * hd;
+  const float* v_in = row + (a.n_heads + a.n_kv_heads + g) * hd;
   const int64_t cache_base = (static_cast<int64_t>(b) * a.n_kv_heads + g) * a.window * hd;
-  const bf16* keys = static_cast<const bf16*>(layer.key_cache) + cache_base;
-  const bf16* values = static_cast<const bf16*>(layer.value_cache) + cache_base;
+  bf16* key_cache = static_cast<bf16*>(layer.key_cache) + cache_base;
+  bf16* value_cache = static_cast<bf16*>(layer.value_cache) + cache_base;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    const float c = Weight(a.rope_cos, position * half + i), sn = Weight(a.rope_sin, position * half + i);
+    const float x1 = Load(k_in + i), x2 = Load(k_in + i + half);
+    key_cache[position * hd + i] = __float2bfloat16(x1 * c - x2 * sn);
+    key_cache[position * hd + i + half] = __float2bfloat16(x2 * c + x1 * sn);
+  }
+  for (int i = threadIdx.x; i < hd; i += kThreads) value_cache[position * hd + i] = __float2bfloat16(Load(v_in + i));
+  // The block's own cache writes are read below through L2 (global stores write through L1).
+  __syncthreads();
   const float scale = rsqrtf(static_cast<float>(hd));
   for (int j = 0; j < group; ++j) {
     const int head = g * group + j;
-    for (int i = threadIdx.x; i < hd; i += kThreads) s.q[i] = Load(a.qkv + static_cast<int64_t>(b) * qkv_rows + head * hd + i);
+    const float* q_in = row + head * hd;
+    for (int i = threadIdx.x; i < half; i += kThreads) {
+      const float c = Weight(a.rope_cos, position * half + i), sn = Weight(a.rope_sin, position * half + i);
+      const float x1 = Load(q_in + i), x2 = Load(q_in + i + half);
+      s.q[i] = x1 * c - x2 * sn;
+      s.q[i + half] = x2 * c + x1 * sn;
+    }
     __syncthreads();
     float most = -INFINITY;
     for (int p = threadIdx.x; p < visible; p += kThreads) {
       float dot = 0;
-      for (int i = 0; i < hd; ++i) dot += s.q[i] * __bfloat162float(__ldcg(keys + p * hd + i));
+      for (int i = 0; i < hd; ++i) dot += s.q[i] * __bfloat162float(__ldcg(key_cache + p * hd + i));
       s.scores[p] = dot * scale;
       most = fmaxf(most, s.scores[p]);
     }
@@ -281,7 +268,7 @@ __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, S
     sum = BlockSum(sum, s);
     for (int i = threadIdx.x; i < hd; i += kThreads) {
       float acc = 0;
-      for (int p = 0; p < visible; ++p) acc += s.scores[p] * __bfloat162float(__ldcg(values + p * hd + i));
+      for (int p = 0; p < visible; ++p) acc += s.scores[p] * __bfloat162float(__ldcg(value_cache + p * hd + i));
       a.attention[static_cast<int64_t>(b) * a.n_heads * hd + head * hd + i] = acc / sum;
     }
     __syncthreads();

@@ -59,7 +59,7 @@ TEST(DeviceProgramTest, WhatTheKernelIsNotSizedForIsRefused) {
   status = PackProgram(*program).status();
   EXPECT_TRUE(absl::StrContains(status.message(), "a tile holds 256")) << status;
   // Bounded as the kernel needs, the same model packs.
-  program = BuildProgram(m, ProgramOptions{/*num_sms=*/1, 0, 0, /*max_tile_rows=*/kMaxTileRows});
+  program = BuildProgram(m, ProgramOptions{/*num_sms=*/1, 0, /*max_tile_rows=*/kMaxTileRows});
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_TRUE(PackProgram(*program).ok());
   // A wait more than a record holds.

@@ -55,43 +55,38 @@ class Builder {
   // Adds layer `layer`'s instructions after the counter `hidden_ready` (the hidden state's
   // last writers); returns the counter of its own last writers.
   int AddLayer(int layer, int hidden_ready) {
-    const int64_t hd = m_.head_dim, heads = m_.n_heads + 2 * m_.n_kv_heads, group = m_.group_size();
+    const int64_t hd = m_.head_dim, group = m_.group_size(), qkv_rows = m_.qkv_rows();
     // The kv group of concatenated head h: q heads h / group, then k heads, then v heads.
     auto group_of_head = [&](int64_t h) {
       return h < m_.n_heads ? h / group : (h < m_.n_heads + m_.n_kv_heads ? h - m_.n_heads : h - m_.n_heads - m_.n_kv_heads);
     };
     std::vector<int> qkv_done(m_.n_kv_heads);
     for (int64_t g = 0; g < m_.n_kv_heads; ++g) qkv_done[g] = AddCounter(absl::StrCat("qkv.", layer, ".g", g));
-    int64_t heads_per_tile =
-        options_.qkv_heads_per_tile > 0 ? options_.qkv_heads_per_tile : std::max<int64_t>(1, CeilDiv(heads, options_.num_sms));
-    if (options_.qkv_heads_per_tile == 0 && options_.max_tile_rows > 0) {
-      heads_per_tile = std::max<int64_t>(1, std::min(heads_per_tile, options_.max_tile_rows / hd));
-    }
-    ForTiles(heads, heads_per_tile, [&](int64_t h0, int64_t h1) {
-      Instruction& in = Add(Opcode::kQkv, layer, h0 * hd, h1 * hd, 0, m_.batch, MatrixBytes((h1 - h0) * hd, m_.dim) + NormBytes());
-      in.accesses = {Read(Buffer::kHidden, -1, 0, m_.batch, 0, m_.dim), Write(Buffer::kQkv, -1, 0, m_.batch, h0 * hd, h1 * hd)};
-      for (int64_t h = h0; h < h1; ++h) {  // k and v heads go into the cache at this step's position
-        if (h >= m_.n_heads + m_.n_kv_heads) {
-          const int64_t v = h - m_.n_heads - m_.n_kv_heads;
-          in.accesses.push_back(Write(Buffer::kValueCache, layer, 0, m_.batch, v * hd, (v + 1) * hd));
-        } else if (h >= m_.n_heads) {
-          const int64_t k = h - m_.n_heads;
-          in.accesses.push_back(Write(Buffer::kKeyCache, layer, 0, m_.batch, k * hd, (k + 1) * hd));
-        }
-      }
+    // Plain row tiles of the concatenated projection (no RoPE here: attention rotates q and k,
+    // and writes k and v into the cache), so they spread over every SM like the other matrices.
+    ForTiles(qkv_rows, TileRows(qkv_rows), [&](int64_t r0, int64_t r1) {
+      Instruction& in = Add(Opcode::kQkv, layer, r0, r1, 0, m_.batch, MatrixBytes(r1 - r0, m_.dim) + NormBytes());
+      in.accesses = {Read(Buffer::kHidden, -1, 0, m_.batch, 0, m_.dim), Write(Buffer::kQkv, -1, 0, m_.batch, r0, r1)};
       Wait(in, hidden_ready);
       std::vector<int64_t> groups;
-      for (int64_t h = h0; h < h1; ++h) groups.push_back(group_of_head(h));
+      for (int64_t h = r0 / hd; h * hd < r1; ++h) groups.push_back(group_of_head(h));
       std::sort(groups.begin(), groups.end());
       groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
       for (int64_t g : groups) Signal(in, qkv_done[g]);
     });
     const int attention_done = AddCounter(absl::StrCat("attention.", layer));
     const int64_t cache_bytes = 2 * hd * (m_.window / 2) * m_.weight_bytes_per_element;  // k and v, half the window
+    const int64_t k_row = m_.n_heads * hd, v_row = (m_.n_heads + m_.n_kv_heads) * hd;
     for (int64_t g = 0; g < m_.n_kv_heads; ++g) {
       for (int64_t b = 0; b < m_.batch; ++b) {
+        // Rotates its q heads and its k head, writes k and v into the cache at the step's
+        // position, then attends over the cache up to it.
         Instruction& in = Add(Opcode::kAttention, layer, g, g + 1, b, b + 1, cache_bytes);
         in.accesses = {Read(Buffer::kQkv, -1, b, b + 1, g * group * hd, (g + 1) * group * hd),
+                       Read(Buffer::kQkv, -1, b, b + 1, k_row + g * hd, k_row + (g + 1) * hd),
+                       Read(Buffer::kQkv, -1, b, b + 1, v_row + g * hd, v_row + (g + 1) * hd),
+                       Write(Buffer::kKeyCache, layer, b, b + 1, g * hd, (g + 1) * hd),
+                       Write(Buffer::kValueCache, layer, b, b + 1, g * hd, (g + 1) * hd),
                        Read(Buffer::kKeyCache, layer, b, b + 1, g * hd, (g + 1) * hd),
                        Read(Buffer::kValueCache, layer, b, b + 1, g * hd, (g + 1) * hd),
                        Write(Buffer::kAttention, -1, b, b + 1, g * group * hd, (g + 1) * group * hd)};
@@ -278,8 +273,8 @@ std::string Program::Summary() const {
 absl::StatusOr<Program> BuildProgram(const DecodeModel& model, const ProgramOptions& options) {
   if (absl::Status valid = model.Validate(); !valid.ok()) return valid;
   if (options.num_sms <= 0) return absl::InvalidArgumentError(absl::StrCat("num_sms is ", options.num_sms, ", not positive"));
-  if (options.tile_rows < 0 || options.qkv_heads_per_tile < 0 || options.max_tile_rows < 0) {
-    return absl::InvalidArgumentError("tile_rows, qkv_heads_per_tile and max_tile_rows must not be negative (0: chosen)");
+  if (options.tile_rows < 0 || options.max_tile_rows < 0) {
+    return absl::InvalidArgumentError("tile_rows and max_tile_rows must not be negative (0: chosen)");
   }
   return Builder(model, options).Build();
 }

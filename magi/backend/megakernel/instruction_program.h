@@ -7,10 +7,11 @@
 //
 //   embed                      rows of the hidden state from the token embedding
 //   per layer L:
-//     qkv        (L, heads)    RMSNorm of the hidden state (recomputed by every tile: `dim`
-//                              values), those heads' rows of the concatenated q/k/v
-//                              projection, RoPE on q and k, k and v written into the cache
-//     attention  (L, g, b)     sequence b's query heads of kv group g over the cache
+//     qkv        (L, rows)     RMSNorm of the hidden state (recomputed by every tile: `dim`
+//                              values), rows of the concatenated q/k/v projection
+//     attention  (L, g, b)     RoPE on sequence b's query heads of kv group g and on its key
+//                              head, the key and value written into the cache at the step's
+//                              position, then those query heads over the cache
 //     o_proj     (L, rows)     output projection rows, added to the hidden state (residual)
 //     gate_up    (L, rows)     RMSNorm, gate and up rows, silu(gate) * up
 //     down       (L, rows)     down projection rows, added to the hidden state
@@ -79,11 +80,9 @@ struct Counter {
 
 struct ProgramOptions {
   int num_sms = 132;  // an H100 SXM
-  // Rows per tile of the matrix stages; 0: the smallest multiple of 16 that makes at most
-  // num_sms tiles. A qkv tile is whole heads (RoPE pairs row i with row i + head_dim / 2):
-  // qkv_heads_per_tile, 0: the fewest heads that make at most num_sms tiles.
+  // Rows per tile of the matrix stages (q/k/v included); 0: the smallest multiple of 16 that
+  // makes at most num_sms tiles.
   int64_t tile_rows = 0;
-  int64_t qkv_heads_per_tile = 0;
   // At most this many rows per chosen tile (0: no bound); the CUDA kernel's is kMaxTileRows
   // (device_records.h).
   int64_t max_tile_rows = 0;

@@ -46,11 +46,11 @@ TEST(InstructionProgramTest, The953MStepOnAnH100IsCorrectInEveryOrder) {
     ASSERT_TRUE(program.ok()) << program.status();
     std::cout << "batch " << batch << ": " << program->Summary();
     EXPECT_EQ(CheckProgram(*program), absl::OkStatus());
-    // Tiles: whole heads for qkv (48 heads, at most 132 tiles: one head each), 16 rows for
-    // the 2,048-row matrices, 48 for the 5,632 rows of gate/up (the smallest multiple of 16
-    // that makes at most 132 tiles); attention per kv group and sequence.
+    // Tiles: 16 rows for the 2,048-row matrices, 48 for the 6,144 rows of q/k/v and the 5,632
+    // of gate/up (the smallest multiple of 16 that makes at most 132 tiles); attention per kv
+    // group and sequence.
     EXPECT_EQ(Count(*program, Opcode::kEmbed, -1), 128);
-    EXPECT_EQ(Count(*program, Opcode::kQkv, 3), 48);
+    EXPECT_EQ(Count(*program, Opcode::kQkv, 3), 128);
     EXPECT_EQ(Count(*program, Opcode::kAttention, 3), 16 * batch);
     EXPECT_EQ(Count(*program, Opcode::kOProj, 3), 128);
     EXPECT_EQ(Count(*program, Opcode::kGateUp, 3), 118);
@@ -94,7 +94,9 @@ TEST(InstructionProgramTest, AnUnseenShapeWithGroupedQueryAttention) {
   const Instruction& attention = program->instructions[IndexOf(*program, Opcode::kAttention, 2)];
   ASSERT_EQ(attention.waits.size(), 1u);
   EXPECT_EQ(program->counters[attention.waits[0]].name, "qkv.2.g0");
-  EXPECT_EQ(program->counters[attention.waits[0]].increments, 5);  // q heads 0-2, k head 0, v head 0
+  // The 48-row tiles over q heads 0-2 (rows [0, 384): 8 tiles), k head 0 (rows [1536, 1664): 3)
+  // and v head 0 (rows [2048, 2176): 4, the first and last shared with other groups).
+  EXPECT_EQ(program->counters[attention.waits[0]].increments, 15);
 }
 
 // Small models, every tiling and SM count: each program is proven, and every tile size that
@@ -105,29 +107,28 @@ TEST(InstructionProgramTest, EverySmallConfigurationIsCorrect) {
     for (int64_t kv_heads = 1; kv_heads <= heads; ++kv_heads) {
       if (heads % kv_heads != 0) continue;
       for (int sms : {1, 3, 7}) {
-        for (int64_t tile_rows : {0, 16, 24}) {
-          for (int64_t heads_per_tile : {0, 1, 3}) {
-            DecodeModel m;
-            m.batch = 2;
-            m.dim = heads * 8;
-            m.n_layers = 2;
-            m.n_heads = heads;
-            m.n_kv_heads = kv_heads;
-            m.head_dim = 8;
-            m.ffn_hidden = 40;
-            m.vocab = 50;
-            m.window = 16;
-            absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{sms, tile_rows, heads_per_tile});
-            ASSERT_TRUE(program.ok()) << program.status();
-            EXPECT_EQ(CheckProgram(*program), absl::OkStatus()) << "heads " << heads << "/" << kv_heads << ", " << sms << " SMs, tiles "
-                                              << tile_rows << ", " << heads_per_tile << " heads";
-            ++programs;
-          }
+        // Tiles of 8 rows are one head; 24 and 40 straddle heads (and kv groups).
+        for (int64_t tile_rows : {0, 8, 16, 24, 40}) {
+          DecodeModel m;
+          m.batch = 2;
+          m.dim = heads * 8;
+          m.n_layers = 2;
+          m.n_heads = heads;
+          m.n_kv_heads = kv_heads;
+          m.head_dim = 8;
+          m.ffn_hidden = 40;
+          m.vocab = 50;
+          m.window = 16;
+          absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{sms, tile_rows});
+          ASSERT_TRUE(program.ok()) << program.status();
+          EXPECT_EQ(CheckProgram(*program), absl::OkStatus()) << "heads " << heads << "/" << kv_heads << ", " << sms << " SMs, tiles "
+                                            << tile_rows;
+          ++programs;
         }
       }
     }
   }
-  EXPECT_EQ(programs, 6 * 3 * 3 * 3);  // head counts 1/1, 2/1, 2/2, 4/1, 4/2, 4/4
+  EXPECT_EQ(programs, 6 * 3 * 5);  // head counts 1/1, 2/1, 2/2, 4/1, 4/2, 4/4
 }
 
 // The checker fails programs that a real kernel would run wrongly.

@@ -237,10 +237,9 @@ absl::StatusOr<MegakernelOptions> MegakernelOptions::Parse(const ComponentOption
       (key == "check" ? parsed.check : parsed.stage_inputs) = value == "true";
       continue;
     }
-    if (key != "num_sms" && key != "tile_rows" && key != "qkv_heads_per_tile") {
+    if (key != "num_sms" && key != "tile_rows") {
       return absl::InvalidArgumentError(absl::StrCat("megakernel: unknown option '", key,
-                                                     "' (options: num_sms, tile_rows, qkv_heads_per_tile, check, "
-                                                     "stage_inputs)"));
+                                                     "' (options: num_sms, tile_rows, check, stage_inputs)"));
     }
     if (!absl::SimpleAtoi(value, &number) || number < 0 || number > (1 << 20)) {
       return absl::InvalidArgumentError(
@@ -248,7 +247,6 @@ absl::StatusOr<MegakernelOptions> MegakernelOptions::Parse(const ComponentOption
     }
     if (key == "num_sms") parsed.num_sms = static_cast<int>(number);
     if (key == "tile_rows") parsed.tile_rows = number;
-    if (key == "qkv_heads_per_tile") parsed.qkv_heads_per_tile = number;
   }
   return parsed;
 }
@@ -262,7 +260,6 @@ absl::StatusOr<ProgramOptions> MegakernelBackend::ProgramOptionsFor(bool cuda) c
   }
 #endif
   options.tile_rows = options_.tile_rows;
-  options.qkv_heads_per_tile = options_.qkv_heads_per_tile;
   options.max_tile_rows = kMaxTileRows;  // the kernel's; the CPU runs the same program
   return options;
 }

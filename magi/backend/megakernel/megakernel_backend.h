@@ -15,8 +15,8 @@
 // program and arithmetic, for tests; not fast).
 //
 // Options (megakernel{key=value,...}): num_sms (queues of the program; default the CUDA
-// device's SM count, 132 on the CPU), tile_rows and qkv_heads_per_tile (ProgramOptions;
-// default 0: chosen for the SM count), check (prove each program, default true), stage_inputs
+// device's SM count, 132 on the CPU), tile_rows (ProgramOptions; default 0: chosen for the
+// SM count), check (prove each program, default true), stage_inputs
 // (stage tiles' inputs in shared memory, default true; false: the kernel's first form).
 #ifndef MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
 #define MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
@@ -35,7 +35,6 @@ namespace magi::megakernel {
 struct MegakernelOptions {
   int num_sms = 0;  // 0: the device's
   int64_t tile_rows = 0;
-  int64_t qkv_heads_per_tile = 0;
   bool check = true;
   bool stage_inputs = true;  // DecodeKernelRunner::Create's
 

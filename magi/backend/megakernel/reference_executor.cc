@@ -42,23 +42,19 @@ class Executor {
       case Opcode::kQkv: {
         const DecodeTensors::Layer& layer = t_.layers[in.layer];
         const at::Tensor x = RmsNorm(hidden_, layer.attention_norm, layer.attention_eps);
-        const at::Tensor out = at::mm(x, layer.qkv.index({Slice(r0, r1)}).t());  // [batch, rows]
-        for (int64_t h = r0 / hd; h < r1 / hd; ++h) {
-          at::Tensor head = out.index({Slice(), Slice(h * hd - r0, (h + 1) * hd - r0)});
-          const bool is_k = h >= m_.n_heads && h < m_.n_heads + m_.n_kv_heads;
-          if (h < m_.n_heads || is_k) head = Rope(head);
-          qkv_.index_put_({Slice(), Slice(h * hd, (h + 1) * hd)}, head);
-          if (h < m_.n_heads) continue;
-          const int64_t kv = is_k ? h - m_.n_heads : h - m_.n_heads - m_.n_kv_heads;
-          const at::Tensor& cache = is_k ? layer.key_cache : layer.value_cache;  // written through: a handle
-          for (int64_t b = 0; b < m_.batch; ++b) cache.select(0, b).select(0, kv).select(0, Position(b)).copy_(head[b]);
-        }
+        qkv_.index_put_({Slice(), Slice(r0, r1)}, at::mm(x, layer.qkv.index({Slice(r0, r1)}).t()));
         break;
       }
       case Opcode::kAttention: {
         const DecodeTensors::Layer& layer = t_.layers[in.layer];
         const int64_t g = r0, b = in.batch_begin, group = m_.group_size();
-        const at::Tensor q = qkv_.index({b, Slice(g * group * hd, (g + 1) * group * hd)}).reshape({group, hd});
+        const int64_t k_row = m_.n_heads * hd, v_row = (m_.n_heads + m_.n_kv_heads) * hd;
+        const at::Tensor q = Rope(qkv_.index({b, Slice(g * group * hd, (g + 1) * group * hd)}).reshape({group, hd}), b);
+        const at::Tensor k = Rope(qkv_.index({b, Slice(k_row + g * hd, k_row + (g + 1) * hd)}).reshape({1, hd}), b);
+        const at::Tensor v = qkv_.index({b, Slice(v_row + g * hd, v_row + (g + 1) * hd)});
+        // The step's key and value into the caches (handles: written through), then attention.
+        layer.key_cache.select(0, b).select(0, g).select(0, Position(b)).copy_(k[0]);
+        layer.value_cache.select(0, b).select(0, g).select(0, Position(b)).copy_(v);
         const at::Tensor keys = layer.key_cache.index({b, g});    // [window, head_dim]
         const at::Tensor values = layer.value_cache.index({b, g});
         at::Tensor scores = at::mm(q, keys.t()) / std::sqrt(static_cast<double>(hd));  // [group, window]
@@ -98,11 +94,13 @@ class Executor {
  private:
   int64_t Position(int64_t b) const { return positions_[b].item<int64_t>(); }
 
-  // cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin) over the halves of the last dim.
-  at::Tensor Rope(const at::Tensor& x) const {
+  // Sequence b's rows x [heads, head_dim] rotated at its position: cat(x1 * cos - x2 * sin,
+  // x2 * cos + x1 * sin) over the halves of the last dim.
+  at::Tensor Rope(const at::Tensor& x, int64_t b) const {
     const int64_t half = m_.head_dim / 2;
+    const at::Tensor cos = cos_[b].unsqueeze(0), sin = sin_[b].unsqueeze(0);
     const at::Tensor x1 = x.index({Slice(), Slice(0, half)}), x2 = x.index({Slice(), Slice(half, 2 * half)});
-    return at::cat({x1 * cos_ - x2 * sin_, x2 * cos_ + x1 * sin_}, -1);
+    return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
   }
 
   void AddRows(int64_t r0, int64_t r1, const at::Tensor& branch) {
