@@ -79,6 +79,10 @@ MAGI_RUNS = [
     # Its first form, each matrix row reading its input from L2 (what staging them saves).
     ("Magi nccl_stream + CUDA graph + megakernel, inputs from L2", "nccl_stream{cuda_graph=true}",
      ["--partition_backends=megakernel{stage_inputs=false},inductor", "--megakernel_timeline={timeline}"]),
+    # The decode graph's attention in its math form (as gpt-fast decodes), which the Inductor
+    # partitions fuse: no cuDNN attention kernel, whose integer results cut the step, per layer.
+    ("Magi nccl_stream + CUDA graph + inductor, math attention", "nccl_stream{cuda_graph=true}",
+     ["--partition_backends=inductor", "--decode_attention=math"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),

@@ -108,6 +108,10 @@ ABSL_FLAG(std::string, prefill_buckets, "",
 ABSL_FLAG(int, overflow_keep, 0,
           "When the context would exceed --seq_len bytes it is cut to its last --overflow_keep bytes and prefilled "
           "again (0: --seq_len / 2)");
+ABSL_FLAG(std::string, decode_attention, "fused",
+          "The decode graph's attention: fused (the kernel PyTorch picks, cuDNN's on an H100; what the megakernel "
+          "backend claims) or math (matmul, masked softmax, matmul, as gpt-fast decodes: partition backends fuse it "
+          "with its neighbours)");
 ABSL_FLAG(bool, kv_cache, true,
           "Decode with the KV cache (a prefill graph and a one-token decode graph, the cache donated to both); "
           "false: recompute the whole context window for every byte (the reference; the same greedy bytes)");
@@ -216,6 +220,9 @@ int Generate(const magi::DistributedEnv& env) {
   if (device_flag != "cpu" && device_flag != "cuda") return Fail(rank, "--device must be cpu or cuda");
   const std::string dtype_flag = absl::GetFlag(FLAGS_dtype);
   if (dtype_flag != "f32" && dtype_flag != "bf16") return Fail(rank, "--dtype must be f32 or bf16");
+  if (const std::string attention = absl::GetFlag(FLAGS_decode_attention); attention != "fused" && attention != "math") {
+    return Fail(rank, absl::StrCat("--decode_attention must be fused or math, not '", attention, "'"));
+  }
   const torch::Device device =
       device_flag == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
@@ -277,6 +284,7 @@ int Generate(const magi::DistributedEnv& env) {
   options.overflow_keep = absl::GetFlag(FLAGS_overflow_keep);
   options.batch = batch;
   options.kv_cache = absl::GetFlag(FLAGS_kv_cache);
+  options.decode_math_attention = absl::GetFlag(FLAGS_decode_attention) == "math";
   options.record_logits = !absl::GetFlag(FLAGS_logits_out).empty();  // read with the tokens, once per --tokens_per_read
   options.tokens_per_read = absl::GetFlag(FLAGS_tokens_per_read);
   options.sampling.temperature = absl::GetFlag(FLAGS_temperature);

@@ -89,6 +89,30 @@ ScopedMetaAttentionDevice::ScopedMetaAttentionDevice(at::Device device) : previo
 
 ScopedMetaAttentionDevice::~ScopedMetaAttentionDevice() { g_meta_attention_device = previous_; }
 
+ScopedMathAttention::ScopedMathAttention() {
+#if TORCH_VERSION_MAJOR >= 2
+  at::Context& context = at::globalContext();
+  flash_ = context.userEnabledFlashSDP();
+  memory_efficient_ = context.userEnabledMemEfficientSDP();
+  cudnn_ = context.userEnabledCuDNNSDP();
+  overrideable_ = context.userEnabledOverrideableSDP();
+  context.setSDPUseFlash(false);
+  context.setSDPUseMemEfficient(false);
+  context.setSDPUseCuDNN(false);
+  context.setSDPUseOverrideable(false);
+#endif
+}
+
+ScopedMathAttention::~ScopedMathAttention() {
+#if TORCH_VERSION_MAJOR >= 2
+  at::Context& context = at::globalContext();
+  context.setSDPUseFlash(flash_);
+  context.setSDPUseMemEfficient(memory_efficient_);
+  context.setSDPUseCuDNN(cudnn_);
+  context.setSDPUseOverrideable(overrideable_);
+#endif
+}
+
 #if TORCH_VERSION_MAJOR >= 2
 at::Tensor FusedCausalAttentionOnMetaForCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const at::Device device = MetaAttentionDevice();

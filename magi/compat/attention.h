@@ -43,6 +43,23 @@ class ScopedMetaAttentionDevice {
   at::Device previous_;
 };
 
+// For its scope, scaled_dot_product_attention chooses its math form (matmul, masked softmax,
+// matmul: what whole-step capture then records as ordinary ops) instead of a fused kernel
+// (flash, memory-efficient, cuDNN): gpt-fast's choice for decode, where one query per sequence
+// leaves a fused attention kernel little to do and a compiler can fuse the math form with its
+// neighbours. Process-wide (ATen's SDPA flags are global): for a capture, not for concurrent
+// work. On LibTorch 1.13 (no SDPA) it does nothing.
+class ScopedMathAttention {
+ public:
+  ScopedMathAttention();
+  ~ScopedMathAttention();
+  ScopedMathAttention(const ScopedMathAttention&) = delete;
+  ScopedMathAttention& operator=(const ScopedMathAttention&) = delete;
+
+ private:
+  bool flash_ = false, memory_efficient_ = false, cudnn_ = false, overrideable_ = false;
+};
+
 #if TORCH_VERSION_MAJOR >= 2
 // Causal attention on meta for a CUDA step (MetaAttentionDevice()): the fused kernel the GPU
 // would run, whose meta kernels torch_compat.cc registers where LibTorch lacks them. On a

@@ -122,6 +122,30 @@ at::Tensor MetaHeads(int64_t head_dim = 8) {
 // On meta, attention for a CUDA step is a fused kernel (O(queries) saved for backward:
 // flash without a GPU, PyTorch's choice with one), with the CUDA kernel's output layout,
 // forward and backward; without a device named, PyTorch's own choice on meta (the math form).
+TEST(ScopedMathAttentionTest, MaskedAttentionRunsTheMathFormInsideAndTheFusedOneAfter) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "LibTorch 1.13 has no SDPA: attention is always the math form";
+#endif
+  at::manual_seed(3);
+  const at::Tensor q = at::randn({1, 2, 1, 8}), k = at::randn({1, 2, 6, 8}), v = at::randn({1, 2, 6, 8});
+  const at::Tensor mask = at::arange(6).le(3).view({1, 1, 1, 6});
+  auto fused = [](const std::set<std::string>& ops) {
+    for (const std::string& op : ops) {
+      if (op.find("_scaled_dot_product_") != std::string::npos && op.find("math") == std::string::npos) return true;
+    }
+    return false;
+  };
+  at::Tensor inside, after;
+  std::set<std::string> ops;
+  {
+    ScopedMathAttention math;
+    ops = OpsOf([&] { inside = MaskedAttention(q, k, v, mask); });
+  }
+  EXPECT_FALSE(fused(ops));
+  EXPECT_TRUE(fused(OpsOf([&] { after = MaskedAttention(q, k, v, mask); })));  // the flags are back
+  EXPECT_TRUE(at::allclose(inside, after, 1e-5, 1e-6));
+}
+
 TEST(CausalAttentionTest, OnMetaForCudaIsAFusedKernel) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "LibTorch 1.13 has no fused attention";

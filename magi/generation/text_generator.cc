@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "magi/base/status_macros.h"
+#include "magi/compat/attention.h"
 
 namespace magi {
 namespace {
@@ -100,12 +101,15 @@ namespace {
 // two more inputs, each row's sampling stream and draw index, and one more output, each
 // row's next token chosen from its logits (ChooseTokens), so that the choice is part of the
 // compiled step (its CUDA graph, its partitions) instead of kernels launched after it.
+// With `math_attention`, captured with attention in its math form (GenerationOptions).
 ForwardFunction CachedForward(models::LlamaImpl& model, models::CacheWrite write, models::CacheWriteOp op,
-                              const SamplingOptions* choose = nullptr) {
+                              const SamplingOptions* choose = nullptr, bool math_attention = false) {
   const size_t cache_tensors = 2 * static_cast<size_t>(model.config.n_layers);
   std::optional<SamplingOptions> sampling;
   if (choose != nullptr) sampling = *choose;
-  return [&model, write, op, cache_tensors, sampling](const std::vector<at::Tensor>& in) {
+  return [&model, write, op, cache_tensors, sampling, math_attention](const std::vector<at::Tensor>& in) {
+    std::optional<compat::ScopedMathAttention> math;
+    if (math_attention) math.emplace();
     const std::vector<at::Tensor> flat(in.begin() + 2, in.begin() + 2 + cache_tensors);
     models::LlamaImpl::CachedOutput out =
         model.ForwardWithCache(in[0], in[1], models::KvCache::FromFlat(flat), write, op);
@@ -173,7 +177,8 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(models::Lla
                           FsdpInference::Create(model,
                                                 CachedForward(model, models::CacheWrite::kAtPositions,
                                                               generator->cache_write_op(),
-                                                              generator->choose_in_graph() ? &options.sampling : nullptr),
+                                                              generator->choose_in_graph() ? &options.sampling : nullptr,
+                                                              options.decode_math_attention),
                                                 generator->GraphInputs(1, /*decode=*/true), communicator,
                                                 generator->GraphOptions(false)));
   }

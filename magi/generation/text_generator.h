@@ -102,6 +102,12 @@ struct GenerationOptions {
   // rests on every tile being computed alike (tools/deterministic_gpu.sh checks both).
   bool unrolled_prefill = false;
   bool kv_cache = true;        // false: recompute the whole window every byte (the reference)
+  // The decode graph captured with attention in its math form (compat::ScopedMathAttention:
+  // matmul, masked softmax, matmul, as gpt-fast's decode) instead of a fused attention kernel
+  // (cuDNN's on an H100), so that partition backends can fuse it with its neighbours and no
+  // kernel with host-side integer results cuts the step. The MegaKernel backend claims only
+  // the fused form.
+  bool decode_math_attention = false;
   // The prefill's shape buckets (lengths in (0, window]; the window is always one). Empty:
   // DefaultPrefillBuckets(window). Deterministic mode prefills the whole window (the only
   // bucket): a bucket follows the batch's longest context, so it would make a prompt's bits

@@ -349,6 +349,20 @@ absl::Status RunWorker(const DistributedEnv& env, std::shared_ptr<Communicator> 
   }
   options.inference.compile.partitioning.backends.clear();
 
+  // The decode graph with attention in its math form: no fused attention op left in it (on
+  // LibTorch 2.x; 1.13 has no SDPA), the same bytes, logits within fp32 rounding.
+  options.decode_math_attention = true;
+  {
+    MAGI_ASSIGN_OR_RETURN(std::unique_ptr<TextGenerator> generator, TextGenerator::Create(*model, communicator, options));
+    MAGI_ASSIGN_OR_RETURN(Generated math, generator->Generate(Prompts(), kLength));
+    int fused = 0;
+    for (const Node* node : generator->decode()->graph().nodes()) fused += absl::StrContains(node->op(), "_scaled_dot_product");
+    report["math_attention_fused_ops"] = absl::StrCat(fused);
+    report["math_attention_text"] = Joined(math);
+    report["math_attention_vs_interpreter_logits"] = absl::StrCat(MaxLogitDiff(math, batched_cache));
+  }
+  options.decode_math_attention = false;
+
   // Grouped-query attention (2 kv heads of 4): the cache holds the kv heads only.
   {
     models::Llama gqa = TestModel(mesh, /*kv_heads=*/2);
@@ -532,6 +546,9 @@ void CheckWorld(int world) {
   // LibTorch 1.13 captures linear layers in another form, which the decode matcher declines.
   EXPECT_EQ(Number(r, "megakernel_decode_calls"), world == 1 && TORCH_VERSION_MAJOR >= 2 ? 1 : 0);
   EXPECT_EQ(r["megakernel_text"], r["batched_cache_text"]);
+  EXPECT_EQ(Number(r, "math_attention_fused_ops"), 0);
+  EXPECT_EQ(r["math_attention_text"], r["batched_cache_text"]);
+  EXPECT_LE(Number(r, "math_attention_vs_interpreter_logits"), kLogitTolerance);
   EXPECT_LE(Number(r, "megakernel_vs_interpreter_logits"), kLogitTolerance);
   EXPECT_EQ(r["gqa_cache_text"], r["gqa_recompute_text"]);
   EXPECT_LE(Number(r, "gqa_cache_vs_recompute_logits"), kLogitTolerance);
