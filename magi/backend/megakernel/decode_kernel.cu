@@ -252,13 +252,18 @@ __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, S
       s.q[i + half] = x2 * c + x1 * sn;
     }
     __syncthreads();
-    float most = -INFINITY;
-    for (int p = threadIdx.x; p < visible; p += kThreads) {
+    // Scores: a warp per position, its lanes over the head's dimensions (coalesced cache reads,
+    // a warp sum), instead of a thread per position reading a whole key row alone.
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int p = warp; p < visible; p += kWarps) {
       float dot = 0;
-      for (int i = 0; i < hd; ++i) dot += s.q[i] * __bfloat162float(__ldcg(key_cache + p * hd + i));
-      s.scores[p] = dot * scale;
-      most = fmaxf(most, s.scores[p]);
+      for (int i = lane; i < hd; i += 32) dot += s.q[i] * __bfloat162float(__ldcg(key_cache + p * hd + i));
+      dot = WarpSum(dot);
+      if (lane == 0) s.scores[p] = dot * scale;
     }
+    __syncthreads();
+    float most = -INFINITY;
+    for (int p = threadIdx.x; p < visible; p += kThreads) most = fmaxf(most, s.scores[p]);
     most = BlockMax(most, s);
     float sum = 0;
     for (int p = threadIdx.x; p < visible; p += kThreads) {
@@ -266,9 +271,19 @@ __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, S
       sum += s.scores[p];
     }
     sum = BlockSum(sum, s);
+    // The weighted values: kThreads / hd threads per dimension, each over every parts-th
+    // position, their partial sums then added in a fixed order.
+    const int parts = max(1, kThreads / hd);
+    for (int t = threadIdx.x; t < parts * hd; t += kThreads) {
+      const int i = t % hd, part = t / hd;
+      float acc = 0;
+      for (int p = part; p < visible; p += parts) acc += s.scores[p] * __bfloat162float(__ldcg(value_cache + p * hd + i));
+      s.out[t] = acc;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < hd; i += kThreads) {
       float acc = 0;
-      for (int p = 0; p < visible; ++p) acc += s.scores[p] * __bfloat162float(__ldcg(value_cache + p * hd + i));
+      for (int part = 0; part < parts; ++part) acc += s.out[part * hd + i];
       a.attention[static_cast<int64_t>(b) * a.n_heads * hd + head * hd + i] = acc / sum;
     }
     __syncthreads();
