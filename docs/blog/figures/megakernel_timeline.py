@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws the MegaKernel's timeline of one decode step (examples:generate --megakernel_timeline, a
 Chrome trace with a row per SM) as an SVG: one thin lane per SM, a span per instruction colored by
-its stage, waits in light grey.
+its stage over the SM's whole span in light grey (waiting for counters).
 
   python3 docs/blog/figures/megakernel_timeline.py TRACE.json[.gz] -o step.svg [--title "..."]
 
@@ -42,14 +42,22 @@ def main():
            'font-size="12">' % (args.width, height),
            '<rect width="100%" height="100%" fill="white"/>',
            '<text x="10" y="20" font-size="14">%s (%.0f us, %d SMs)</text>' % (args.title, end, len(sms))]
+    by_sm = {}
+    for e in spans:
+        by_sm.setdefault(e["tid"], []).append(e)
     for row, sm in enumerate(sms):
         y = top + row * args.lane
-        for e in spans:
-            if e["tid"] != sm:
+        lane = by_sm[sm]
+        # The SM's span in grey (waiting for counters), its instructions on top.
+        first, last = min(e["ts"] for e in lane), max(e["ts"] + e["dur"] for e in lane)
+        out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>' % (
+            left + first * scale, y, (last - first) * scale, args.lane * 0.8, WAIT))
+        for e in lane:
+            if e.get("cat") == "wait":
                 continue
-            fill = WAIT if e.get("cat") == "wait" else colors.get(e.get("cat"), "#90a4ae")
-            out.append('<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"/>' % (
-                left + e["ts"] * scale, y, max(e["dur"] * scale, 0.3), args.lane * 0.8, fill))
+            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>' % (
+                left + e["ts"] * scale, y, max(e["dur"] * scale, 0.3), args.lane * 0.8,
+                colors.get(e.get("cat"), "#90a4ae")))
     bottom = top + args.lane * len(sms) + 4
     out.append('<text x="10" y="%.1f">SM 0</text>' % (top + args.lane))
     out.append('<text x="10" y="%.1f">SM %d</text>' % (bottom - 4, sms[-1]))
