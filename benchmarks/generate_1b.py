@@ -83,6 +83,10 @@ MAGI_RUNS = [
     # partitions fuse: no cuDNN attention kernel, whose integer results cut the step, per layer.
     ("Magi nccl_stream + CUDA graph + inductor, math attention", "nccl_stream{cuda_graph=true}",
      ["--partition_backends=inductor", "--decode_attention=math"]),
+    # The megakernel with plain vector loads of the weights instead of the bulk-copy ring (what
+    # streaming them ahead of each instruction's wait saves).
+    ("Magi nccl_stream + CUDA graph + megakernel, plain weight loads", "nccl_stream{cuda_graph=true}",
+     ["--partition_backends=megakernel{stream_weights=false},inductor", "--megakernel_timeline={timeline}"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),

@@ -2,6 +2,8 @@
 // instruction computes what reference_executor.cc's Executor::Run computes.
 #include "magi/backend/megakernel/decode_kernel.h"
 
+#include <algorithm>
+
 #include <cuda/atomic>
 #include <cuda_bf16.h>
 
@@ -28,7 +30,15 @@ struct Shared {
   float inverse_rms[kMaxBatch];
   float reduce[kWarps];
   int reduce_index[kWarps];
+  float partial[2][kWarps * kMaxBatch];  // a ring chunk's per-warp sums (RingRows), by chunk parity
 };
+
+// The block's dynamic shared memory: the staged inputs (KernelArgs::staged_floats), then the
+// weight ring (KernelArgs::ring_offset_bytes).
+__device__ unsigned char* DynamicShared() {
+  extern __shared__ __align__(128) unsigned char dynamic_shared[];
+  return dynamic_shared;
+}
 
 __device__ float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
@@ -180,13 +190,207 @@ __device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int 
   __syncthreads();
 }
 
+// The Hopper bulk-copy engine and its shared-memory barriers (PTX ISA, "cp.async.bulk" and
+// "mbarrier"): a copy's completion counts its bytes against the barrier's expected count, and
+// the barrier's phase flips when the arrival and all of the bytes are in.
+__device__ uint32_t SharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ void BarrierInit(uint64_t* barrier) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SharedAddress(barrier)) : "memory");
+}
+
+// The barriers' initialization visible to the bulk-copy engine (the async proxy) too.
+__device__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into
+// this block's shared memory; `barrier`'s phase completes when they are in.
+__device__ void BulkCopy(void* destination, const void* source, uint32_t bytes, uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(barrier)), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   SharedAddress(destination)),
+               "l"(source), "r"(bytes), "r"(SharedAddress(barrier))
+               : "memory");
+}
+
+// Until the phase of `barrier` with this parity has completed.
+__device__ void WaitBarrier(uint64_t* barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(SharedAddress(barrier)),
+      "r"(parity)
+      : "memory");
+}
+
+// Rows [row_begin, row_end) of a bf16 weight of `k` columns that an instruction multiplies.
+struct Segment {
+  const bf16* weights;
+  int row_begin, row_end, k;
+};
+
+// The weight rows instruction `in` reads, in the order it reads them (0 to 2 segments).
+__device__ int Segments(const KernelArgs& a, const DeviceInstruction& in, Segment* segments) {
+  const int r0 = in.row_begin, r1 = in.row_end;
+  if (in.opcode == kLogits) {
+    segments[0] = {static_cast<const bf16*>(a.lm_head), r0, r1, a.dim};
+    return 1;
+  }
+  if (in.opcode != kQkv && in.opcode != kOProj && in.opcode != kGateUp && in.opcode != kDown) return 0;
+  const KernelLayer& layer = a.layers[in.layer];
+  switch (in.opcode) {
+    case kQkv:
+      segments[0] = {static_cast<const bf16*>(layer.qkv), r0, r1, a.dim};
+      return 1;
+    case kOProj:
+      segments[0] = {static_cast<const bf16*>(layer.o), r0, r1, a.dim};
+      return 1;
+    case kGateUp:
+      segments[0] = {static_cast<const bf16*>(layer.gate_up), r0, r1, a.dim};
+      segments[1] = {static_cast<const bf16*>(layer.gate_up), a.ffn + r0, a.ffn + r1, a.dim};
+      return 2;
+    default:  // kDown
+      segments[0] = {static_cast<const bf16*>(layer.down), r0, r1, a.ffn};
+      return 1;
+  }
+}
+
+// The weight ring (KernelArgs::ring_slots > 0): the block's matrix instructions read their
+// weights as a stream of chunks (whole rows, at most a slot each) in queue order. Thread 0
+// requests chunks ahead, as far as the ring's free slots allow: before each instruction's wait
+// (weights depend on no other block, so the next instruction's first chunks are in flight
+// while the block waits for its inputs) and after every chunk the block has read. Every
+// thread counts the chunks read the same way, so all know which slot and phase come next.
+struct Ring {
+  unsigned char* slots = nullptr;
+  uint64_t* full = nullptr;  // a barrier per slot
+  int num_slots = 0, slot_bytes = 0;
+  uint32_t read = 0;  // chunks read so far in this launch
+  // Thread 0's cursor: chunks requested, and where the next one starts.
+  uint32_t requested = 0;
+  int queue_position = 0, segment = 0, row = -1;  // row -1: the segment's first
+};
+
+__device__ int ChunkRows(int k, int slot_bytes) { return max(1, slot_bytes / (2 * k)); }
+
+// Thread 0: requests the next chunks while slots are free and the queue has weights left.
+__device__ void Refill(const KernelArgs& a, Ring& ring) {
+  const int queue_end = a.queue_begin[blockIdx.x + 1];
+  while (ring.requested < ring.read + ring.num_slots && ring.queue_position < queue_end) {
+    Segment segments[2];
+    const int n = Segments(a, a.instructions[a.queue[ring.queue_position]], segments);
+    if (ring.segment >= n) {
+      ++ring.queue_position;
+      ring.segment = 0;
+      ring.row = -1;
+      continue;
+    }
+    const Segment& segment = segments[ring.segment];
+    if (ring.row < 0) ring.row = segment.row_begin;
+    if (ring.row >= segment.row_end) {
+      ++ring.segment;
+      ring.row = -1;
+      continue;
+    }
+    const int rows = min(ChunkRows(segment.k, ring.slot_bytes), segment.row_end - ring.row);
+    const int slot = ring.requested % ring.num_slots;
+    BulkCopy(ring.slots + static_cast<int64_t>(slot) * ring.slot_bytes,
+             segment.weights + static_cast<int64_t>(ring.row) * segment.k, static_cast<uint32_t>(rows) * segment.k * 2,
+             &ring.full[slot]);
+    ++ring.requested;
+    ring.row += rows;
+  }
+}
+
+// What MatrixRows computes, the weights read from the ring chunk by chunk. A chunk of fewer
+// rows than warps splits each row into `parts` ranges, a warp each, whose sums are added in a
+// fixed order; the chunking depends on the shapes only, so every sequence's sums run in the
+// same order whatever the batch.
+template <typename Input>
+__device__ void RingRows(const KernelArgs& a, Ring& ring, const Segment& segment, int batch, Input input, float* out,
+                         Shared& s) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, vectors = segment.k / 8;
+  for (int row = segment.row_begin; row < segment.row_end;) {
+    const int rows = min(ChunkRows(segment.k, ring.slot_bytes), segment.row_end - row);
+    int parts = 1;
+    while (parts < kWarps && rows * parts * 2 <= kWarps) parts *= 2;
+    const int slot = ring.read % ring.num_slots;
+    WaitBarrier(&ring.full[slot], (ring.read / ring.num_slots) & 1);
+    const uint4* chunk = reinterpret_cast<const uint4*>(ring.slots + static_cast<int64_t>(slot) * ring.slot_bytes);
+    float* partial = s.partial[ring.read & 1];
+    const int per_part = (vectors + parts - 1) / parts;
+    for (int item = warp; item < rows * parts; item += kWarps) {
+      const int r = item / parts, part = item % parts;
+      const uint4* weights = chunk + static_cast<int64_t>(r) * vectors;
+      const int end = min(vectors, (part + 1) * per_part);
+      float sums[kMaxBatch];
+#pragma unroll
+      for (int b = 0; b < kMaxBatch; ++b) sums[b] = 0;
+#pragma unroll 2
+      for (int v = part * per_part + lane; v < end; v += 32) {
+        const uint4 raw = weights[v];
+        const bf16* w = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float weight = __bfloat162float(w[j]);
+#pragma unroll
+          for (int b = 0; b < kMaxBatch; ++b) {
+            if (b < batch) sums[b] += weight * input(b, v * 8 + j);
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kMaxBatch; ++b) {
+        const float total = WarpSum(sums[b]);
+        if (lane == 0 && b < batch) {
+          (parts == 1 ? out[(row + r - segment.row_begin) * kMaxBatch + b] : partial[item * kMaxBatch + b]) = total;
+        }
+      }
+    }
+    // The slot is read (thread 0 may refill it) and the partial sums are in.
+    __syncthreads();
+    ++ring.read;
+    if (threadIdx.x == 0) Refill(a, ring);
+    if (parts > 1) {
+      // `partial` is written again two chunks on, after the next chunk's barrier.
+      for (int t = threadIdx.x; t < rows * kMaxBatch; t += kThreads) {
+        const int r = t / kMaxBatch, b = t % kMaxBatch;
+        if (b >= batch) continue;
+        float total = 0;
+        for (int part = 0; part < parts; ++part) total += partial[(r * parts + part) * kMaxBatch + b];
+        out[(row + r - segment.row_begin) * kMaxBatch + b] = total;
+      }
+    }
+    row += rows;
+  }
+  __syncthreads();
+}
+
+// A segment's rows for every sequence into out[(row - segment.row_begin) * kMaxBatch + b]:
+// from the ring when the launch has one, else with direct loads.
+template <typename Input>
+__device__ void SegmentRows(const KernelArgs& a, Ring& ring, const Segment& segment, Input input, float* out,
+                            Shared& s) {
+  if (ring.num_slots > 0) {
+    RingRows(a, ring, segment, a.batch, input, out, s);
+  } else {
+    MatrixRows(segment.weights, segment.k, segment.row_begin, segment.row_end, a.batch, input, out);
+  }
+}
+
 // A tile's input vectors, [batch][k_size] floats, in dynamic shared memory when the launch gave
 // enough (KernelArgs::staged_floats): computed once per instruction (the norm applied) instead of
 // once per row, and then read from shared memory instead of L2.
 // Runs `rows(input)` with `input(b, k)` staged when it fits, else as given.
 template <typename Input, typename Rows>
 __device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Rows rows) {
-  extern __shared__ float staged[];
+  float* staged = reinterpret_cast<float*>(DynamicShared());
   if (a.staged_floats < a.batch * k_size) {
     rows(input);
     return;
@@ -195,13 +399,13 @@ __device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Ro
     for (int k = threadIdx.x; k < k_size; k += kThreads) staged[b * k_size + k] = input(b, k);
   }
   __syncthreads();
-  rows([k_size](int b, int k) { return staged[b * k_size + k]; });
+  rows([staged, k_size](int b, int k) { return staged[b * k_size + k]; });
   // MatrixRows ends with a barrier: the next instruction may overwrite `staged`.
 }
 
 // Rows [r0, r1) of the concatenated q/k/v projection of the normalized hidden state, for every
 // sequence, into the fp32 qkv scratch (attention rotates q and k and writes the cache).
-__device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+__device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, const Segment& rows, Ring& ring, Shared& s) {
   const KernelLayer& layer = a.layers[in.layer];
   InverseRms(a, layer.attention_eps, s);
   const float* hidden = a.hidden;
@@ -209,7 +413,7 @@ __device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, Shared&
   auto input = [&](int b, int k) {
     return Load(hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.attention_norm, k);
   };
-  WithStagedInput(a, dim, input, [&](auto x) { MatrixRows(layer.qkv, dim, r0, r1, a.batch, x, s.out); });
+  WithStagedInput(a, dim, input, [&](auto x) { SegmentRows(a, ring, rows, x, s.out, s); });
   for (int b = 0; b < a.batch; ++b) {
     for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
       a.qkv[static_cast<int64_t>(b) * qkv_rows + r] = s.out[(r - r0) * kMaxBatch + b];
@@ -290,8 +494,10 @@ __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, S
   }
 }
 
-__device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+__device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Ring& ring, Shared& s) {
   const int r0 = in.row_begin, r1 = in.row_end, dim = a.dim;
+  Segment segments[2];
+  Segments(a, in, segments);
   switch (in.opcode) {
     case kEmbed:
       for (int b = 0; b < a.batch; ++b) {
@@ -301,18 +507,17 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
       }
       break;
     case kQkv:
-      RunQkv(a, in, s);
+      RunQkv(a, in, segments[0], ring, s);
       break;
     case kAttention:
       RunAttention(a, in, s);
       break;
     case kOProj:
     case kDown: {
-      const KernelLayer& layer = a.layers[in.layer];
       const float* source = in.opcode == kOProj ? a.attention : a.activation;
       const int k_size = in.opcode == kOProj ? dim : a.ffn;
       WithStagedInput(a, k_size, [&](int b, int k) { return Load(source + static_cast<int64_t>(b) * k_size + k); },
-                      [&](auto x) { MatrixRows(in.opcode == kOProj ? layer.o : layer.down, k_size, r0, r1, a.batch, x, s.out); });
+                      [&](auto x) { SegmentRows(a, ring, segments[0], x, s.out, s); });
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
           float* h = a.hidden + static_cast<int64_t>(b) * dim + r;
@@ -328,8 +533,8 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
         return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.ffn_norm, k);
       };
       WithStagedInput(a, dim, input, [&](auto x) {
-        MatrixRows(layer.gate_up, dim, r0, r1, a.batch, x, s.out);
-        MatrixRows(layer.gate_up, dim, a.ffn + r0, a.ffn + r1, a.batch, x, s.out2);
+        SegmentRows(a, ring, segments[0], x, s.out, s);
+        SegmentRows(a, ring, segments[1], x, s.out2, s);
       });
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
@@ -344,7 +549,7 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
       auto input = [&](int b, int k) {
         return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(a.final_norm, k);
       };
-      WithStagedInput(a, dim, input, [&](auto x) { MatrixRows(a.lm_head, dim, r0, r1, a.batch, x, s.out); });
+      WithStagedInput(a, dim, input, [&](auto x) { SegmentRows(a, ring, segments[0], x, s.out, s); });
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
           a.logits[static_cast<int64_t>(b) * a.vocab + r] = s.out[(r - r0) * kMaxBatch + b];
@@ -373,13 +578,26 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Shared& s)
 __global__ void __launch_bounds__(kThreads, 1) DecodeStep(KernelArgs a) {
   __shared__ Shared s;
   __shared__ uint32_t step;
-  if (threadIdx.x == 0) step = a.block_steps[blockIdx.x];
+  __shared__ uint64_t ring_full[kMaxRingSlots];
+  Ring ring;
+  ring.num_slots = a.ring_slots;
+  ring.slot_bytes = a.ring_slot_bytes;
+  ring.slots = DynamicShared() + a.ring_offset_bytes;
+  ring.full = ring_full;
+  ring.queue_position = a.queue_begin[blockIdx.x];
+  if (threadIdx.x == 0) {
+    step = a.block_steps[blockIdx.x];
+    for (int i = 0; i < ring.num_slots; ++i) BarrierInit(&ring_full[i]);
+    FenceBarrierInit();
+  }
   __syncthreads();
   for (int q = a.queue_begin[blockIdx.x]; q < a.queue_begin[blockIdx.x + 1]; ++q) {
     const int index = a.queue[q];
     const DeviceInstruction in = a.instructions[index];
     uint64_t wait_begin = 0, start = 0;
     if (threadIdx.x == 0) {
+      // The weights this block reads next are requested before it waits for its inputs.
+      if (ring.num_slots > 0) Refill(a, ring);
       wait_begin = GlobalTimer();
       for (int w = 0; w < in.num_waits; ++w) {
         const uint32_t target = (step + 1) * in.wait_increments[w];
@@ -389,7 +607,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeStep(KernelArgs a) {
       start = GlobalTimer();
     }
     __syncthreads();
-    Run(a, in, s);
+    Run(a, in, ring, s);
     // Every thread's writes reach L2 before thread 0 releases the counters.
     __threadfence();
     __syncthreads();
@@ -411,7 +629,7 @@ cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t s
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(num_sms);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(args.staged_floats) * sizeof(float);
+  config.dynamicSmemBytes = DecodeStepDynamicBytes(args);
   config.stream = stream;
   cudaLaunchAttribute cooperative = {};
   cooperative.id = cudaLaunchAttributeCooperative;
@@ -421,7 +639,12 @@ cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t s
   return cudaLaunchKernelEx(&config, DecodeStep, args);
 }
 
-cudaError_t DecodeStepMaxStagedFloats(int* floats) {
+size_t DecodeStepDynamicBytes(const KernelArgs& args) {
+  return static_cast<size_t>(args.ring_slots > 0 ? args.ring_offset_bytes + args.ring_slots * args.ring_slot_bytes
+                                                 : args.staged_floats * static_cast<int64_t>(sizeof(float)));
+}
+
+cudaError_t DecodeStepMaxDynamicBytes(int* bytes) {
   int device = 0, optin = 0;
   cudaFuncAttributes attributes;
   if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return error;
@@ -430,23 +653,20 @@ cudaError_t DecodeStepMaxStagedFloats(int* floats) {
     return error;
   }
   if (cudaError_t error = cudaFuncGetAttributes(&attributes, DecodeStep); error != cudaSuccess) return error;
-  const int left = optin - static_cast<int>(attributes.sharedSizeBytes);
-  *floats = left > 0 ? left / static_cast<int>(sizeof(float)) : 0;
+  *bytes = std::max(0, optin - static_cast<int>(attributes.sharedSizeBytes));
   return cudaSuccess;
 }
 
-cudaError_t DecodeStepBlocksPerSm(int staged_floats, int* blocks) {
+cudaError_t DecodeStepBlocksPerSm(size_t dynamic_bytes, int* blocks) {
   // The function's limit is set to the most the device allows, not to this program's need:
   // programs of other shapes in the same process launch with their own sizes under it.
   int most = 0;
-  if (cudaError_t error = DecodeStepMaxStagedFloats(&most); error != cudaSuccess) return error;
-  if (cudaError_t error = cudaFuncSetAttribute(DecodeStep, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               most * static_cast<int>(sizeof(float)));
+  if (cudaError_t error = DecodeStepMaxDynamicBytes(&most); error != cudaSuccess) return error;
+  if (cudaError_t error = cudaFuncSetAttribute(DecodeStep, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
       error != cudaSuccess) {
     return error;
   }
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, DecodeStep, kThreads,
-                                                       static_cast<size_t>(staged_floats) * sizeof(float));
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, DecodeStep, kThreads, dynamic_bytes);
 }
 
 }  // namespace magi::megakernel

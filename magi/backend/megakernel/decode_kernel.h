@@ -5,19 +5,24 @@
 // fence and an atomic add after an instruction; acquire: a load of the counter before one), and
 // read what other blocks wrote through L2, never a stale L1 line.
 //
-// This first form reads the weights with plain vectorized loads; streaming them with the
-// Hopper bulk-copy engine (TMA) into a shared-memory ring, started before an instruction's
-// wait, is the next step (docs/megakernel.md). Built with --config=cuda.
+// The matrix instructions read their weights through a ring of shared-memory slots that the
+// Hopper bulk-copy engine (TMA) fills ahead, the next instruction's weights requested before
+// it waits for its inputs (KernelArgs::ring_slots; 0: plain vectorized loads). Built with
+// --config=cuda.
 #ifndef MAGI_BACKEND_MEGAKERNEL_DECODE_KERNEL_H_
 #define MAGI_BACKEND_MEGAKERNEL_DECODE_KERNEL_H_
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "magi/backend/megakernel/device_records.h"
 
 namespace magi::megakernel {
+
+// The most slots a weight ring has (a barrier each in static shared memory).
+inline constexpr int kMaxRingSlots = 8;
 
 // One layer's tensors on the device (bf16 unless said; contiguous, the shapes of decode_pattern.h).
 struct KernelLayer {
@@ -67,6 +72,11 @@ struct KernelArgs {
   // Floats of dynamic shared memory the launch gives for staging a tile's input vectors
   // (batch x the matrix's width; 0: read them from L2 for every row).
   int32_t staged_floats;
+  // The weight ring: `ring_slots` (0: none, else 2..kMaxRingSlots) slots of `ring_slot_bytes`
+  // (a multiple of 128, at least a row of the widest matrix) in dynamic shared memory from
+  // `ring_offset_bytes` (past the staged inputs, a multiple of 128). The weights must be
+  // 16-byte aligned (the bulk copies' and the vector loads' unit).
+  int32_t ring_slots, ring_slot_bytes, ring_offset_bytes;
 };
 
 // Launches the step on `num_sms` blocks (the program's SM count) as a cooperative launch, so
@@ -75,13 +85,16 @@ struct KernelArgs {
 // must not write outside the caches); the caller keeps positions in range, as the graph's index_put requires.
 cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t stream);
 
-// Raises the kernel's dynamic shared memory limit to the device's most, then: how many blocks
-// of it, with `staged_floats` floats of dynamic shared memory, one SM of the current device keeps
-// resident (a cooperative launch needs at least 1).
-cudaError_t DecodeStepBlocksPerSm(int staged_floats, int* blocks);
+// The dynamic shared memory a launch with `args` takes: the staged inputs, then the ring.
+size_t DecodeStepDynamicBytes(const KernelArgs& args);
 
-// The most floats of dynamic shared memory a block of the kernel can have on the current device.
-cudaError_t DecodeStepMaxStagedFloats(int* floats);
+// Raises the kernel's dynamic shared memory limit to the device's most, then: how many blocks
+// of it, with `dynamic_bytes` of dynamic shared memory, one SM of the current device keeps
+// resident (a cooperative launch needs at least 1).
+cudaError_t DecodeStepBlocksPerSm(size_t dynamic_bytes, int* blocks);
+
+// The most bytes of dynamic shared memory a block of the kernel can have on the current device.
+cudaError_t DecodeStepMaxDynamicBytes(int* bytes);
 
 }  // namespace magi::megakernel
 

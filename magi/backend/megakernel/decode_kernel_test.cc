@@ -1,10 +1,14 @@
 // The MegaKernel decode step on the GPU against the reference executor on the CPU: the same
 // program, weights, caches, tokens and positions; three steps in a row with the counters never
 // reset (each step's tokens are the previous step's, one position further), launched directly
-// and replayed from a CUDA graph.
+// and replayed from a CUDA graph, with the weights streamed through the ring (slots of the
+// default size, and slots of one widest row so that chunks split rows over warps and the
+// slots' phases wrap many times per step) and read with plain loads.
 #include "magi/backend/megakernel/kernel_runner.h"
 
+#include <algorithm>
 #include <iostream>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -13,6 +17,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "magi/backend/megakernel/decode_pattern.h"
 #include "magi/backend/megakernel/instruction_program.h"
@@ -25,7 +30,7 @@
 namespace magi::megakernel {
 namespace {
 
-void CheckThreeSteps(bool cuda_graph, bool stage_inputs = true) {
+void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}) {
   ASSERT_TRUE(at::hasCUDA());
   absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir");
   ASSERT_TRUE(module.ok()) << module.status();
@@ -40,9 +45,11 @@ void CheckThreeSteps(bool cuda_graph, bool stage_inputs = true) {
   ASSERT_TRUE(program.ok()) << program.status();
   ASSERT_EQ(CheckProgram(*program), absl::OkStatus());
   absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> runner =
-      DecodeKernelRunner::Create(*program, at::kCUDA, stage_inputs);
+      DecodeKernelRunner::Create(*program, at::kCUDA, kernel);
   ASSERT_TRUE(runner.ok()) << runner.status();
-  EXPECT_EQ((*runner)->stages_inputs(), stage_inputs);
+  EXPECT_EQ((*runner)->stages_inputs(), kernel.stage_inputs);
+  EXPECT_EQ((*runner)->ring_slots() > 0, kernel.stream_weights);
+  std::cout << "ring: " << (*runner)->ring_slots() << " slots of " << (*runner)->ring_slot_bytes() << " bytes\n";
 
   std::vector<at::Tensor> host = testing::RandomInputs(graph, *match);
   // Positions low enough for three steps.
@@ -138,9 +145,57 @@ void CheckThreeSteps(bool cuda_graph, bool stage_inputs = true) {
 
 TEST(DecodeKernelTest, ThreeStepsEqualTheReferenceExecutor) { CheckThreeSteps(/*cuda_graph=*/false); }
 TEST(DecodeKernelTest, ThreeReplaysOfACudaGraphEqualTheReferenceExecutor) { CheckThreeSteps(/*cuda_graph=*/true); }
-// The kernel's first form: every row reads its input from L2.
-TEST(DecodeKernelTest, ThreeStepsWithoutStagedInputsEqualTheReferenceExecutor) {
-  CheckThreeSteps(/*cuda_graph=*/false, /*stage_inputs=*/false);
+
+// Slots of one widest row (the tiny model's down rows: 2 x ffn bytes, rounded up to 128) and
+// only two of them: a chunk is a row or a few, split over the warps, and each slot is refilled
+// hundreds of times per step.
+TEST(DecodeKernelTest, ThreeStepsThroughATwoSlotRingOfSmallSlotsEqualTheReferenceExecutor) {
+  absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir");
+  ASSERT_TRUE(module.ok()) << module.status();
+  absl::StatusOr<DecodeGraphMatch> match = MatchDecodeGraph(*(*module)->FindGraph("forward"));
+  ASSERT_TRUE(match.ok()) << match.status();
+  DecodeKernelOptions kernel;
+  kernel.ring_slot_bytes = static_cast<int>((2 * std::max(match->model.dim, match->model.ffn_hidden) + 127) / 128 * 128);
+  kernel.max_ring_slots = 2;
+  CheckThreeSteps(/*cuda_graph=*/true, kernel);
+}
+
+// Plain vector loads of the weights, the inputs staged.
+TEST(DecodeKernelTest, ThreeStepsWithoutTheRingEqualTheReferenceExecutor) {
+  DecodeKernelOptions kernel;
+  kernel.stream_weights = false;
+  CheckThreeSteps(/*cuda_graph=*/false, kernel);
+}
+
+// The kernel's first form: plain loads, and every row reads its input from L2.
+TEST(DecodeKernelTest, ThreeStepsWithoutStagedInputsOrTheRingEqualTheReferenceExecutor) {
+  DecodeKernelOptions kernel;
+  kernel.stage_inputs = false;
+  kernel.stream_weights = false;
+  CheckThreeSteps(/*cuda_graph=*/false, kernel);
+}
+
+TEST(DecodeKernelTest, RingOptionsOutOfRangeAreRefusedNamingTheLimits) {
+  ASSERT_TRUE(at::hasCUDA());
+  absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir");
+  ASSERT_TRUE(module.ok()) << module.status();
+  absl::StatusOr<DecodeGraphMatch> match = MatchDecodeGraph(*(*module)->FindGraph("forward"));
+  ASSERT_TRUE(match.ok()) << match.status();
+  ProgramOptions options;
+  options.num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  options.max_tile_rows = kMaxTileRows;
+  absl::StatusOr<Program> program = BuildProgram(match->model, options);
+  ASSERT_TRUE(program.ok()) << program.status();
+  for (const auto& [slot_bytes, slots] : {std::make_pair(100, 4), std::make_pair(128, 4), std::make_pair(0, 1),
+                                          std::make_pair(0, kMaxRingSlots + 1)}) {
+    DecodeKernelOptions kernel;
+    kernel.ring_slot_bytes = slot_bytes;
+    kernel.max_ring_slots = slots;
+    absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> runner =
+        DecodeKernelRunner::Create(*program, at::kCUDA, kernel);
+    EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument) << slot_bytes << " " << slots;
+    EXPECT_THAT(std::string(runner.status().message()), ::testing::HasSubstr("the weight ring takes slots"));
+  }
 }
 
 }  // namespace

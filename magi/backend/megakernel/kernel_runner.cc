@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -35,7 +36,8 @@ bool SameLayers(const std::vector<KernelLayer>& a, const std::vector<KernelLayer
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(const Program& program,
-                                                                                at::Device device, bool stage_inputs) {
+                                                                                at::Device device,
+                                                                                const DecodeKernelOptions& options) {
   if (!device.is_cuda()) return absl::InvalidArgumentError(absl::StrCat("the decode kernel runs on CUDA, not ", device.str()));
   const int index = device.has_index() ? device.index() : at::cuda::current_device();
   const int device_sms = at::cuda::getDeviceProperties(index)->multiProcessorCount;
@@ -45,17 +47,38 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   }
   absl::StatusOr<DeviceProgram> packed = PackProgram(program);
   if (!packed.ok()) return packed.status();
-  int32_t staged_floats = 0;
+  // A slot holds at least one row of the widest matrix (the down projection's, or a q/k/v row).
+  const int64_t widest_row_bytes = 2 * std::max(program.model.dim, program.model.ffn_hidden);
+  int64_t slot_bytes = options.ring_slot_bytes;
+  if (slot_bytes == 0) slot_bytes = std::max<int64_t>(32 * 1024, (widest_row_bytes + 127) / 128 * 128);
+  if (slot_bytes % 128 != 0 || slot_bytes < widest_row_bytes || options.max_ring_slots < 2 ||
+      options.max_ring_slots > kMaxRingSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the weight ring takes slots of a multiple of 128 bytes holding a row of the widest matrix (", widest_row_bytes,
+        " bytes) and 2..", kMaxRingSlots, " slots; given ", options.ring_slot_bytes, " bytes, at most ",
+        options.max_ring_slots, " slots"));
+  }
+  KernelArgs layout{};
   {
     const c10::DeviceGuard guard(at::Device(at::kCUDA, index));
     int most = 0;
-    absl::Status room = CudaStatus(DecodeStepMaxStagedFloats(&most), "querying the decode kernel's shared memory");
+    absl::Status room = CudaStatus(DecodeStepMaxDynamicBytes(&most), "querying the decode kernel's shared memory");
     if (!room.ok()) return room;
     const int64_t needed = program.model.batch * std::max(program.model.dim, program.model.ffn_hidden);
-    if (stage_inputs && needed <= most) staged_floats = static_cast<int32_t>(needed);
+    if (options.stage_inputs && needed * static_cast<int64_t>(sizeof(float)) <= most) {
+      layout.staged_floats = static_cast<int32_t>(needed);
+    }
+    // The ring takes what the staged inputs leave, if that is two slots or more.
+    const int64_t offset = (layout.staged_floats * static_cast<int64_t>(sizeof(float)) + 127) / 128 * 128;
+    const int64_t slots = std::min<int64_t>(options.max_ring_slots, (most - offset) / slot_bytes);
+    if (options.stream_weights && slots >= 2) {
+      layout.ring_slots = static_cast<int32_t>(slots);
+      layout.ring_slot_bytes = static_cast<int32_t>(slot_bytes);
+      layout.ring_offset_bytes = static_cast<int32_t>(offset);
+    }
     int blocks = 0;
-    absl::Status occupancy =
-        CudaStatus(DecodeStepBlocksPerSm(staged_floats, &blocks), "querying the decode kernel's occupancy");
+    absl::Status occupancy = CudaStatus(DecodeStepBlocksPerSm(DecodeStepDynamicBytes(layout), &blocks),
+                                        "querying the decode kernel's occupancy");
     if (!occupancy.ok()) return occupancy;
     if (blocks < 1) {
       return absl::FailedPreconditionError(
@@ -64,7 +87,10 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   }
   auto runner = std::unique_ptr<DecodeKernelRunner>(new DecodeKernelRunner());
   runner->program_ = program;
-  runner->staged_floats_ = staged_floats;
+  runner->staged_floats_ = layout.staged_floats;
+  runner->ring_slots_ = layout.ring_slots;
+  runner->ring_slot_bytes_ = layout.ring_slot_bytes;
+  runner->ring_offset_bytes_ = layout.ring_offset_bytes;
   runner->device_ = at::Device(at::kCUDA, index);
   const at::Device d = runner->device_;
   runner->instructions_ = ToDevice(packed->instructions.data(), packed->instructions.size(), d);
@@ -91,16 +117,22 @@ absl::Status DecodeKernelRunner::CheckTensors(const DecodeTensors& t) const {
   const DecodeModel& m = program_.model;
   auto check = [&](const at::Tensor& tensor, const char* name, int layer, at::ScalarType dtype,
                    std::initializer_list<int64_t> sizes) -> absl::Status {
+    // The kernel reads bf16 tensors 16 bytes at a time (vector loads, bulk copies).
+    const bool aligned = !tensor.defined() || dtype != at::kBFloat16 ||
+                         reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
     if (tensor.defined() && tensor.scalar_type() == dtype && tensor.device() == device_ && tensor.is_contiguous() &&
-        tensor.sizes() == at::IntArrayRef(sizes)) {
+        tensor.sizes() == at::IntArrayRef(sizes) && aligned) {
       return absl::OkStatus();
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "the decode kernel takes ", name, layer >= 0 ? absl::StrCat(" of layer ", layer) : "", " as a contiguous ",
-        c10::toString(dtype), "[", absl::StrJoin(sizes, ","), "] on ", device_.str(), "; given ",
-        tensor.defined() ? absl::StrCat(c10::toString(tensor.scalar_type()), "[", absl::StrJoin(tensor.sizes(), ","),
-                                        "] on ", tensor.device().str(), tensor.is_contiguous() ? "" : ", strided")
-                         : "nothing"));
+        dtype == at::kBFloat16 ? "16-byte aligned " : "", c10::toString(dtype), "[", absl::StrJoin(sizes, ","),
+        "] on ", device_.str(), "; given ",
+        tensor.defined()
+            ? absl::StrCat(c10::toString(tensor.scalar_type()), "[", absl::StrJoin(tensor.sizes(), ","), "] on ",
+                           tensor.device().str(), tensor.is_contiguous() ? "" : ", strided",
+                           aligned ? "" : ", at an address not a multiple of 16")
+            : "nothing"));
   };
   const at::ScalarType bf16 = at::kBFloat16;
   const int64_t half = m.head_dim / 2, rope_rows = t.rope_cos.defined() ? t.rope_cos.size(0) : 0;
@@ -194,6 +226,9 @@ absl::Status DecodeKernelRunner::Step(const DecodeTensors& t) {
   args.block_steps = reinterpret_cast<uint32_t*>(block_steps_.data_ptr<int32_t>());
   args.timeline = reinterpret_cast<uint64_t*>(timeline_.data_ptr<int64_t>());
   args.staged_floats = staged_floats_;
+  args.ring_slots = ring_slots_;
+  args.ring_slot_bytes = ring_slot_bytes_;
+  args.ring_offset_bytes = ring_offset_bytes_;
   if (absl::Status status =
           CudaStatus(LaunchDecodeStep(args, program_.options.num_sms, stream), "launching the decode kernel");
       !status.ok()) {

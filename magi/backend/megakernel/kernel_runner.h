@@ -26,15 +26,28 @@
 
 namespace magi::megakernel {
 
+// How the kernel reads a tile's inputs and weights; the defaults are the fastest measured.
+struct DecodeKernelOptions {
+  // Stage each tile's input vectors in shared memory where they fit, else read them from L2
+  // for every row (the kernel's first form, kept to compare).
+  bool stage_inputs = true;
+  // Stream the weights through a ring of shared-memory slots that the bulk-copy engine fills
+  // ahead, where at least two slots fit beside the staged inputs; else plain vector loads.
+  bool stream_weights = true;
+  // A slot's bytes: 0 picks 32 KiB, or one row of the widest matrix when that is larger; else a
+  // multiple of 128 holding at least such a row.
+  int ring_slot_bytes = 0;
+  // The most slots the ring takes (2..kMaxRingSlots); fewer where shared memory runs out.
+  int max_ring_slots = kMaxRingSlots;
+};
+
 class DecodeKernelRunner {
  public:
-  // InvalidArgument when the program does not fit the kernel (PackProgram) or has more SMs
-  // than `device` (a CUDA device); FailedPrecondition when the kernel cannot keep one block
-  // resident per SM there.
-  // `stage_inputs`: stage each tile's input vectors in shared memory where they fit (the
-  // default), else read them from L2 for every row (the kernel's first form, kept to compare).
+  // InvalidArgument when the program does not fit the kernel (PackProgram), has more SMs than
+  // `device` (a CUDA device) or `options` are out of range; FailedPrecondition when the kernel
+  // cannot keep one block resident per SM there.
   static absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> Create(const Program& program, at::Device device,
-                                                                    bool stage_inputs = true);
+                                                                    const DecodeKernelOptions& options = {});
 
   // One decode step: reads the tokens and positions, writes the step's keys and values into
   // the caches, and the logits and next tokens into the runner's own tensors. InvalidArgument
@@ -51,6 +64,9 @@ class DecodeKernelRunner {
   const Program& program() const { return program_; }
   // Whether the tiles' inputs are staged in shared memory.
   bool stages_inputs() const { return staged_floats_ > 0; }
+  // The weight ring's slots (0: the weights are read with plain loads) and their bytes.
+  int ring_slots() const { return ring_slots_; }
+  int ring_slot_bytes() const { return ring_slot_bytes_; }
 
  private:
   DecodeKernelRunner() = default;
@@ -63,6 +79,7 @@ class DecodeKernelRunner {
   at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_;
   int64_t steps_run_ = 0;
   int32_t staged_floats_ = 0;
+  int32_t ring_slots_ = 0, ring_slot_bytes_ = 0, ring_offset_bytes_ = 0;
 };
 
 }  // namespace magi::megakernel

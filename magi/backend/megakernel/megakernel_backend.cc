@@ -101,13 +101,13 @@ absl::Status CheckKernelDTypes(const DecodeGraphMatch& match) {
 class MegakernelExecutable : public TorchExecutable {
  public:
   static absl::StatusOr<std::unique_ptr<MegakernelExecutable>> Create(const Graph& graph, Program program,
-                                                                      bool stage_inputs) {
+                                                                      const MegakernelOptions& options) {
     auto exe = std::unique_ptr<MegakernelExecutable>(new MegakernelExecutable());
     exe->graph_ = CloneGraph(graph, graph.name());
     MAGI_ASSIGN_OR_RETURN(exe->match_, MatchDecodeGraph(*exe->graph_));
     MAGI_ASSIGN_OR_RETURN(exe->outputs_, OutputSources(*exe->graph_, exe->match_));
     exe->program_ = std::move(program);
-    exe->stage_inputs_ = stage_inputs;
+    exe->options_ = options;
     exe->logits_dtype_ = exe->match_.logits->type().tensor().dtype;
     return exe;
   }
@@ -178,7 +178,10 @@ class MegakernelExecutable : public TorchExecutable {
   absl::Status RunOnDevice(const DecodeTensors& tensors, at::Tensor& logits, at::Tensor& next_token) {
 #ifdef MAGI_WITH_CUDA
     if (runner_ == nullptr) {
-      MAGI_ASSIGN_OR_RETURN(runner_, DecodeKernelRunner::Create(program_, tensors.tokens.device(), stage_inputs_));
+      DecodeKernelOptions kernel;
+      kernel.stage_inputs = options_.stage_inputs;
+      kernel.stream_weights = options_.stream_weights;
+      MAGI_ASSIGN_OR_RETURN(runner_, DecodeKernelRunner::Create(program_, tensors.tokens.device(), kernel));
     }
     MAGI_RETURN_IF_ERROR(runner_->Step(tensors));
     const DecodeModel& m = program_.model;
@@ -199,7 +202,7 @@ class MegakernelExecutable : public TorchExecutable {
   std::vector<OutputSource> outputs_;
   Program program_;
   DType logits_dtype_ = DType::kFloat32;
-  bool stage_inputs_ = true;
+  MegakernelOptions options_;
   RunStats stats_;
 #ifdef MAGI_WITH_CUDA
   std::unique_ptr<DecodeKernelRunner> runner_;
@@ -230,16 +233,17 @@ absl::StatusOr<MegakernelOptions> MegakernelOptions::Parse(const ComponentOption
   MegakernelOptions parsed;
   for (const auto& [key, value] : options) {
     int64_t number = 0;
-    if (key == "check" || key == "stage_inputs") {
+    if (key == "check" || key == "stage_inputs" || key == "stream_weights") {
       if (value != "true" && value != "false") {
         return absl::InvalidArgumentError(absl::StrCat("megakernel: ", key, "=", value, " is not true or false"));
       }
-      (key == "check" ? parsed.check : parsed.stage_inputs) = value == "true";
+      (key == "check" ? parsed.check : key == "stage_inputs" ? parsed.stage_inputs : parsed.stream_weights) =
+          value == "true";
       continue;
     }
     if (key != "num_sms" && key != "tile_rows") {
       return absl::InvalidArgumentError(absl::StrCat("megakernel: unknown option '", key,
-                                                     "' (options: num_sms, tile_rows, check, stage_inputs)"));
+                                                     "' (options: num_sms, tile_rows, check, stage_inputs, stream_weights)"));
     }
     if (!absl::SimpleAtoi(value, &number) || number < 0 || number > (1 << 20)) {
       return absl::InvalidArgumentError(
@@ -309,7 +313,7 @@ absl::StatusOr<std::unique_ptr<Executable>> MegakernelBackend::Compile(const Mod
   MAGI_ASSIGN_OR_RETURN(Program program, BuildProgram(match->model, options));
   if (options_.check) MAGI_RETURN_IF_ERROR(CheckProgram(program));
   MAGI_ASSIGN_OR_RETURN(std::unique_ptr<MegakernelExecutable> exe,
-                        MegakernelExecutable::Create(graph, std::move(program), options_.stage_inputs));
+                        MegakernelExecutable::Create(graph, std::move(program), options_));
   return std::unique_ptr<Executable>(std::move(exe));
 }
 
