@@ -456,14 +456,24 @@ __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, S
       s.q[i + half] = x2 * c + x1 * sn;
     }
     __syncthreads();
-    // Scores: a warp per position, its lanes over the head's dimensions (coalesced cache reads,
-    // a warp sum), instead of a thread per position reading a whole key row alone.
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int p = warp; p < visible; p += kWarps) {
+    // Scores: `width` lanes per position (a power of two), each over 8 of the head's dimensions
+    // (one 16-byte load of the key row), summed within the lanes' group; a warp scores
+    // 32 / width positions at once, every load independent of the others.
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, vectors = hd / 8;
+    int width = 1;
+    while (width < vectors) width *= 2;
+    const int v = lane % width;
+    for (int p0 = warp * (32 / width); p0 < visible; p0 += kWarps * (32 / width)) {
+      const int p = p0 + lane / width;
       float dot = 0;
-      for (int i = lane; i < hd; i += 32) dot += s.q[i] * __bfloat162float(__ldcg(key_cache + p * hd + i));
-      dot = WarpSum(dot);
-      if (lane == 0) s.scores[p] = dot * scale;
+      if (v < vectors && p < visible) {
+        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(key_cache + static_cast<int64_t>(p) * hd) + v);
+        const bf16* k = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dot += s.q[v * 8 + j] * __bfloat162float(k[j]);
+      }
+      for (int offset = width / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(kFullMask, dot, offset);
+      if (v == 0 && p < visible) s.scores[p] = dot * scale;
     }
     __syncthreads();
     float most = -INFINITY;
@@ -475,14 +485,22 @@ __device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, S
       sum += s.scores[p];
     }
     sum = BlockSum(sum, s);
-    // The weighted values: kThreads / hd threads per dimension, each over every parts-th
-    // position, their partial sums then added in a fixed order.
-    const int parts = max(1, kThreads / hd);
-    for (int t = threadIdx.x; t < parts * hd; t += kThreads) {
-      const int i = t % hd, part = t / hd;
-      float acc = 0;
-      for (int p = part; p < visible; p += parts) acc += s.scores[p] * __bfloat162float(__ldcg(value_cache + p * hd + i));
-      s.out[t] = acc;
+    // The weighted values: a thread per 8 dimensions (one 16-byte load of a value row) and
+    // part of the positions (every parts-th), the parts' sums then added in a fixed order.
+    const int parts = kThreads / vectors;
+    if (threadIdx.x < parts * vectors) {
+      const int vector = threadIdx.x % vectors, part = threadIdx.x / vectors;
+      float acc[8] = {};
+#pragma unroll 4
+      for (int p = part; p < visible; p += parts) {
+        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(value_cache + static_cast<int64_t>(p) * hd) + vector);
+        const bf16* value = reinterpret_cast<const bf16*>(&raw);
+        const float weight = s.scores[p];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += weight * __bfloat162float(value[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s.out[part * hd + vector * 8 + j] = acc[j];
     }
     __syncthreads();
     for (int i = threadIdx.x; i < hd; i += kThreads) {

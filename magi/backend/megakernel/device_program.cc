@@ -14,11 +14,11 @@ static_assert(static_cast<int>(Opcode::kEmbed) == 0 && static_cast<int>(Opcode::
 
 absl::StatusOr<DeviceProgram> PackProgram(const Program& program) {
   const DecodeModel& m = program.model;
-  if (m.batch > kMaxBatch || m.window > kMaxWindow || m.head_dim > kMaxHeadDim || m.dim % 8 != 0 ||
-      m.ffn_hidden % 8 != 0) {
+  if (m.batch > kMaxBatch || m.window > kMaxWindow || m.head_dim > kMaxHeadDim || m.head_dim % 8 != 0 ||
+      m.dim % 8 != 0 || m.ffn_hidden % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the kernel takes batch <= ", kMaxBatch, ", window <= ", kMaxWindow, ", head_dim <= ", kMaxHeadDim,
-        " and dim, ffn_hidden multiples of 8; the model has batch ", m.batch, ", window ", m.window, ", head_dim ",
+        " and head_dim, dim, ffn_hidden multiples of 8 (16-byte loads); the model has batch ", m.batch, ", window ", m.window, ", head_dim ",
         m.head_dim, ", dim ", m.dim, ", ffn_hidden ", m.ffn_hidden));
   }
   DeviceProgram packed;

@@ -62,6 +62,15 @@ TEST(DeviceProgramTest, WhatTheKernelIsNotSizedForIsRefused) {
   program = BuildProgram(m, ProgramOptions{/*num_sms=*/1, 0, /*max_tile_rows=*/kMaxTileRows});
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_TRUE(PackProgram(*program).ok());
+  // A head of 4 dimensions: the kernel reads cache rows 16 bytes (8 values) at a time.
+  m = Small(1);
+  m.n_heads = 16;
+  m.n_kv_heads = 8;
+  m.head_dim = 4;
+  program = BuildProgram(m, ProgramOptions{});
+  ASSERT_TRUE(program.ok()) << program.status();
+  status = PackProgram(*program).status();
+  EXPECT_TRUE(absl::StrContains(status.message(), "head_dim, dim, ffn_hidden multiples of 8")) << status;
   // A wait more than a record holds.
   program = BuildProgram(Small(1), ProgramOptions{});
   ASSERT_TRUE(program.ok());
