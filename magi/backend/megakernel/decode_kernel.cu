@@ -11,7 +11,7 @@ namespace magi::megakernel {
 namespace {
 
 // Opcode's numbering (instruction_program.h; device_program.cc checks it).
-enum : int32_t { kEmbed = 0, kQkv, kAttention, kOProj, kGateUp, kDown, kLogits, kArgmax };
+enum : int32_t { kEmbed = 0, kQkv, kAttention, kOProj, kGateUp, kDown, kLogits, kArgmax, kAttentionPart, kAttentionCombine };
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -27,6 +27,9 @@ struct Shared {
   float out2[kMaxTileRows * kMaxBatch];  // gate_up's up rows
   float scores[kMaxWindow];
   float q[kMaxHeadDim];
+  float attended[kMaxHeadDim];  // a head's weighted values (AttendRange)
+  alignas(16) bf16 step_key[kMaxHeadDim];  // the step's key (rotated) and value, as the cache holds them
+  alignas(16) bf16 step_value[kMaxHeadDim];
   float inverse_rms[kMaxBatch];
   float reduce[kWarps];
   int reduce_index[kWarps];
@@ -421,94 +424,198 @@ __device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, const S
   }
 }
 
-// Sequence b, kv group g: RoPE on the group's query heads (into shared memory) and on its key
-// head, the key and value written into the caches at the step's position, then each query head
-// over the cache's positions 0..position.
-__device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+// What an attention instruction of (kv group g, sequence b) works on.
+struct AttentionSite {
+  const float* row;  // the sequence's q/k/v scratch row
+  bf16* key_cache;   // the group's [window, head_dim] rows of the sequence
+  bf16* value_cache;
+  int64_t position;  // the step's
+};
+
+__device__ AttentionSite Site(const KernelArgs& a, const DeviceInstruction& in) {
   const KernelLayer& layer = a.layers[in.layer];
-  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, half = hd / 2, group = a.n_heads / a.n_kv_heads;
-  const int qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * hd;
-  const int64_t position = Position(a, b);
-  const int visible = static_cast<int>(position) + 1;
-  const float* row = a.qkv + static_cast<int64_t>(b) * qkv_rows;
-  const float* k_in = row + (a.n_heads + g) * hd;
-  const float* v_in = row + (a.n_heads + a.n_kv_heads + g) * hd;
+  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim;
   const int64_t cache_base = (static_cast<int64_t>(b) * a.n_kv_heads + g) * a.window * hd;
-  bf16* key_cache = static_cast<bf16*>(layer.key_cache) + cache_base;
-  bf16* value_cache = static_cast<bf16*>(layer.value_cache) + cache_base;
+  return {a.qkv + static_cast<int64_t>(b) * (a.n_heads + 2 * a.n_kv_heads) * hd,
+          static_cast<bf16*>(layer.key_cache) + cache_base, static_cast<bf16*>(layer.value_cache) + cache_base,
+          Position(a, b)};
+}
+
+// The step's key of group g (rotated) and value, rounded to bf16 as the cache holds them,
+// into s.step_key and s.step_value.
+__device__ void StepKeyValue(const KernelArgs& a, int g, const AttentionSite& site, Shared& s) {
+  const int hd = a.head_dim, half = hd / 2;
+  const float* k_in = site.row + (a.n_heads + g) * hd;
+  const float* v_in = site.row + (a.n_heads + a.n_kv_heads + g) * hd;
   for (int i = threadIdx.x; i < half; i += kThreads) {
-    const float c = Weight(a.rope_cos, position * half + i), sn = Weight(a.rope_sin, position * half + i);
+    const float c = Weight(a.rope_cos, site.position * half + i), sn = Weight(a.rope_sin, site.position * half + i);
     const float x1 = Load(k_in + i), x2 = Load(k_in + i + half);
-    key_cache[position * hd + i] = __float2bfloat16(x1 * c - x2 * sn);
-    key_cache[position * hd + i + half] = __float2bfloat16(x2 * c + x1 * sn);
+    s.step_key[i] = __float2bfloat16(x1 * c - x2 * sn);
+    s.step_key[i + half] = __float2bfloat16(x2 * c + x1 * sn);
   }
-  for (int i = threadIdx.x; i < hd; i += kThreads) value_cache[position * hd + i] = __float2bfloat16(Load(v_in + i));
-  // The block's own cache writes are read below through L2 (global stores write through L1).
+  for (int i = threadIdx.x; i < hd; i += kThreads) s.step_value[i] = __float2bfloat16(Load(v_in + i));
   __syncthreads();
+}
+
+__device__ void WriteStepKeyValue(const KernelArgs& a, const AttentionSite& site, const Shared& s) {
+  for (int i = threadIdx.x; i < a.head_dim; i += kThreads) {
+    site.key_cache[site.position * a.head_dim + i] = s.step_key[i];
+    site.value_cache[site.position * a.head_dim + i] = s.step_value[i];
+  }
+}
+
+// Query head `head`, rotated, into s.q.
+__device__ void RotateQuery(const KernelArgs& a, int head, const AttentionSite& site, Shared& s) {
+  const int hd = a.head_dim, half = hd / 2;
+  const float* q_in = site.row + head * hd;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    const float c = Weight(a.rope_cos, site.position * half + i), sn = Weight(a.rope_sin, site.position * half + i);
+    const float x1 = Load(q_in + i), x2 = Load(q_in + i + half);
+    s.q[i] = x1 * c - x2 * sn;
+    s.q[i + half] = x2 * c + x1 * sn;
+  }
+  __syncthreads();
+}
+
+// s.q over positions [p0, p1) (not empty): the step's own key and value from s.step_key and
+// s.step_value, the others from the cache (written by earlier steps). Every thread gets the
+// largest score and the sum of exp(score - largest); s.attended gets those weights times the
+// values, summed in a fixed order.
+__device__ void AttendRange(const KernelArgs& a, const AttentionSite& site, int p0, int p1, float& most, float& sum,
+                            Shared& s) {
+  const int hd = a.head_dim, vectors = hd / 8;
   const float scale = rsqrtf(static_cast<float>(hd));
-  for (int j = 0; j < group; ++j) {
-    const int head = g * group + j;
-    const float* q_in = row + head * hd;
-    for (int i = threadIdx.x; i < half; i += kThreads) {
-      const float c = Weight(a.rope_cos, position * half + i), sn = Weight(a.rope_sin, position * half + i);
-      const float x1 = Load(q_in + i), x2 = Load(q_in + i + half);
-      s.q[i] = x1 * c - x2 * sn;
-      s.q[i + half] = x2 * c + x1 * sn;
-    }
-    __syncthreads();
-    // Scores: `width` lanes per position (a power of two), each over 8 of the head's dimensions
-    // (one 16-byte load of the key row), summed within the lanes' group; a warp scores
-    // 32 / width positions at once, every load independent of the others.
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, vectors = hd / 8;
-    int width = 1;
-    while (width < vectors) width *= 2;
-    const int v = lane % width;
-    for (int p0 = warp * (32 / width); p0 < visible; p0 += kWarps * (32 / width)) {
-      const int p = p0 + lane / width;
-      float dot = 0;
-      if (v < vectors && p < visible) {
-        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(key_cache + static_cast<int64_t>(p) * hd) + v);
-        const bf16* k = reinterpret_cast<const bf16*>(&raw);
+  // A 16-byte vector of a key or value row: the step's own from shared memory, others from L2.
+  auto row_vector = [&](const bf16* cache, const bf16* own, int p, int v) {
+    return p == site.position ? reinterpret_cast<const uint4*>(own)[v]
+                              : __ldcg(reinterpret_cast<const uint4*>(cache + static_cast<int64_t>(p) * hd) + v);
+  };
+  // Scores: `width` lanes per position (a power of two), each over 8 of the head's dimensions,
+  // summed within the lanes' group; a warp scores 32 / width positions at once.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int width = 1;
+  while (width < vectors) width *= 2;
+  const int v = lane % width;
+  for (int first = p0 + warp * (32 / width); first < p1; first += kWarps * (32 / width)) {
+    const int p = first + lane / width;
+    float dot = 0;
+    if (v < vectors && p < p1) {
+      const uint4 raw = row_vector(site.key_cache, s.step_key, p, v);
+      const bf16* k = reinterpret_cast<const bf16*>(&raw);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) dot += s.q[v * 8 + j] * __bfloat162float(k[j]);
-      }
-      for (int offset = width / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(kFullMask, dot, offset);
-      if (v == 0 && p < visible) s.scores[p] = dot * scale;
+      for (int j = 0; j < 8; ++j) dot += s.q[v * 8 + j] * __bfloat162float(k[j]);
     }
-    __syncthreads();
-    float most = -INFINITY;
-    for (int p = threadIdx.x; p < visible; p += kThreads) most = fmaxf(most, s.scores[p]);
-    most = BlockMax(most, s);
-    float sum = 0;
-    for (int p = threadIdx.x; p < visible; p += kThreads) {
-      s.scores[p] = __expf(s.scores[p] - most);
-      sum += s.scores[p];
-    }
-    sum = BlockSum(sum, s);
-    // The weighted values: a thread per 8 dimensions (one 16-byte load of a value row) and
-    // part of the positions (every parts-th), the parts' sums then added in a fixed order.
-    const int parts = kThreads / vectors;
-    if (threadIdx.x < parts * vectors) {
-      const int vector = threadIdx.x % vectors, part = threadIdx.x / vectors;
-      float acc[8] = {};
+    for (int offset = width / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(kFullMask, dot, offset);
+    if (v == 0 && p < p1) s.scores[p - p0] = dot * scale;
+  }
+  __syncthreads();
+  most = -INFINITY;
+  for (int p = threadIdx.x; p < p1 - p0; p += kThreads) most = fmaxf(most, s.scores[p]);
+  most = BlockMax(most, s);
+  sum = 0;
+  for (int p = threadIdx.x; p < p1 - p0; p += kThreads) {
+    s.scores[p] = __expf(s.scores[p] - most);
+    sum += s.scores[p];
+  }
+  sum = BlockSum(sum, s);
+  // The weighted values: a thread per 8 dimensions and every parts-th position, the parts'
+  // sums then added in a fixed order.
+  const int parts = kThreads / vectors;
+  if (threadIdx.x < parts * vectors) {
+    const int vector = threadIdx.x % vectors, part = threadIdx.x / vectors;
+    float acc[8] = {};
 #pragma unroll 4
-      for (int p = part; p < visible; p += parts) {
-        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(value_cache + static_cast<int64_t>(p) * hd) + vector);
-        const bf16* value = reinterpret_cast<const bf16*>(&raw);
-        const float weight = s.scores[p];
+    for (int p = p0 + part; p < p1; p += parts) {
+      const uint4 raw = row_vector(site.value_cache, s.step_value, p, vector);
+      const bf16* value = reinterpret_cast<const bf16*>(&raw);
+      const float weight = s.scores[p - p0];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += weight * __bfloat162float(value[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) s.out[part * hd + vector * 8 + j] = acc[j];
+      for (int j = 0; j < 8; ++j) acc[j] += weight * __bfloat162float(value[j]);
     }
-    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s.out[part * hd + vector * 8 + j] = acc[j];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < hd; i += kThreads) {
+    float acc = 0;
+    for (int part = 0; part < parts; ++part) acc += s.out[part * hd + i];
+    s.attended[i] = acc;
+  }
+  __syncthreads();
+}
+
+// Sequence b, kv group g, unsplit: the step's key and value into the caches, then each of the
+// group's query heads over positions 0..position.
+__device__ void RunAttention(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const AttentionSite site = Site(a, in);
+  StepKeyValue(a, g, site, s);
+  WriteStepKeyValue(a, site, s);
+  for (int head = g * group; head < (g + 1) * group; ++head) {
+    RotateQuery(a, head, site, s);
+    float most, sum;
+    AttendRange(a, site, 0, static_cast<int>(site.position) + 1, most, sum, s);
+    for (int i = threadIdx.x; i < hd; i += kThreads) {
+      a.attention[static_cast<int64_t>(b) * a.n_heads * hd + head * hd + i] = s.attended[i] / sum;
+    }
+  }
+}
+
+// Sequence b's partials of query head `head`, part `part`: [max, sum, head_dim weighted values].
+__device__ float* Partial(const KernelArgs& a, int b, int head, int part) {
+  return a.attention_partials +
+         ((static_cast<int64_t>(b) * a.n_heads + head) * a.attention_splits + part) * (a.head_dim + 2);
+}
+
+// Part in.part of the positions 0..position (split evenly, the last parts possibly empty):
+// each of the group's query heads over it, into its partials. Reads the cache only before the
+// step's position; the combine writes the step's key and value.
+__device__ void RunAttentionPart(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const AttentionSite site = Site(a, in);
+  const int visible = static_cast<int>(site.position) + 1, chunk = (visible + a.attention_splits - 1) / a.attention_splits;
+  const int p0 = min(visible, in.part * chunk), p1 = min(visible, (in.part + 1) * chunk);
+  if (site.position >= p0 && site.position < p1) StepKeyValue(a, g, site, s);
+  for (int head = g * group; head < (g + 1) * group; ++head) {
+    float* partial = Partial(a, b, head, in.part);
+    if (p0 == p1) {
+      for (int i = threadIdx.x; i < hd + 2; i += kThreads) partial[i] = i == 0 ? -INFINITY : 0.0f;
+      continue;
+    }
+    RotateQuery(a, head, site, s);
+    float most, sum;
+    AttendRange(a, site, p0, p1, most, sum, s);
+    for (int i = threadIdx.x; i < hd; i += kThreads) partial[2 + i] = s.attended[i];
+    if (threadIdx.x == 0) {
+      partial[0] = most;
+      partial[1] = sum;
+    }
+  }
+}
+
+// The step's key and value into the caches; each of the group's query heads: its parts
+// rescaled to the largest max score, added in part order, over the rescaled sums.
+__device__ void RunAttentionCombine(const KernelArgs& a, const DeviceInstruction& in, Shared& s) {
+  const int g = in.row_begin, b = in.batch_begin, hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const AttentionSite site = Site(a, in);
+  StepKeyValue(a, g, site, s);
+  WriteStepKeyValue(a, site, s);
+  for (int head = g * group; head < (g + 1) * group; ++head) {
+    float most = -INFINITY;
+    for (int part = 0; part < a.attention_splits; ++part) most = fmaxf(most, Load(Partial(a, b, head, part)));
+    float sum = 0;
+    for (int part = 0; part < a.attention_splits; ++part) {
+      const float* partial = Partial(a, b, head, part);
+      sum += Load(partial + 1) * __expf(Load(partial) - most);
+    }
     for (int i = threadIdx.x; i < hd; i += kThreads) {
       float acc = 0;
-      for (int part = 0; part < parts; ++part) acc += s.out[part * hd + i];
+      for (int part = 0; part < a.attention_splits; ++part) {
+        const float* partial = Partial(a, b, head, part);
+        acc += Load(partial + 2 + i) * __expf(Load(partial) - most);
+      }
       a.attention[static_cast<int64_t>(b) * a.n_heads * hd + head * hd + i] = acc / sum;
     }
-    __syncthreads();
   }
 }
 
@@ -529,6 +636,12 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Ring& ring
       break;
     case kAttention:
       RunAttention(a, in, s);
+      break;
+    case kAttentionPart:
+      RunAttentionPart(a, in, s);
+      break;
+    case kAttentionCombine:
+      RunAttentionCombine(a, in, s);
       break;
     case kOProj:
     case kDown: {

@@ -56,6 +56,10 @@ struct KernelArgs {
   float* attention;
   float* activation;
   float* logits;
+  // attention_part's results, [batch, n_heads, attention_splits, head_dim + 2] (max score, sum of
+  // exponentials, weighted values); unused when attention_splits is 1.
+  float* attention_partials;
+  int32_t attention_splits;
   int64_t* next_token;  // [batch]: the output
   // The program (device copies of a DeviceProgram), its counters and one step count per block
   // (all zeroed once). Counters only grow: a wait in step s is for (s + 1) times the counter's

@@ -30,7 +30,8 @@
 namespace magi::megakernel {
 namespace {
 
-void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}) {
+// attention_splits: ProgramOptions' (0: chosen; for the tiny model on an H100, 16 parts).
+void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, int attention_splits = 0) {
   ASSERT_TRUE(at::hasCUDA());
   absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir");
   ASSERT_TRUE(module.ok()) << module.status();
@@ -41,9 +42,11 @@ void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}) {
   ProgramOptions options;
   options.num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   options.max_tile_rows = kMaxTileRows;
+  options.attention_splits = attention_splits;
   absl::StatusOr<Program> program = BuildProgram(m, options);
   ASSERT_TRUE(program.ok()) << program.status();
   ASSERT_EQ(CheckProgram(*program), absl::OkStatus());
+  std::cout << "attention splits: " << program->attention_splits << "\n";
   absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> runner =
       DecodeKernelRunner::Create(*program, at::kCUDA, kernel);
   ASSERT_TRUE(runner.ok()) << runner.status();
@@ -160,6 +163,14 @@ TEST(DecodeKernelTest, ThreeStepsThroughATwoSlotRingOfSmallSlotsEqualTheReferenc
   CheckThreeSteps(/*cuda_graph=*/true, kernel);
 }
 
+// Attention unsplit (one instruction per kv group and sequence), and split in 3 parts.
+TEST(DecodeKernelTest, ThreeStepsWithAttentionUnsplitEqualTheReferenceExecutor) {
+  CheckThreeSteps(/*cuda_graph=*/false, {}, /*attention_splits=*/1);
+}
+TEST(DecodeKernelTest, ThreeStepsWithAttentionInThreePartsEqualTheReferenceExecutor) {
+  CheckThreeSteps(/*cuda_graph=*/false, {}, /*attention_splits=*/3);
+}
+
 // Plain vector loads of the weights, the inputs staged.
 TEST(DecodeKernelTest, ThreeStepsWithoutTheRingEqualTheReferenceExecutor) {
   DecodeKernelOptions kernel;
@@ -167,12 +178,12 @@ TEST(DecodeKernelTest, ThreeStepsWithoutTheRingEqualTheReferenceExecutor) {
   CheckThreeSteps(/*cuda_graph=*/false, kernel);
 }
 
-// The kernel's first form: plain loads, and every row reads its input from L2.
+// The kernel's first form: plain loads, every row reading its input from L2, attention unsplit.
 TEST(DecodeKernelTest, ThreeStepsWithoutStagedInputsOrTheRingEqualTheReferenceExecutor) {
   DecodeKernelOptions kernel;
   kernel.stage_inputs = false;
   kernel.stream_weights = false;
-  CheckThreeSteps(/*cuda_graph=*/false, kernel);
+  CheckThreeSteps(/*cuda_graph=*/false, kernel, /*attention_splits=*/1);
 }
 
 TEST(DecodeKernelTest, RingOptionsOutOfRangeAreRefusedNamingTheLimits) {

@@ -10,7 +10,8 @@ namespace magi::megakernel {
 static_assert(static_cast<int>(Opcode::kEmbed) == 0 && static_cast<int>(Opcode::kQkv) == 1 &&
               static_cast<int>(Opcode::kAttention) == 2 && static_cast<int>(Opcode::kOProj) == 3 &&
               static_cast<int>(Opcode::kGateUp) == 4 && static_cast<int>(Opcode::kDown) == 5 &&
-              static_cast<int>(Opcode::kLogits) == 6 && static_cast<int>(Opcode::kArgmax) == 7);
+              static_cast<int>(Opcode::kLogits) == 6 && static_cast<int>(Opcode::kArgmax) == 7 &&
+              static_cast<int>(Opcode::kAttentionPart) == 8 && static_cast<int>(Opcode::kAttentionCombine) == 9);
 
 absl::StatusOr<DeviceProgram> PackProgram(const Program& program) {
   const DecodeModel& m = program.model;
@@ -31,7 +32,8 @@ absl::StatusOr<DeviceProgram> PackProgram(const Program& program) {
                                                      " and signals ", in.signals.size(), " counters; a record holds ",
                                                      kMaxWaits, " and ", kMaxSignals));
     }
-    const bool matrix = in.opcode != Opcode::kAttention && in.opcode != Opcode::kArgmax;
+    const bool matrix = in.opcode != Opcode::kAttention && in.opcode != Opcode::kArgmax &&
+                        in.opcode != Opcode::kAttentionPart && in.opcode != Opcode::kAttentionCombine;
     if (matrix && in.row_end - in.row_begin > kMaxTileRows) {
       return absl::InvalidArgumentError(absl::StrCat("#", i, " (", in.DebugString(), ") has ",
                                                      in.row_end - in.row_begin, " rows; a tile holds ", kMaxTileRows));
@@ -46,6 +48,7 @@ absl::StatusOr<DeviceProgram> PackProgram(const Program& program) {
     d.row_end = static_cast<int32_t>(in.row_end);
     d.batch_begin = static_cast<int32_t>(in.batch_begin);
     d.batch_end = static_cast<int32_t>(in.batch_end);
+    d.part = in.part;
     d.num_waits = static_cast<int32_t>(in.waits.size());
     d.num_signals = static_cast<int32_t>(in.signals.size());
     for (size_t w = 0; w < in.waits.size(); ++w) {

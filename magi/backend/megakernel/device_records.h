@@ -24,6 +24,7 @@ struct DeviceInstruction {
   int32_t layer = -1;
   int32_t row_begin = 0, row_end = 0;
   int32_t batch_begin = 0, batch_end = 0;
+  int32_t part = 0;  // attention_part: which part of the positions
   int32_t num_waits = 0, num_signals = 0;
   int32_t waits[kMaxWaits] = {};
   uint32_t wait_increments[kMaxWaits] = {};  // the waited counter's increments per step

@@ -27,6 +27,12 @@ class Builder {
   }
 
   Program Build() {
+    int splits = options_.attention_splits;
+    if (splits == 0) {
+      splits = static_cast<int>(std::clamp<int64_t>(options_.num_sms / (m_.n_kv_heads * m_.batch), 1,
+                                                    kMaxAttentionSplits));
+    }
+    program_.attention_splits = static_cast<int>(std::min<int64_t>(splits, m_.window));
     const int embed_done = AddCounter("embed");
     ForTiles(m_.dim, TileRows(m_.dim), [&](int64_t r0, int64_t r1) {
       Instruction& in = Add(Opcode::kEmbed, -1, r0, r1, 0, m_.batch, (r1 - r0) * m_.batch * m_.weight_bytes_per_element);
@@ -77,20 +83,47 @@ class Builder {
     const int attention_done = AddCounter(absl::StrCat("attention.", layer));
     const int64_t cache_bytes = 2 * hd * (m_.window / 2) * m_.weight_bytes_per_element;  // k and v, half the window
     const int64_t k_row = m_.n_heads * hd, v_row = (m_.n_heads + m_.n_kv_heads) * hd;
+    const int splits = program_.attention_splits;
     for (int64_t g = 0; g < m_.n_kv_heads; ++g) {
       for (int64_t b = 0; b < m_.batch; ++b) {
-        // Rotates its q heads and its k head, writes k and v into the cache at the step's
-        // position, then attends over the cache up to it.
-        Instruction& in = Add(Opcode::kAttention, layer, g, g + 1, b, b + 1, cache_bytes);
-        in.accesses = {Read(Buffer::kQkv, -1, b, b + 1, g * group * hd, (g + 1) * group * hd),
-                       Read(Buffer::kQkv, -1, b, b + 1, k_row + g * hd, k_row + (g + 1) * hd),
-                       Read(Buffer::kQkv, -1, b, b + 1, v_row + g * hd, v_row + (g + 1) * hd),
-                       Write(Buffer::kKeyCache, layer, b, b + 1, g * hd, (g + 1) * hd),
-                       Write(Buffer::kValueCache, layer, b, b + 1, g * hd, (g + 1) * hd),
-                       Read(Buffer::kKeyCache, layer, b, b + 1, g * hd, (g + 1) * hd),
-                       Read(Buffer::kValueCache, layer, b, b + 1, g * hd, (g + 1) * hd),
-                       Write(Buffer::kAttention, -1, b, b + 1, g * group * hd, (g + 1) * group * hd)};
-        Wait(in, qkv_done[g]);
+        const Access q = Read(Buffer::kQkv, -1, b, b + 1, g * group * hd, (g + 1) * group * hd),
+                     k = Read(Buffer::kQkv, -1, b, b + 1, k_row + g * hd, k_row + (g + 1) * hd),
+                     v = Read(Buffer::kQkv, -1, b, b + 1, v_row + g * hd, v_row + (g + 1) * hd),
+                     keys = Read(Buffer::kKeyCache, layer, b, b + 1, g * hd, (g + 1) * hd),
+                     values = Read(Buffer::kValueCache, layer, b, b + 1, g * hd, (g + 1) * hd),
+                     write_keys = Write(Buffer::kKeyCache, layer, b, b + 1, g * hd, (g + 1) * hd),
+                     write_values = Write(Buffer::kValueCache, layer, b, b + 1, g * hd, (g + 1) * hd),
+                     out = Write(Buffer::kAttention, -1, b, b + 1, g * group * hd, (g + 1) * group * hd);
+        if (splits == 1) {
+          // Rotates its q heads and its k head, writes k and v into the cache at the step's
+          // position, then attends over the cache up to it.
+          Instruction& in = Add(Opcode::kAttention, layer, g, g + 1, b, b + 1, cache_bytes);
+          in.accesses = {q, k, v, write_keys, write_values, keys, values, out};
+          Wait(in, qkv_done[g]);
+          Signal(in, attention_done);
+          continue;
+        }
+        // The parts read the cache only before the step's position (its key and value come
+        // from q/k/v), so the combine may write it once they are done.
+        const int parts_done = AddCounter(absl::StrCat("attention_part.", layer, ".g", g, ".b", b));
+        const int64_t partial_rows = hd + 2;
+        for (int part = 0; part < splits; ++part) {
+          Instruction& in = Add(Opcode::kAttentionPart, layer, g, g + 1, b, b + 1, CeilDiv(cache_bytes, splits));
+          in.part = part;
+          in.accesses = {q, k, v, keys, values};
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+            const int64_t row = (h * splits + part) * partial_rows;
+            in.accesses.push_back(Write(Buffer::kAttentionPartials, -1, b, b + 1, row, row + partial_rows));
+          }
+          Wait(in, qkv_done[g]);
+          Signal(in, parts_done);
+        }
+        Instruction& in = Add(Opcode::kAttentionCombine, layer, g, g + 1, b, b + 1, 0);
+        in.accesses = {k, v,
+                       Read(Buffer::kAttentionPartials, -1, b, b + 1, g * group * splits * partial_rows,
+                            (g + 1) * group * splits * partial_rows),
+                       write_keys, write_values, out};
+        Wait(in, parts_done);
         Signal(in, attention_done);
       }
     }
@@ -195,6 +228,8 @@ absl::string_view OpcodeName(Opcode opcode) {
     case Opcode::kDown: return "down";
     case Opcode::kLogits: return "logits";
     case Opcode::kArgmax: return "argmax";
+    case Opcode::kAttentionPart: return "attention_part";
+    case Opcode::kAttentionCombine: return "attention_combine";
   }
   return "?";
 }
@@ -209,11 +244,13 @@ absl::string_view BufferName(Buffer buffer) {
     case Buffer::kLogits: return "logits";
     case Buffer::kKeyCache: return "key_cache";
     case Buffer::kValueCache: return "value_cache";
+    case Buffer::kAttentionPartials: return "attention_partials";
   }
   return "?";
 }
 
-int64_t BufferRows(const DecodeModel& model, Buffer buffer) {
+int64_t BufferRows(const Program& program, Buffer buffer) {
+  const DecodeModel& model = program.model;
   switch (buffer) {
     case Buffer::kTokens: return 1;
     case Buffer::kHidden: return model.dim;
@@ -223,14 +260,17 @@ int64_t BufferRows(const DecodeModel& model, Buffer buffer) {
     case Buffer::kLogits: return model.vocab;
     case Buffer::kKeyCache:
     case Buffer::kValueCache: return model.n_kv_heads * model.head_dim;
+    case Buffer::kAttentionPartials: return model.n_heads * program.attention_splits * (model.head_dim + 2);
   }
   return 0;
 }
 
 std::string Instruction::DebugString() const {
   std::string what = absl::StrCat(OpcodeName(opcode), layer >= 0 ? absl::StrCat(" layer ", layer) : "");
-  if (opcode == Opcode::kAttention) {
+  if (opcode == Opcode::kAttention || opcode == Opcode::kAttentionCombine) {
     absl::StrAppend(&what, " kv group ", row_begin, " sequence ", batch_begin);
+  } else if (opcode == Opcode::kAttentionPart) {
+    absl::StrAppend(&what, " kv group ", row_begin, " sequence ", batch_begin, " part ", part);
   } else if (opcode == Opcode::kArgmax) {
     absl::StrAppend(&what, " sequence ", batch_begin);
   } else {
@@ -275,6 +315,10 @@ absl::StatusOr<Program> BuildProgram(const DecodeModel& model, const ProgramOpti
   if (options.num_sms <= 0) return absl::InvalidArgumentError(absl::StrCat("num_sms is ", options.num_sms, ", not positive"));
   if (options.tile_rows < 0 || options.max_tile_rows < 0) {
     return absl::InvalidArgumentError("tile_rows and max_tile_rows must not be negative (0: chosen)");
+  }
+  if (options.attention_splits < 0 || options.attention_splits > kMaxAttentionSplits) {
+    return absl::InvalidArgumentError(absl::StrCat("attention_splits is ", options.attention_splits, ", not 0 (chosen) to ",
+                                                   kMaxAttentionSplits));
   }
   return Builder(model, options).Build();
 }

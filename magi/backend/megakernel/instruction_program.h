@@ -12,6 +12,13 @@
 //     attention  (L, g, b)     RoPE on sequence b's query heads of kv group g and on its key
 //                              head, the key and value written into the cache at the step's
 //                              position, then those query heads over the cache
+//     or, with the positions split in S parts (Program::attention_splits > 1):
+//     attention_part (L, g, b, s)  the same heads over part s of the positions 0..position
+//                              (the step's own key and value from q/k/v, the rest from the
+//                              cache): each head's running max, sum of exponentials and
+//                              weighted values, into the partials
+//     attention_combine (L, g, b)  the key and value written into the cache, the S parts of
+//                              each head combined (flash-decoding's rescaling) into its output
 //     o_proj     (L, rows)     output projection rows, added to the hidden state (residual)
 //     gate_up    (L, rows)     RMSNorm, gate and up rows, silu(gate) * up
 //     down       (L, rows)     down projection rows, added to the hidden state
@@ -39,16 +46,37 @@
 
 namespace magi::megakernel {
 
-enum class Opcode : uint8_t { kEmbed, kQkv, kAttention, kOProj, kGateUp, kDown, kLogits, kArgmax };
+enum class Opcode : uint8_t {
+  kEmbed,
+  kQkv,
+  kAttention,
+  kOProj,
+  kGateUp,
+  kDown,
+  kLogits,
+  kArgmax,
+  kAttentionPart,
+  kAttentionCombine,
+};
 absl::string_view OpcodeName(Opcode opcode);
 
 // The step's state. Every buffer holds `batch` sequences of its rows; the caches are per
 // layer (the rows of one position: kv heads x head_dim). Tokens and the caches' earlier
 // positions are the step's inputs; the rest is written before it is read.
-enum class Buffer : uint8_t { kTokens, kHidden, kQkv, kAttention, kActivation, kLogits, kKeyCache, kValueCache };
+// kAttentionPartials: per sequence, per query head and part of the positions, the part's
+// max score, sum of exponentials and head_dim weighted values ([n_heads][S][head_dim + 2]).
+enum class Buffer : uint8_t {
+  kTokens,
+  kHidden,
+  kQkv,
+  kAttention,
+  kActivation,
+  kLogits,
+  kKeyCache,
+  kValueCache,
+  kAttentionPartials,
+};
 absl::string_view BufferName(Buffer buffer);
-// Rows per sequence of `buffer` in `model`.
-int64_t BufferRows(const DecodeModel& model, Buffer buffer);
 
 // Rows [row_begin, row_end) of sequences [batch_begin, batch_end) of a buffer (of `layer`
 // for the caches, else -1), read or written.
@@ -65,6 +93,7 @@ struct Instruction {
   int layer = -1;                    // -1 for embed, logits and argmax
   int64_t row_begin = 0, row_end = 0;  // output rows; attention: the kv group [g, g + 1)
   int64_t batch_begin = 0, batch_end = 0;  // sequences it computes
+  int part = 0;                      // attention_part: which part of the positions
   int64_t bytes = 0;                 // what it streams from memory: weights, or cache at half the window
   std::vector<int> waits;            // counters it waits for (each to its full count)
   std::vector<int> signals;          // counters it increments when done
@@ -86,7 +115,13 @@ struct ProgramOptions {
   // At most this many rows per chosen tile (0: no bound); the CUDA kernel's is kMaxTileRows
   // (device_records.h).
   int64_t max_tile_rows = 0;
+  // Parts the positions of each (kv group, sequence) are split into, each attended on its own
+  // SM and then combined; 1: one attention instruction per (kv group, sequence). 0: as many
+  // as keep every SM busy (num_sms / (n_kv_heads x batch), 1 to kMaxAttentionSplits).
+  int attention_splits = 0;
 };
+
+inline constexpr int kMaxAttentionSplits = 16;
 
 struct Program {
   DecodeModel model;
@@ -94,9 +129,13 @@ struct Program {
   std::vector<Instruction> instructions;  // the sequential order
   std::vector<Counter> counters;
   std::vector<std::vector<int>> queues;   // per SM: instruction indices, ascending
+  int attention_splits = 1;               // as chosen (ProgramOptions::attention_splits)
   // One line per stage kind (instructions, rows per tile, bytes) and the SMs' balance.
   std::string Summary() const;
 };
+
+// Rows per sequence of `buffer` in `program`.
+int64_t BufferRows(const Program& program, Buffer buffer);
 
 // InvalidArgument for a model that fails Validate() or options out of range.
 absl::StatusOr<Program> BuildProgram(const DecodeModel& model, const ProgramOptions& options);

@@ -48,10 +48,14 @@ TEST(InstructionProgramTest, The953MStepOnAnH100IsCorrectInEveryOrder) {
     EXPECT_EQ(CheckProgram(*program), absl::OkStatus());
     // Tiles: 16 rows for the 2,048-row matrices, 48 for the 6,144 rows of q/k/v and the 5,632
     // of gate/up (the smallest multiple of 16 that makes at most 132 tiles); attention per kv
-    // group and sequence.
+    // group and sequence, its positions split in 132 / 16 = 8 parts at batch 1 (128 SMs busy),
+    // unsplit at batch 8 (already 128 instructions).
     EXPECT_EQ(Count(*program, Opcode::kEmbed, -1), 128);
     EXPECT_EQ(Count(*program, Opcode::kQkv, 3), 128);
-    EXPECT_EQ(Count(*program, Opcode::kAttention, 3), 16 * batch);
+    EXPECT_EQ(program->attention_splits, batch == 1 ? 8 : 1);
+    EXPECT_EQ(Count(*program, Opcode::kAttention, 3), batch == 1 ? 0 : 16 * batch);
+    EXPECT_EQ(Count(*program, Opcode::kAttentionPart, 3), batch == 1 ? 16 * 8 : 0);
+    EXPECT_EQ(Count(*program, Opcode::kAttentionCombine, 3), batch == 1 ? 16 : 0);
     EXPECT_EQ(Count(*program, Opcode::kOProj, 3), 128);
     EXPECT_EQ(Count(*program, Opcode::kGateUp, 3), 118);
     EXPECT_EQ(Count(*program, Opcode::kDown, 3), 128);
@@ -86,7 +90,8 @@ TEST(InstructionProgramTest, AnUnseenShapeWithGroupedQueryAttention) {
   m.ffn_hidden = 4096;
   m.vocab = 1000;
   m.window = 512;
-  absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{/*num_sms=*/78});
+  absl::StatusOr<Program> program =
+      BuildProgram(m, ProgramOptions{/*num_sms=*/78, /*tile_rows=*/0, /*max_tile_rows=*/0, /*attention_splits=*/1});
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ(CheckProgram(*program), absl::OkStatus());
   EXPECT_EQ(Count(*program, Opcode::kAttention, 6), 4 * 8);
@@ -97,6 +102,24 @@ TEST(InstructionProgramTest, AnUnseenShapeWithGroupedQueryAttention) {
   // The 48-row tiles over q heads 0-2 (rows [0, 384): 8 tiles), k head 0 (rows [1536, 1664): 3)
   // and v head 0 (rows [2048, 2176): 4, the first and last shared with other groups).
   EXPECT_EQ(program->counters[attention.waits[0]].increments, 15);
+
+  // Split (chosen: 78 / (4 groups x 8 sequences) = 2 parts): each part waits for the same
+  // tiles; the combine waits for its two parts only, and o_proj for every combine.
+  program = BuildProgram(m, ProgramOptions{/*num_sms=*/78});
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(CheckProgram(*program), absl::OkStatus());
+  EXPECT_EQ(program->attention_splits, 2);
+  EXPECT_EQ(Count(*program, Opcode::kAttentionPart, 6), 4 * 8 * 2);
+  const Instruction& part = program->instructions[IndexOf(*program, Opcode::kAttentionPart, 2, 1)];
+  EXPECT_EQ(part.part, 1);
+  ASSERT_EQ(part.waits.size(), 1u);
+  EXPECT_EQ(program->counters[part.waits[0]].name, "qkv.2.g0");
+  const Instruction& combine = program->instructions[IndexOf(*program, Opcode::kAttentionCombine, 2)];
+  ASSERT_EQ(combine.waits.size(), 1u);
+  EXPECT_EQ(program->counters[combine.waits[0]].name, "attention_part.2.g0.b0");
+  EXPECT_EQ(program->counters[combine.waits[0]].increments, 2);
+  const Instruction& o_proj = program->instructions[IndexOf(*program, Opcode::kOProj, 2)];
+  EXPECT_EQ(program->counters[o_proj.waits[0]].increments, 4 * 8);
 }
 
 // Small models, every tiling and SM count: each program is proven, and every tile size that
@@ -107,8 +130,10 @@ TEST(InstructionProgramTest, EverySmallConfigurationIsCorrect) {
     for (int64_t kv_heads = 1; kv_heads <= heads; ++kv_heads) {
       if (heads % kv_heads != 0) continue;
       for (int sms : {1, 3, 7}) {
-        // Tiles of 8 rows are one head; 24 and 40 straddle heads (and kv groups).
+        // Tiles of 8 rows are one head; 24 and 40 straddle heads (and kv groups). Attention
+        // unsplit, split as chosen, and split in 3 (16 positions: parts of 6, 6 and 4 at most).
         for (int64_t tile_rows : {0, 8, 16, 24, 40}) {
+         for (int splits : {1, 0, 3}) {
           DecodeModel m;
           m.batch = 2;
           m.dim = heads * 8;
@@ -119,16 +144,17 @@ TEST(InstructionProgramTest, EverySmallConfigurationIsCorrect) {
           m.ffn_hidden = 40;
           m.vocab = 50;
           m.window = 16;
-          absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{sms, tile_rows});
+          absl::StatusOr<Program> program = BuildProgram(m, ProgramOptions{sms, tile_rows, 0, splits});
           ASSERT_TRUE(program.ok()) << program.status();
           EXPECT_EQ(CheckProgram(*program), absl::OkStatus()) << "heads " << heads << "/" << kv_heads << ", " << sms << " SMs, tiles "
-                                            << tile_rows;
+                                            << tile_rows << ", attention splits " << program->attention_splits;
           ++programs;
+         }
         }
       }
     }
   }
-  EXPECT_EQ(programs, 6 * 3 * 5);  // head counts 1/1, 2/1, 2/2, 4/1, 4/2, 4/4
+  EXPECT_EQ(programs, 6 * 3 * 5 * 3);  // head counts 1/1, 2/1, 2/2, 4/1, 4/2, 4/4
 }
 
 // The checker fails programs that a real kernel would run wrongly.
@@ -153,6 +179,19 @@ class BrokenProgramTest : public ::testing::Test {
 TEST_F(BrokenProgramTest, AttentionThatDoesNotWaitForItsQueries) {
   program_.instructions[IndexOf(program_, Opcode::kAttention, 1, 3)].waits.clear();
   ExpectRefused("reads qkv[seq 1]");
+}
+
+TEST_F(BrokenProgramTest, ACombineThatDoesNotWaitForItsParts) {
+  DecodeModel m = Llama953M(1);
+  m.n_layers = 2;
+  absl::StatusOr<Program> built = BuildProgram(m, ProgramOptions{/*num_sms=*/16, 0, 0, /*attention_splits=*/4});
+  ASSERT_TRUE(built.ok()) << built.status();
+  program_ = *std::move(built);
+  ASSERT_EQ(CheckProgram(program_), absl::OkStatus());
+  // Waiting for the group's q/k/v tiles (as its parts do) instead of for the parts.
+  const Instruction& part = program_.instructions[IndexOf(program_, Opcode::kAttentionPart, 1, 2 * 4)];
+  program_.instructions[IndexOf(program_, Opcode::kAttentionCombine, 1, 2)].waits = part.waits;
+  ExpectRefused("reads attention_partials[seq 0]");
 }
 
 TEST_F(BrokenProgramTest, AnOutputProjectionThatDoesNotWaitForAttention) {
@@ -237,6 +276,8 @@ TEST(DecodeModelTest, InconsistentShapesAreRefusedNamingTheField) {
   EXPECT_EQ(m.Validate().message(), "decode model: batch is 0, not positive");
   EXPECT_EQ(BuildProgram(m, ProgramOptions{}).status().message(), "decode model: batch is 0, not positive");
   EXPECT_EQ(BuildProgram(Llama953M(1), ProgramOptions{/*num_sms=*/0}).status().message(), "num_sms is 0, not positive");
+  EXPECT_EQ(BuildProgram(Llama953M(1), ProgramOptions{132, 0, 0, /*attention_splits=*/17}).status().message(),
+            "attention_splits is 17, not 0 (chosen) to 16");
 }
 
 }  // namespace

@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   runner->attention_ = at::zeros({m.batch, m.dim}, f32);
   runner->activation_ = at::zeros({m.batch, m.ffn_hidden}, f32);
   runner->logits_ = at::zeros({m.batch, m.vocab}, f32);
+  runner->attention_partials_ = at::zeros({m.batch, m.n_heads * program.attention_splits * (m.head_dim + 2)}, f32);
   runner->next_token_ = at::zeros({m.batch}, at::TensorOptions().dtype(at::kLong).device(d));
   return runner;
 }
@@ -218,6 +219,8 @@ absl::Status DecodeKernelRunner::Step(const DecodeTensors& t) {
   args.attention = attention_.data_ptr<float>();
   args.activation = activation_.data_ptr<float>();
   args.logits = logits_.data_ptr<float>();
+  args.attention_partials = attention_partials_.data_ptr<float>();
+  args.attention_splits = program_.attention_splits;
   args.next_token = next_token_.data_ptr<int64_t>();
   args.instructions = static_cast<const DeviceInstruction*>(instructions_.data_ptr());
   args.queue_begin = static_cast<const int32_t*>(queue_begin_.data_ptr());

@@ -76,7 +76,7 @@ class DecodeKernelRunner {
   at::Device device_ = at::Device(at::kCUDA);
   at::Tensor instructions_, queue_begin_, queue_, counters_, block_steps_, layers_, timeline_;
   std::vector<KernelLayer> layers_on_device_;  // what layers_ holds
-  at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_;
+  at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_, attention_partials_;
   int64_t steps_run_ = 0;
   int32_t staged_floats_ = 0;
   int32_t ring_slots_ = 0, ring_slot_bytes_ = 0, ring_offset_bytes_ = 0;

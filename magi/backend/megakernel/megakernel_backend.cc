@@ -241,9 +241,9 @@ absl::StatusOr<MegakernelOptions> MegakernelOptions::Parse(const ComponentOption
           value == "true";
       continue;
     }
-    if (key != "num_sms" && key != "tile_rows") {
+    if (key != "num_sms" && key != "tile_rows" && key != "attention_splits") {
       return absl::InvalidArgumentError(absl::StrCat("megakernel: unknown option '", key,
-                                                     "' (options: num_sms, tile_rows, check, stage_inputs, stream_weights)"));
+                                                     "' (options: num_sms, tile_rows, attention_splits, check, stage_inputs, stream_weights)"));
     }
     if (!absl::SimpleAtoi(value, &number) || number < 0 || number > (1 << 20)) {
       return absl::InvalidArgumentError(
@@ -251,6 +251,7 @@ absl::StatusOr<MegakernelOptions> MegakernelOptions::Parse(const ComponentOption
     }
     if (key == "num_sms") parsed.num_sms = static_cast<int>(number);
     if (key == "tile_rows") parsed.tile_rows = number;
+    if (key == "attention_splits") parsed.attention_splits = static_cast<int>(number);
   }
   return parsed;
 }
@@ -264,6 +265,7 @@ absl::StatusOr<ProgramOptions> MegakernelBackend::ProgramOptionsFor(bool cuda) c
   }
 #endif
   options.tile_rows = options_.tile_rows;
+  options.attention_splits = options_.attention_splits;
   options.max_tile_rows = kMaxTileRows;  // the kernel's; the CPU runs the same program
   return options;
 }

@@ -15,11 +15,11 @@
 // program and arithmetic, for tests; not fast).
 //
 // Options (megakernel{key=value,...}): num_sms (queues of the program; default the CUDA
-// device's SM count, 132 on the CPU), tile_rows (ProgramOptions; default 0: chosen for the
-// SM count), check (prove each program, default true), stage_inputs (stage tiles' inputs in
-// shared memory, default true; false: the kernel's first form), stream_weights (read the weights
-// through a shared-memory ring filled ahead by the bulk-copy engine, default true; false: plain
-// vector loads). Both are DecodeKernelOptions'.
+// device's SM count, 132 on the CPU), tile_rows and attention_splits (ProgramOptions; default
+// 0: chosen for the SM count), check (prove each program, default true), stage_inputs (stage
+// tiles' inputs in shared memory, default true; false: the kernel's first form),
+// stream_weights (read the weights through a shared-memory ring filled ahead by the bulk-copy
+// engine, default true; false: plain vector loads). The last two are DecodeKernelOptions'.
 #ifndef MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
 #define MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
 
@@ -37,6 +37,7 @@ namespace magi::megakernel {
 struct MegakernelOptions {
   int num_sms = 0;  // 0: the device's
   int64_t tile_rows = 0;
+  int attention_splits = 0;  // ProgramOptions'
   bool check = true;
   bool stage_inputs = true;    // DecodeKernelOptions'
   bool stream_weights = true;

@@ -131,7 +131,7 @@ class Checker {
   Elements& ElementsOf(const Access& access) {
     Elements& e = elements_[{access.buffer, access.layer}];
     if (e.rows == 0) {
-      e.rows = BufferRows(p_.model, access.buffer);
+      e.rows = BufferRows(p_, access.buffer);
       const bool input = access.buffer == Buffer::kTokens || access.buffer == Buffer::kKeyCache ||
                          access.buffer == Buffer::kValueCache;
       e.runs[0].writer = input ? kStepInput : kUnwritten;

@@ -1,5 +1,6 @@
 #include "magi/backend/megakernel/reference_executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -26,6 +27,9 @@ class Executor {
     activation_ = at::zeros({m_.batch, m_.ffn_hidden}, options);
     logits_ = at::zeros({m_.batch, m_.vocab}, options);
     next_token_ = at::zeros({m_.batch}, t.tokens.options());
+    // fp32 whatever the model's dtype: a part's max score and its sums must agree exactly.
+    partials_ = at::zeros({m_.batch, m_.n_heads * program.attention_splits * (m_.head_dim + 2)},
+                          options.dtype(at::kFloat));
     const at::Tensor positions = t.positions.to(at::kLong);
     cos_ = t.rope_cos.index_select(0, positions);  // [batch, head_dim / 2]
     sin_ = t.rope_sin.index_select(0, positions);
@@ -64,6 +68,12 @@ class Executor {
         attention_.index_put_({b, Slice(g * group * hd, (g + 1) * group * hd)}, out.reshape({-1}));
         break;
       }
+      case Opcode::kAttentionPart:
+        AttendPart(in);
+        break;
+      case Opcode::kAttentionCombine:
+        Combine(in);
+        break;
       case Opcode::kOProj:
         AddRows(r0, r1, at::mm(attention_, t_.layers[in.layer].o.index({Slice(r0, r1)}).t()));
         break;
@@ -103,6 +113,62 @@ class Executor {
     return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
   }
 
+  // Part in.part of the positions 0..position of (kv group, sequence): the step's key and
+  // value (rotated, rounded to the cache's dtype) at the step's position, the cache's before
+  // it. Per query head: the part's max score, sum of exp(score - max) and those weights times
+  // the values (an empty part: -inf, 0, 0).
+  void AttendPart(const Instruction& in) {
+    const DecodeTensors::Layer& layer = t_.layers[in.layer];
+    const int64_t g = in.row_begin, b = in.batch_begin, group = m_.group_size(), hd = m_.head_dim;
+    const int64_t splits = p_.attention_splits, position = Position(b), visible = position + 1;
+    const int64_t chunk = (visible + splits - 1) / splits;
+    const int64_t p0 = std::min(visible, in.part * chunk), p1 = std::min(visible, (in.part + 1) * chunk);
+    const int64_t k_row = m_.n_heads * hd, v_row = (m_.n_heads + m_.n_kv_heads) * hd;
+    for (int64_t j = 0; j < group; ++j) {
+      const int64_t h = g * group + j, row = (h * splits + in.part) * (hd + 2);
+      at::Tensor partial = partials_[b].narrow(0, row, hd + 2);
+      if (p0 == p1) {
+        partial.fill_(0);
+        partial[0] = -INFINITY;
+        continue;
+      }
+      at::Tensor keys = layer.key_cache.index({b, g, Slice(p0, p1)}).clone();
+      at::Tensor values = layer.value_cache.index({b, g, Slice(p0, p1)}).clone();
+      if (position >= p0 && position < p1) {
+        keys[position - p0].copy_(Rope(qkv_.index({b, Slice(k_row + g * hd, k_row + (g + 1) * hd)}).reshape({1, hd}), b)[0]);
+        values[position - p0].copy_(qkv_.index({b, Slice(v_row + g * hd, v_row + (g + 1) * hd)}));
+      }
+      const at::Tensor q = Rope(qkv_.index({b, Slice(h * hd, (h + 1) * hd)}).reshape({1, hd}), b).to(at::kFloat);
+      const at::Tensor scores = at::mm(q, keys.to(at::kFloat).t())[0] / std::sqrt(static_cast<double>(hd));
+      const at::Tensor most = scores.max();
+      const at::Tensor weights = (scores - most).exp();
+      partial[0] = most;
+      partial[1] = weights.sum();
+      partial.narrow(0, 2, hd).copy_(at::mv(values.to(at::kFloat).t(), weights));
+    }
+  }
+
+  // The step's key and value into the caches; each query head of the group: its parts rescaled
+  // to the largest max score and added, over the sum of exponentials.
+  void Combine(const Instruction& in) {
+    const DecodeTensors::Layer& layer = t_.layers[in.layer];
+    const int64_t g = in.row_begin, b = in.batch_begin, group = m_.group_size(), hd = m_.head_dim;
+    const int64_t splits = p_.attention_splits;
+    const int64_t k_row = m_.n_heads * hd, v_row = (m_.n_heads + m_.n_kv_heads) * hd;
+    const at::Tensor k = Rope(qkv_.index({b, Slice(k_row + g * hd, k_row + (g + 1) * hd)}).reshape({1, hd}), b);
+    layer.key_cache.select(0, b).select(0, g).select(0, Position(b)).copy_(k[0]);
+    layer.value_cache.select(0, b).select(0, g).select(0, Position(b))
+        .copy_(qkv_.index({b, Slice(v_row + g * hd, v_row + (g + 1) * hd)}));
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const at::Tensor parts = partials_[b].narrow(0, h * splits * (hd + 2), splits * (hd + 2)).view({splits, hd + 2});
+      const at::Tensor most = parts.select(1, 0);
+      const at::Tensor scale = (most - most.max()).exp();  // an empty part's -inf: 0
+      const at::Tensor sum = (parts.select(1, 1) * scale).sum();
+      const at::Tensor out = (parts.narrow(1, 2, hd) * scale.unsqueeze(1)).sum(0) / sum;
+      attention_.index_put_({b, Slice(h * hd, (h + 1) * hd)}, out.to(attention_.scalar_type()));
+    }
+  }
+
   void AddRows(int64_t r0, int64_t r1, const at::Tensor& branch) {
     hidden_.index_put_({Slice(), Slice(r0, r1)}, hidden_.index({Slice(), Slice(r0, r1)}) + branch);
   }
@@ -110,7 +176,7 @@ class Executor {
   const Program& p_;
   const DecodeModel& m_;
   DecodeTensors& t_;
-  at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_, cos_, sin_, positions_;
+  at::Tensor hidden_, qkv_, attention_, activation_, logits_, next_token_, cos_, sin_, positions_, partials_;
 };
 
 }  // namespace

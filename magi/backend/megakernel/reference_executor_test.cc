@@ -25,7 +25,7 @@ using testing::Clones;
 using testing::MaxDiff;
 using testing::MaxAbs;
 
-void CheckAgainstTheInterpreter(absl::string_view file, double tolerance) {
+void CheckAgainstTheInterpreter(absl::string_view file, double tolerance, int attention_splits) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "the graphs were dumped with LibTorch 2.12, whose CPU attention op LibTorch 1.13 lacks";
 #endif
@@ -34,8 +34,10 @@ void CheckAgainstTheInterpreter(absl::string_view file, double tolerance) {
   const Graph& graph = *(*module)->FindGraph("forward");
   absl::StatusOr<DecodeGraphMatch> match = MatchDecodeGraph(graph);
   ASSERT_TRUE(match.ok()) << match.status();
-  absl::StatusOr<Program> program = BuildProgram(match->model, ProgramOptions{/*num_sms=*/7});
+  absl::StatusOr<Program> program =
+      BuildProgram(match->model, ProgramOptions{/*num_sms=*/7, 0, 0, attention_splits});
   ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_EQ(program->attention_splits, attention_splits);
   const std::vector<at::Tensor> inputs = testing::RandomInputs(graph, *match);
 
   absl::StatusOr<std::unique_ptr<TorchExecutable>> interpreter = CompileForTorch("interpreter", **module, "forward");
@@ -79,12 +81,22 @@ void CheckAgainstTheInterpreter(absl::string_view file, double tolerance) {
   }
 }
 
-TEST(ReferenceExecutorTest, TheTinyDecodeStepInF32) { CheckAgainstTheInterpreter("decode_tiny_f32.mir", 1e-5); }
+TEST(ReferenceExecutorTest, TheTinyDecodeStepInF32) { CheckAgainstTheInterpreter("decode_tiny_f32.mir", 1e-5, 1); }
+
+// The positions split in 3 parts per (kv group, sequence), combined: the same numbers within
+// fp32 rounding (random positions: some sequences' last part is empty).
+TEST(ReferenceExecutorTest, TheTinyDecodeStepInF32WithAttentionSplit) {
+  CheckAgainstTheInterpreter("decode_tiny_f32.mir", 1e-5, 3);
+}
 
 // bf16: each tile and the interpreter round at other points (a norm per tile, the attention
 // by kv group instead of ATen's fused kernel): within 2% of the largest value.
 TEST(ReferenceExecutorTest, GroupedQueryAttentionInBf16AtBatchTwo) {
-  CheckAgainstTheInterpreter("decode_tiny_gqa_bf16_batch2.mir", 2e-2);
+  CheckAgainstTheInterpreter("decode_tiny_gqa_bf16_batch2.mir", 2e-2, 1);
+}
+
+TEST(ReferenceExecutorTest, GroupedQueryAttentionInBf16AtBatchTwoWithAttentionSplit) {
+  CheckAgainstTheInterpreter("decode_tiny_gqa_bf16_batch2.mir", 2e-2, 3);
 }
 
 }  // namespace
