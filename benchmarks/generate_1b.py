@@ -87,6 +87,10 @@ MAGI_RUNS = [
     # streaming them ahead of each instruction's wait saves).
     ("Magi nccl_stream + CUDA graph + megakernel, plain weight loads", "nccl_stream{cuda_graph=true}",
      ["--partition_backends=megakernel{stream_weights=false},inductor", "--megakernel_timeline={timeline}"]),
+    # The megakernel with attention unsplit: one instruction per (kv group, sequence) instead of
+    # the positions split over the idle SMs and combined.
+    ("Magi nccl_stream + CUDA graph + megakernel, attention unsplit", "nccl_stream{cuda_graph=true}",
+     ["--partition_backends=megakernel{attention_splits=1},inductor", "--megakernel_timeline={timeline}"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),
