@@ -295,7 +295,7 @@ std::string Program::Summary() const {
   std::string out = absl::StrFormat("%d instructions, %d counters, %d SMs; weights %d bytes per step\n",
                                     instructions.size(), counters.size(), queues.size(), model.weight_bytes());
   for (const auto& [opcode, s] : stages) {
-    absl::StrAppendFormat(&out, "  %-9s %6d instructions, %5d rows per tile, %12d bytes\n", OpcodeName(opcode),
+    absl::StrAppendFormat(&out, "  %-17s %6d instructions, %5d rows per tile, %12d bytes\n", OpcodeName(opcode),
                           s.instructions, s.rows, s.bytes);
   }
   int64_t most = 0, total = 0;
