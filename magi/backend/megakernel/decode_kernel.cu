@@ -278,23 +278,29 @@ struct Ring {
   // Thread 0's cursor: chunks requested, and where the next one starts.
   uint32_t requested = 0;
   int queue_position = 0, segment = 0, row = -1;  // row -1: the segment's first
+  // The segments of the instruction at `looked_up` (thread 0's, so that a refill per chunk
+  // does not read the instruction and its layer again).
+  int looked_up = -1, num_segments = 0;
+  Segment segments[2];
 };
 
 __device__ int ChunkRows(int k, int slot_bytes) { return max(1, slot_bytes / (2 * k)); }
 
 // Thread 0: requests the next chunks while slots are free and the queue has weights left.
-__device__ void Refill(const KernelArgs& a, Ring& ring) {
+__device__ __noinline__ void Refill(const KernelArgs& a, Ring& ring) {
   const int queue_end = a.queue_begin[blockIdx.x + 1];
   while (ring.requested < ring.read + ring.num_slots && ring.queue_position < queue_end) {
-    Segment segments[2];
-    const int n = Segments(a, a.instructions[a.queue[ring.queue_position]], segments);
-    if (ring.segment >= n) {
+    if (ring.looked_up != ring.queue_position) {
+      ring.num_segments = Segments(a, a.instructions[a.queue[ring.queue_position]], ring.segments);
+      ring.looked_up = ring.queue_position;
+    }
+    if (ring.segment >= ring.num_segments) {
       ++ring.queue_position;
       ring.segment = 0;
       ring.row = -1;
       continue;
     }
-    const Segment& segment = segments[ring.segment];
+    const Segment& segment = ring.segments[ring.segment];
     if (ring.row < 0) ring.row = segment.row_begin;
     if (ring.row >= segment.row_end) {
       ++ring.segment;
@@ -727,9 +733,9 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeStep(KernelArgs a) {
     const DeviceInstruction in = a.instructions[index];
     uint64_t wait_begin = 0, start = 0;
     if (threadIdx.x == 0) {
+      wait_begin = GlobalTimer();
       // The weights this block reads next are requested before it waits for its inputs.
       if (ring.num_slots > 0) Refill(a, ring);
-      wait_begin = GlobalTimer();
       for (int w = 0; w < in.num_waits; ++w) {
         const uint32_t target = (step + 1) * in.wait_increments[w];
         Counter counter(a.counters[in.waits[w]]);
@@ -771,8 +777,9 @@ cudaError_t LaunchDecodeStep(const KernelArgs& args, int num_sms, cudaStream_t s
 }
 
 size_t DecodeStepDynamicBytes(const KernelArgs& args) {
-  return static_cast<size_t>(args.ring_slots > 0 ? args.ring_offset_bytes + args.ring_slots * args.ring_slot_bytes
-                                                 : args.staged_floats * static_cast<int64_t>(sizeof(float)));
+  const int64_t staged = args.staged_floats * static_cast<int64_t>(sizeof(float));
+  const int64_t ring = args.ring_slots > 0 ? args.ring_offset_bytes + int64_t{args.ring_slots} * args.ring_slot_bytes : 0;
+  return static_cast<size_t>(std::max(staged, ring));
 }
 
 cudaError_t DecodeStepMaxDynamicBytes(int* bytes) {

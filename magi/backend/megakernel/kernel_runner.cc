@@ -51,8 +51,8 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   const int64_t widest_row_bytes = 2 * std::max(program.model.dim, program.model.ffn_hidden);
   int64_t slot_bytes = options.ring_slot_bytes;
   if (slot_bytes == 0) slot_bytes = std::max<int64_t>(32 * 1024, (widest_row_bytes + 127) / 128 * 128);
-  if (slot_bytes % 128 != 0 || slot_bytes < widest_row_bytes || options.max_ring_slots < 2 ||
-      options.max_ring_slots > kMaxRingSlots) {
+  if (options.stream_weights && (slot_bytes % 128 != 0 || slot_bytes < widest_row_bytes ||
+                                 options.max_ring_slots < 2 || options.max_ring_slots > kMaxRingSlots)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the weight ring takes slots of a multiple of 128 bytes holding a row of the widest matrix (", widest_row_bytes,
         " bytes) and 2..", kMaxRingSlots, " slots; given ", options.ring_slot_bytes, " bytes, at most ",
@@ -116,18 +116,18 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
 absl::Status DecodeKernelRunner::CheckTensors(const DecodeTensors& t) const {
   // Runs every step: no allocation unless a tensor is refused (then the message is built).
   const DecodeModel& m = program_.model;
+  // `rows16`: the kernel reads the tensor's rows 16 bytes at a time (vector loads, bulk copies:
+  // the matrices and the caches), so it starts at a multiple of 16 bytes.
   auto check = [&](const at::Tensor& tensor, const char* name, int layer, at::ScalarType dtype,
-                   std::initializer_list<int64_t> sizes) -> absl::Status {
-    // The kernel reads bf16 tensors 16 bytes at a time (vector loads, bulk copies).
-    const bool aligned = !tensor.defined() || dtype != at::kBFloat16 ||
-                         reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
+                   std::initializer_list<int64_t> sizes, bool rows16 = false) -> absl::Status {
+    const bool aligned = !tensor.defined() || !rows16 || reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
     if (tensor.defined() && tensor.scalar_type() == dtype && tensor.device() == device_ && tensor.is_contiguous() &&
         tensor.sizes() == at::IntArrayRef(sizes) && aligned) {
       return absl::OkStatus();
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "the decode kernel takes ", name, layer >= 0 ? absl::StrCat(" of layer ", layer) : "", " as a contiguous ",
-        dtype == at::kBFloat16 ? "16-byte aligned " : "", c10::toString(dtype), "[", absl::StrJoin(sizes, ","),
+        rows16 ? "16-byte aligned " : "", c10::toString(dtype), "[", absl::StrJoin(sizes, ","),
         "] on ", device_.str(), "; given ",
         tensor.defined()
             ? absl::StrCat(c10::toString(tensor.scalar_type()), "[", absl::StrJoin(tensor.sizes(), ","), "] on ",
@@ -143,7 +143,7 @@ absl::Status DecodeKernelRunner::CheckTensors(const DecodeTensors& t) const {
                               check(t.rope_sin, "the rope sines", -1, bf16, {rope_rows, half}),
                               check(t.embedding, "the embedding", -1, bf16, {m.vocab, m.dim}),
                               check(t.final_norm, "the final norm", -1, bf16, {m.dim}),
-                              check(t.lm_head, "the LM head", -1, bf16, {m.vocab, m.dim})}) {
+                              check(t.lm_head, "the LM head", -1, bf16, {m.vocab, m.dim}, true)}) {
     if (!status.ok()) return status;
   }
   if (rope_rows < m.window) {
@@ -158,13 +158,13 @@ absl::Status DecodeKernelRunner::CheckTensors(const DecodeTensors& t) const {
     const int l = static_cast<int>(i);
     for (absl::Status status :
          {check(layer.attention_norm, "the attention norm", l, bf16, {m.dim}),
-          check(layer.qkv, "the q/k/v weight", l, bf16, {m.qkv_rows(), m.dim}),
-          check(layer.o, "the output projection", l, bf16, {m.dim, m.dim}),
+          check(layer.qkv, "the q/k/v weight", l, bf16, {m.qkv_rows(), m.dim}, true),
+          check(layer.o, "the output projection", l, bf16, {m.dim, m.dim}, true),
           check(layer.ffn_norm, "the FFN norm", l, bf16, {m.dim}),
-          check(layer.gate_up, "the gate/up weight", l, bf16, {2 * m.ffn_hidden, m.dim}),
-          check(layer.down, "the down projection", l, bf16, {m.dim, m.ffn_hidden}),
-          check(layer.key_cache, "the key cache", l, bf16, {m.batch, m.n_kv_heads, m.window, m.head_dim}),
-          check(layer.value_cache, "the value cache", l, bf16, {m.batch, m.n_kv_heads, m.window, m.head_dim})}) {
+          check(layer.gate_up, "the gate/up weight", l, bf16, {2 * m.ffn_hidden, m.dim}, true),
+          check(layer.down, "the down projection", l, bf16, {m.dim, m.ffn_hidden}, true),
+          check(layer.key_cache, "the key cache", l, bf16, {m.batch, m.n_kv_heads, m.window, m.head_dim}, true),
+          check(layer.value_cache, "the value cache", l, bf16, {m.batch, m.n_kv_heads, m.window, m.head_dim}, true)}) {
       if (!status.ok()) return status;
     }
   }
