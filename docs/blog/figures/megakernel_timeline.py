@@ -13,8 +13,9 @@ import json
 import os
 import tempfile
 
-STAGES = [("embed", "#8d6e63"), ("qkv", "#1565c0"), ("attention", "#6a1b9a"), ("o_proj", "#00838f"),
-          ("gate_up", "#2e7d32"), ("down", "#ef6c00"), ("logits", "#c62828"), ("argmax", "#000000")]
+STAGES = [("embed", "#8d6e63"), ("qkv", "#1565c0"), ("attention", "#6a1b9a"), ("attention_part", "#8e24aa"),
+          ("attention_combine", "#4a148c"), ("o_proj", "#00838f"), ("gate_up", "#2e7d32"), ("down", "#ef6c00"),
+          ("logits", "#c62828"), ("argmax", "#000000")]
 WAIT = "#e0e0e0"
 
 
@@ -67,7 +68,8 @@ def main():
         out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#bbb"/>' % (x, top - 4, x, bottom))
         out.append('<text x="%.1f" y="%.1f" text-anchor="middle">%d us</text>' % (x, bottom + 14, tick))
     x = left
-    for label, fill in STAGES + [("waiting for counters", WAIT)]:
+    present = {e.get("cat") for e in spans}
+    for label, fill in [stage for stage in STAGES if stage[0] in present] + [("waiting for counters", WAIT)]:
         out.append('<rect x="%d" y="%.1f" width="12" height="12" fill="%s"/>' % (x, bottom + 28, fill))
         out.append('<text x="%d" y="%.1f">%s</text>' % (x + 16, bottom + 39, label))
         x += 30 + 7 * len(label)
