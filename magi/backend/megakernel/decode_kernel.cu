@@ -133,6 +133,30 @@ __device__ void InverseRms(const KernelArgs& a, float eps, Shared& s) {
   __syncthreads();
 }
 
+// A tile's input vectors as the matrix loops read them: Load8(b, k, x) puts sequence b's
+// values k..k+7 (k a multiple of 8) into x.
+// Staged in shared memory ([batch][k_size] floats): two 16-byte loads. (Eight 4-byte loads at a
+// lane stride of 32 bytes hit the same bank 8 ways: the loops were bound by shared memory.)
+struct StagedInput {
+  const float* values;
+  int k_size;
+  __device__ void Load8(int b, int k, float (&x)[8]) const {
+    const float4* p = reinterpret_cast<const float4*>(values + b * k_size + k);
+    const float4 lo = p[0], hi = p[1];
+    x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+  }
+};
+
+// Computed per value by `f(b, k)` (from L2, the norm applied): where staging does not fit.
+template <typename F>
+struct ComputedInput {
+  F f;
+  __device__ void Load8(int b, int k, float (&x)[8]) const {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) x[j] = f(b, k + j);
+  }
+};
+
 // out[(r - r0) * kMaxBatch + b] = sum_k W[r, k] * input(b, k) for rows [r0, r1): a warp computes
 // kRowsPerWarp rows at once (each input value read once for all of them), each lane keeping
 // kInFlight 16-byte weight loads per row in flight before it uses any (one load at a time per
@@ -166,14 +190,15 @@ __device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int 
         const int k = k0 + u * 32 * 8;
         if (k < k_size) {
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
+          for (int b = 0; b < kMaxBatch; ++b) {
+            if (b < batch) {
+              float x[8];
+              input.Load8(b, k, x);
 #pragma unroll
-            for (int b = 0; b < kMaxBatch; ++b) {
-              if (b < batch) {
-                const float x = input(b, k + j);
+              for (int j = 0; j < 8; ++j) {
 #pragma unroll
                 for (int i = 0; i < kRowsPerWarp; ++i) {
-                  sums[i][b] += __bfloat162float(reinterpret_cast<const bf16*>(&raw[i][u])[j]) * x;
+                  sums[i][b] += __bfloat162float(reinterpret_cast<const bf16*>(&raw[i][u])[j]) * x[j];
                 }
               }
             }
@@ -346,11 +371,12 @@ __device__ void RingRows(const KernelArgs& a, Ring& ring, const Segment& segment
         const uint4 raw = weights[v];
         const bf16* w = reinterpret_cast<const bf16*>(&raw);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float weight = __bfloat162float(w[j]);
+        for (int b = 0; b < kMaxBatch; ++b) {
+          if (b < batch) {
+            float x[8];
+            input.Load8(b, v * 8, x);
 #pragma unroll
-          for (int b = 0; b < kMaxBatch; ++b) {
-            if (b < batch) sums[b] += weight * input(b, v * 8 + j);
+            for (int j = 0; j < 8; ++j) sums[b] += __bfloat162float(w[j]) * x[j];
           }
         }
       }
@@ -396,19 +422,19 @@ __device__ void SegmentRows(const KernelArgs& a, Ring& ring, const Segment& segm
 // A tile's input vectors, [batch][k_size] floats, in dynamic shared memory when the launch gave
 // enough (KernelArgs::staged_floats): computed once per instruction (the norm applied) instead of
 // once per row, and then read from shared memory instead of L2.
-// Runs `rows(input)` with `input(b, k)` staged when it fits, else as given.
+// Runs `rows(x)` with x a StagedInput of `input(b, k)` when it fits, else a ComputedInput.
 template <typename Input, typename Rows>
 __device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Rows rows) {
   float* staged = reinterpret_cast<float*>(DynamicShared());
   if (a.staged_floats < a.batch * k_size) {
-    rows(input);
+    rows(ComputedInput<Input>{input});
     return;
   }
   for (int b = 0; b < a.batch; ++b) {
     for (int k = threadIdx.x; k < k_size; k += kThreads) staged[b * k_size + k] = input(b, k);
   }
   __syncthreads();
-  rows([staged, k_size](int b, int k) { return staged[b * k_size + k]; });
+  rows(StagedInput{staged, k_size});
   // MatrixRows ends with a barrier: the next instruction may overwrite `staged`.
 }
 

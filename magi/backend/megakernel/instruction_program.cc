@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <queue>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +84,10 @@ class Builder {
     const int64_t cache_bytes = 2 * hd * (m_.window / 2) * m_.weight_bytes_per_element;  // k and v, half the window
     const int64_t k_row = m_.n_heads * hd, v_row = (m_.n_heads + m_.n_kv_heads) * hd;
     const int splits = program_.attention_splits;
+    // The combines come after every part of the layer in the sequential order: a combine
+    // queued before another group's part would hold that part (and its SM) until all of its
+    // own parts are done, chaining the groups one after another.
+    std::vector<std::function<void()>> combines;
     for (int64_t g = 0; g < m_.n_kv_heads; ++g) {
       for (int64_t b = 0; b < m_.batch; ++b) {
         const Access q = Read(Buffer::kQkv, -1, b, b + 1, g * group * hd, (g + 1) * group * hd),
@@ -118,15 +122,18 @@ class Builder {
           Wait(in, qkv_done[g]);
           Signal(in, parts_done);
         }
-        Instruction& in = Add(Opcode::kAttentionCombine, layer, g, g + 1, b, b + 1, 0);
-        in.accesses = {k, v,
-                       Read(Buffer::kAttentionPartials, -1, b, b + 1, g * group * splits * partial_rows,
-                            (g + 1) * group * splits * partial_rows),
-                       write_keys, write_values, out};
-        Wait(in, parts_done);
-        Signal(in, attention_done);
+        combines.push_back([=] {
+          Instruction& in = Add(Opcode::kAttentionCombine, layer, g, g + 1, b, b + 1, 0);
+          in.accesses = {k, v,
+                         Read(Buffer::kAttentionPartials, -1, b, b + 1, g * group * splits * partial_rows,
+                              (g + 1) * group * splits * partial_rows),
+                         write_keys, write_values, out};
+          Wait(in, parts_done);
+          Signal(in, attention_done);
+        });
       }
     }
+    for (const std::function<void()>& combine : combines) combine();
     const int o_done = AddCounter(absl::StrCat("o_proj.", layer));
     ForTiles(m_.dim, TileRows(m_.dim), [&](int64_t r0, int64_t r1) {
       Instruction& in = Add(Opcode::kOProj, layer, r0, r1, 0, m_.batch, MatrixBytes(r1 - r0, m_.dim));
@@ -192,22 +199,31 @@ class Builder {
     return Access{buffer, layer, b0, b1, r0, r1, /*write=*/true};
   }
 
-  // Each instruction on the SM with the least bytes so far (the lowest index on a tie), in
-  // the sequential order: consecutive instructions of a stage spread over the SMs.
+  // In the sequential order, each instruction on the SM with the least bytes so far (the
+  // lowest index on a tie) among those with no instruction of its stage (opcode and layer) yet,
+  // while any is left: a stage of at most num_sms instructions runs at most one per SM, so no
+  // SM runs two of a stage's tiles one after the other while the next stage waits for both.
   void Place() {
     using Load = std::pair<int64_t, int>;
-    std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads;
-    for (int sm = 0; sm < options_.num_sms; ++sm) loads.push({0, sm});
+    std::set<Load> free;  // SMs without an instruction of the current stage, by load
+    std::set<Load> used;  // SMs with one
+    for (int sm = 0; sm < options_.num_sms; ++sm) free.insert({0, sm});
     program_.queues.assign(options_.num_sms, {});
+    std::pair<Opcode, int> stage = {Opcode::kEmbed, -2};
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
-      auto [load, sm] = loads.top();
-      loads.pop();
       Instruction& in = program_.instructions[i];
+      if (std::make_pair(in.opcode, in.layer) != stage || free.empty()) {
+        stage = {in.opcode, in.layer};
+        free.insert(used.begin(), used.end());
+        used.clear();
+      }
+      const auto [load, sm] = *free.begin();
+      free.erase(free.begin());
       in.sm = sm;
       program_.queues[sm].push_back(static_cast<int>(i));
       // Every instruction costs a little beyond its bytes (its waits, its launch in the queue),
       // so that byte-free ones (argmax) spread too.
-      loads.push({load + in.bytes + 1, sm});
+      used.insert({load + in.bytes + 1, sm});
     }
   }
 

@@ -31,8 +31,9 @@
 // tiles of group g of layer L are done"), which is what makes the program checkable
 // (program_check.h). Instructions are placed on SMs stage by stage, each on the SM with the
 // least work so far (weight bytes it streams; attention: the cache bytes it reads at half the
-// window); each SM runs its queue in the sequential order, so the earliest unfinished
-// instruction can always run and the kernel cannot deadlock.
+// window) among those with no instruction of its stage yet; each SM runs its queue in the
+// sequential order, so the earliest unfinished instruction can always run and the kernel
+// cannot deadlock.
 #ifndef MAGI_BACKEND_MEGAKERNEL_INSTRUCTION_PROGRAM_H_
 #define MAGI_BACKEND_MEGAKERNEL_INSTRUCTION_PROGRAM_H_
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
+#include <set>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -76,6 +79,18 @@ TEST(InstructionProgramTest, The953MStepOnAnH100IsCorrectInEveryOrder) {
       total += bytes;
     }
     EXPECT_LT(most, 1.1 * total / 132);
+    // No SM runs two instructions of one stage (every stage has at most 132), and a layer's
+    // attention combines come after all of its parts.
+    std::map<std::pair<Opcode, int>, std::set<int>> sms_of_stage;
+    std::map<int, size_t> last_part, first_combine;
+    for (size_t i = 0; i < program->instructions.size(); ++i) {
+      const Instruction& in = program->instructions[i];
+      const bool first_of_stage_on_sm = sms_of_stage[std::make_pair(in.opcode, in.layer)].insert(in.sm).second;
+      EXPECT_TRUE(first_of_stage_on_sm) << in.DebugString();
+      if (in.opcode == Opcode::kAttentionPart) last_part[in.layer] = i;
+      if (in.opcode == Opcode::kAttentionCombine && !first_combine.count(in.layer)) first_combine[in.layer] = i;
+    }
+    for (const auto& [layer, combine] : first_combine) EXPECT_GT(combine, last_part[layer]) << "layer " << layer;
   }
 }
 
