@@ -16,8 +16,6 @@ enum : int32_t { kEmbed = 0, kQkv, kAttention, kOProj, kGateUp, kDown, kLogits, 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kRowsPerWarp = 2;  // matrix rows a warp computes at once (MatrixRows)
-constexpr int kInFlight = 4;     // a lane's 16-byte weight loads in flight per row
 
 using bf16 = __nv_bfloat16;
 using Counter = cuda::atomic_ref<uint32_t, cuda::thread_scope_device>;
@@ -161,9 +159,10 @@ struct ComputedInput {
 // kRowsPerWarp rows at once (each input value read once for all of them), each lane keeping
 // kInFlight 16-byte weight loads per row in flight before it uses any (one load at a time per
 // warp kept too few bytes in flight to stream an SM's share of the memory bandwidth); K % 8 == 0;
-// fp32 sums, each row's in the same order whatever the batch.
-template <typename Input>
-__device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int batch, Input input, float* out) {
+// fp32 sums, each row's in the same order whatever the batch and the two constants (a lane sums
+// its columns lane * 8 + 256 i in increasing i).
+template <int kRowsPerWarp, int kInFlight, typename Input>
+__device__ void MatrixRowsOf(const void* weights, int k_size, int r0, int r1, int batch, Input input, float* out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int first = r0 + warp * kRowsPerWarp; first < r1; first += kWarps * kRowsPerWarp) {
     float sums[kRowsPerWarp][kMaxBatch];
@@ -216,6 +215,19 @@ __device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int 
     }
   }
   __syncthreads();
+}
+
+// Up to 4 sequences, two rows per warp with four loads each in flight; more sequences, four rows
+// per warp with two loads each: a staged input costs one shared-memory read per row group, so
+// more rows per read keep batch 8 from being bound by shared memory, with the same 8 loads in
+// flight per lane.
+template <typename Input>
+__device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int batch, Input input, float* out) {
+  if (batch > 4) {
+    MatrixRowsOf<4, 2>(weights, k_size, r0, r1, batch, input, out);
+  } else {
+    MatrixRowsOf<2, 4>(weights, k_size, r0, r1, batch, input, out);
+  }
 }
 
 // The Hopper bulk-copy engine and its shared-memory barriers (PTX ISA, "cp.async.bulk" and

@@ -30,15 +30,29 @@
 namespace magi::megakernel {
 namespace {
 
-// attention_splits: ProgramOptions' (0: chosen; for the tiny model on an H100, 16 parts).
-void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, int attention_splits = 0) {
-  ASSERT_TRUE(at::hasCUDA());
+// A decode step's model and its tensors on the CPU (any float dtype; positions below the window).
+struct StepCase {
+  DecodeModel model;
+  DecodeTensors host;
+};
+
+// The tiny GQA model of testdata (batch 2) with RandomInputs.
+StepCase TinyGraphCase() {
   absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir");
-  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_TRUE(module.ok()) << module.status();
   const Graph& graph = *(*module)->FindGraph("forward");
   absl::StatusOr<DecodeGraphMatch> match = MatchDecodeGraph(graph);
-  ASSERT_TRUE(match.ok()) << match.status();
-  const DecodeModel& m = match->model;
+  EXPECT_TRUE(match.ok()) << match.status();
+  absl::StatusOr<DecodeTensors> host = BindDecodeTensors(*match, graph, testing::RandomInputs(graph, *match));
+  EXPECT_TRUE(host.ok()) << host.status();
+  return {match->model, *std::move(host)};
+}
+
+// attention_splits: ProgramOptions' (0: chosen; for the tiny model on an H100, 16 parts).
+void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, int attention_splits = 0,
+                     const StepCase& step_case = TinyGraphCase()) {
+  ASSERT_TRUE(at::hasCUDA());
+  const DecodeModel& m = step_case.model;
   ProgramOptions options;
   options.num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   options.max_tile_rows = kMaxTileRows;
@@ -54,19 +68,17 @@ void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, in
   EXPECT_EQ((*runner)->ring_slots() > 0, kernel.stream_weights);
   std::cout << "ring: " << (*runner)->ring_slots() << " slots of " << (*runner)->ring_slot_bytes() << " bytes\n";
 
-  std::vector<at::Tensor> host = testing::RandomInputs(graph, *match);
-  // Positions low enough for three steps.
-  for (size_t i = 0; i < host.size(); ++i) {
-    if (graph.inputs()[i] == match->positions) host[i] = host[i] % (m.window - 3);
-  }
-  std::vector<at::Tensor> device, reference;
-  for (const at::Tensor& t : host) device.push_back(t.to(at::kCUDA).contiguous());
-  // The reference in fp32 on the same bf16 values: the kernel sums in fp32, so the two differ by
-  // summation order and by the bf16 rounding of the keys and values the kernel writes.
-  for (const at::Tensor& t : host) reference.push_back(t.is_floating_point() ? t.to(at::kFloat) : t.clone());
-  absl::StatusOr<DecodeTensors> cpu = BindDecodeTensors(*match, graph, reference);
-  absl::StatusOr<DecodeTensors> gpu = BindDecodeTensors(*match, graph, device);
-  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  // The kernel's tensors in bf16 on the GPU; the reference in fp32 on the same bf16 values: the
+  // kernel sums in fp32, so the two differ by summation order and by the bf16 rounding of the
+  // keys and values the kernel writes. Positions low enough for three steps.
+  DecodeTensors host = step_case.host;
+  host.positions = host.positions % (m.window - 3);
+  DecodeTensors gpu = testing::MapDecodeTensors(host, [](const at::Tensor& t) {
+    return (t.is_floating_point() ? t.to(at::kBFloat16) : t).to(at::kCUDA).contiguous();
+  });
+  DecodeTensors cpu = testing::MapDecodeTensors(host, [](const at::Tensor& t) {
+    return t.is_floating_point() ? t.to(at::kBFloat16).to(at::kFloat) : t.clone();
+  });
 
   // Under a CUDA graph: one step run directly on a side stream first (the tensors' addresses
   // reach the device outside the capture), its effects undone, then one step captured and
@@ -74,36 +86,36 @@ void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, in
   std::unique_ptr<at::cuda::CUDAGraph> replay;
   if (cuda_graph) {
     std::vector<at::Tensor> saved;
-    for (const DecodeTensors::Layer& l : gpu->layers) {
+    for (const DecodeTensors::Layer& l : gpu.layers) {
       saved.push_back(l.key_cache.clone());
       saved.push_back(l.value_cache.clone());
     }
-    ASSERT_EQ((*runner)->Step(*gpu), absl::OkStatus());
-    for (size_t l = 0; l < gpu->layers.size(); ++l) {
-      gpu->layers[l].key_cache.copy_(saved[2 * l]);
-      gpu->layers[l].value_cache.copy_(saved[2 * l + 1]);
+    ASSERT_EQ((*runner)->Step(gpu), absl::OkStatus());
+    for (size_t l = 0; l < gpu.layers.size(); ++l) {
+      gpu.layers[l].key_cache.copy_(saved[2 * l]);
+      gpu.layers[l].value_cache.copy_(saved[2 * l + 1]);
     }
     at::cuda::CUDAStream stream = at::cuda::getStreamFromPool();
     stream.synchronize();
     at::cuda::CUDAStreamGuard guard(stream);
     replay = std::make_unique<at::cuda::CUDAGraph>();
     replay->capture_begin();
-    ASSERT_EQ((*runner)->Step(*gpu), absl::OkStatus());
+    ASSERT_EQ((*runner)->Step(gpu), absl::OkStatus());
     replay->capture_end();
   }
 
   for (int step = 0; step < 3; ++step) {
     // Each step from the kernel's caches, so that rounding does not compound over steps.
-    for (size_t l = 0; l < gpu->layers.size(); ++l) {
-      cpu->layers[l].key_cache.copy_(gpu->layers[l].key_cache.cpu());
-      cpu->layers[l].value_cache.copy_(gpu->layers[l].value_cache.cpu());
+    for (size_t l = 0; l < gpu.layers.size(); ++l) {
+      cpu.layers[l].key_cache.copy_(gpu.layers[l].key_cache.cpu());
+      cpu.layers[l].value_cache.copy_(gpu.layers[l].value_cache.cpu());
     }
-    absl::StatusOr<ReferenceResult> expected = RunReference(*program, *cpu);
+    absl::StatusOr<ReferenceResult> expected = RunReference(*program, cpu);
     ASSERT_TRUE(expected.ok()) << expected.status();
     if (cuda_graph) {
       replay->replay();
     } else {
-      ASSERT_EQ((*runner)->Step(*gpu), absl::OkStatus()) << "step " << step;
+      ASSERT_EQ((*runner)->Step(gpu), absl::OkStatus()) << "step " << step;
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "step " << step;
 
@@ -120,19 +132,19 @@ void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, in
             << "step " << step << ", sequence " << b << ": token " << mine << " against " << theirs;
       }
     }
-    for (size_t l = 0; l < gpu->layers.size(); ++l) {
-      for (const auto& [mine, theirs] : {std::make_pair(gpu->layers[l].key_cache, cpu->layers[l].key_cache),
-                                         std::make_pair(gpu->layers[l].value_cache, cpu->layers[l].value_cache)}) {
+    for (size_t l = 0; l < gpu.layers.size(); ++l) {
+      for (const auto& [mine, theirs] : {std::make_pair(gpu.layers[l].key_cache, cpu.layers[l].key_cache),
+                                         std::make_pair(gpu.layers[l].value_cache, cpu.layers[l].value_cache)}) {
         // The step's keys and values: the reference's fp32, the kernel's rounded to bf16.
         const at::Tensor diff = (mine.cpu().to(at::kFloat) - theirs).abs().max();
         EXPECT_LE(diff.item<double>(), 1e-2 * theirs.abs().max().item<double>()) << "layer " << l;
       }
     }
     // The next step: the reference's tokens (both sides), one position further.
-    cpu->tokens.copy_(expected->next_token.reshape_as(cpu->tokens));
-    gpu->tokens.copy_(cpu->tokens);
-    cpu->positions.add_(1);
-    gpu->positions.add_(1);
+    cpu.tokens.copy_(expected->next_token.reshape_as(cpu.tokens));
+    gpu.tokens.copy_(cpu.tokens);
+    cpu.positions.add_(1);
+    gpu.positions.add_(1);
   }
   // The kernel's clock records of the last step: one per instruction, in order on each SM.
   absl::StatusOr<std::vector<InstructionTimes>> times = (*runner)->LastStepTimeline();
@@ -184,6 +196,32 @@ TEST(DecodeKernelTest, ThreeStepsWithoutStagedInputsOrTheRingEqualTheReferenceEx
   kernel.stage_inputs = false;
   kernel.stream_weights = false;
   CheckThreeSteps(/*cuda_graph=*/false, kernel, /*attention_splits=*/1);
+}
+
+// Batch 8 (the kernel's most) on a model of other shapes (256 wide, 4 heads of 64 over 2 kv
+// heads, ffn 512, vocab 300, 3 layers): four rows per warp on the plain path, the ring, and the
+// attention split in 8 parts on an H100.
+StepCase Batch8Case() {
+  DecodeModel m;
+  m.batch = 8;
+  m.dim = 256;
+  m.n_layers = 3;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 64;
+  m.ffn_hidden = 512;
+  m.vocab = 300;
+  m.window = 48;
+  return {m, testing::RandomDecodeTensors(m)};
+}
+
+TEST(DecodeKernelTest, ThreeStepsAtBatch8EqualTheReferenceExecutor) {
+  CheckThreeSteps(/*cuda_graph=*/true, {}, 0, Batch8Case());
+}
+TEST(DecodeKernelTest, ThreeStepsAtBatch8WithPlainLoadsAndAttentionUnsplitEqualTheReferenceExecutor) {
+  DecodeKernelOptions kernel;
+  kernel.stream_weights = false;
+  CheckThreeSteps(/*cuda_graph=*/false, kernel, /*attention_splits=*/1, Batch8Case());
 }
 
 TEST(DecodeKernelTest, RingOptionsOutOfRangeAreRefusedNamingTheLimits) {
