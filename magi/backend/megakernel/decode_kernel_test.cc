@@ -8,8 +8,9 @@
 
 #include <algorithm>
 #include <iostream>
-#include <string>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -26,6 +27,7 @@
 #include "magi/backend/megakernel/reference_executor.h"
 #include "magi/backend/megakernel/test_inputs.h"
 #include "magi/base/gtest_printers.h"
+#include "magi/base/status_macros.h"
 
 namespace magi::megakernel {
 namespace {
@@ -37,21 +39,21 @@ struct StepCase {
 };
 
 // The tiny GQA model of testdata (batch 2) with RandomInputs.
-StepCase TinyGraphCase() {
-  absl::StatusOr<std::unique_ptr<Module>> module = testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir");
-  EXPECT_TRUE(module.ok()) << module.status();
-  const Graph& graph = *(*module)->FindGraph("forward");
-  absl::StatusOr<DecodeGraphMatch> match = MatchDecodeGraph(graph);
-  EXPECT_TRUE(match.ok()) << match.status();
-  absl::StatusOr<DecodeTensors> host = BindDecodeTensors(*match, graph, testing::RandomInputs(graph, *match));
-  EXPECT_TRUE(host.ok()) << host.status();
-  return {match->model, *std::move(host)};
+absl::StatusOr<StepCase> TinyGraphCase() {
+  MAGI_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, testing::LoadTestGraph("decode_tiny_gqa_bf16_batch2.mir"));
+  const Graph* graph = module->FindGraph("forward");
+  if (graph == nullptr) return absl::NotFoundError("decode_tiny_gqa_bf16_batch2.mir has no @forward");
+  MAGI_ASSIGN_OR_RETURN(DecodeGraphMatch match, MatchDecodeGraph(*graph));
+  MAGI_ASSIGN_OR_RETURN(DecodeTensors host, BindDecodeTensors(match, *graph, testing::RandomInputs(*graph, match)));
+  return StepCase{match.model, std::move(host)};
 }
 
 // attention_splits: ProgramOptions' (0: chosen; for the tiny model on an H100, 16 parts).
 void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, int attention_splits = 0,
-                     const StepCase& step_case = TinyGraphCase()) {
+                     absl::StatusOr<StepCase> step_case_or = TinyGraphCase()) {
   ASSERT_TRUE(at::hasCUDA());
+  ASSERT_TRUE(step_case_or.ok()) << step_case_or.status();
+  const StepCase& step_case = *step_case_or;
   const DecodeModel& m = step_case.model;
   ProgramOptions options;
   options.num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
@@ -199,7 +201,8 @@ TEST(DecodeKernelTest, ThreeStepsWithoutStagedInputsOrTheRingEqualTheReferenceEx
 }
 
 // Batch 8 (the kernel's most) on a model of other shapes (256 wide, 4 heads of 64 over 2 kv
-// heads, ffn 512, vocab 300, 3 layers): four rows per warp on the plain path, the ring, and the
+// heads, ffn 512, vocab 301, 3 layers): four rows per warp on the plain path (the LM head's last
+// tile of 13 rows ends in a group of one row and three past the tile), the ring, and the
 // attention split in 8 parts on an H100.
 StepCase Batch8Case() {
   DecodeModel m;
@@ -210,7 +213,7 @@ StepCase Batch8Case() {
   m.n_kv_heads = 2;
   m.head_dim = 64;
   m.ffn_hidden = 512;
-  m.vocab = 300;
+  m.vocab = 301;
   m.window = 48;
   return {m, testing::RandomDecodeTensors(m)};
 }
@@ -220,6 +223,13 @@ TEST(DecodeKernelTest, ThreeStepsAtBatch8EqualTheReferenceExecutor) {
 }
 TEST(DecodeKernelTest, ThreeStepsAtBatch8WithPlainLoadsAndAttentionUnsplitEqualTheReferenceExecutor) {
   DecodeKernelOptions kernel;
+  kernel.stream_weights = false;
+  CheckThreeSteps(/*cuda_graph=*/false, kernel, /*attention_splits=*/1, Batch8Case());
+}
+// Four rows per warp with every input computed from L2 (no staging).
+TEST(DecodeKernelTest, ThreeStepsAtBatch8InTheFirstFormEqualTheReferenceExecutor) {
+  DecodeKernelOptions kernel;
+  kernel.stage_inputs = false;
   kernel.stream_weights = false;
   CheckThreeSteps(/*cuda_graph=*/false, kernel, /*attention_splits=*/1, Batch8Case());
 }

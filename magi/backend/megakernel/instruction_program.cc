@@ -122,7 +122,8 @@ class Builder {
           Wait(in, qkv_done[g]);
           Signal(in, parts_done);
         }
-        combines.push_back([=] {
+        combines.push_back([this, layer, g, b, k, v, write_keys, write_values, out, splits, group, hd, partial_rows,
+                             parts_done, attention_done] {
           Instruction& in = Add(Opcode::kAttentionCombine, layer, g, g + 1, b, b + 1, 0);
           in.accesses = {k, v,
                          Read(Buffer::kAttentionPartials, -1, b, b + 1, g * group * splits * partial_rows,
