@@ -450,17 +450,49 @@ __device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Ro
   // MatrixRows ends with a barrier: the next instruction may overwrite `staged`.
 }
 
+// Runs `rows(x)` with x the hidden state under RMSNorm with weight `norm`: staged when it fits
+// (one pass over the hidden state from L2: each thread keeps the values it summed the squares
+// of and scales them once the block has the sum), else InverseRms and a ComputedInput (two
+// passes, the second per row). The values and the sums' order are InverseRms's either way.
+template <typename Rows>
+__device__ void WithNormedHidden(const KernelArgs& a, float eps, const void* norm, Shared& s, Rows rows) {
+  const int dim = a.dim;
+  if (a.staged_floats < a.batch * dim) {
+    InverseRms(a, eps, s);
+    WithStagedInput(a, dim,
+                    [&](int b, int k) {
+                      return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(norm, k);
+                    },
+                    rows);
+    return;
+  }
+  float* staged = reinterpret_cast<float*>(DynamicShared());
+  for (int b = 0; b < a.batch; ++b) {
+    float sum = 0;
+#pragma unroll 4
+    for (int k = threadIdx.x; k < dim; k += kThreads) {
+      const float x = Load(a.hidden + static_cast<int64_t>(b) * dim + k);
+      staged[b * dim + k] = x;
+      sum += x * x;
+    }
+    sum = BlockSum(sum, s);
+    if (threadIdx.x == 0) s.inverse_rms[b] = rsqrtf(sum / dim + eps);
+  }
+  __syncthreads();
+  for (int b = 0; b < a.batch; ++b) {
+    for (int k = threadIdx.x; k < dim; k += kThreads) staged[b * dim + k] = staged[b * dim + k] * s.inverse_rms[b] * Weight(norm, k);
+  }
+  __syncthreads();
+  rows(StagedInput{staged, dim});
+}
+
 // Rows [r0, r1) of the concatenated q/k/v projection of the normalized hidden state, for every
 // sequence, into the fp32 qkv scratch (attention rotates q and k and writes the cache).
 __device__ void RunQkv(const KernelArgs& a, const DeviceInstruction& in, const Segment& rows, Ring& ring, Shared& s) {
   const KernelLayer& layer = a.layers[in.layer];
-  InverseRms(a, layer.attention_eps, s);
-  const float* hidden = a.hidden;
-  const int dim = a.dim, r0 = in.row_begin, r1 = in.row_end, qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
-  auto input = [&](int b, int k) {
-    return Load(hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.attention_norm, k);
-  };
-  WithStagedInput(a, dim, input, [&](auto x) { SegmentRows(a, ring, rows, x, s.out, s); });
+  const int r0 = in.row_begin, r1 = in.row_end, qkv_rows = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
+  WithNormedHidden(a, layer.attention_eps, layer.attention_norm, s,
+                   [&](auto x) { SegmentRows(a, ring, rows, x, s.out, s); });
   for (int b = 0; b < a.batch; ++b) {
     for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
       a.qkv[static_cast<int64_t>(b) * qkv_rows + r] = s.out[(r - r0) * kMaxBatch + b];
@@ -703,11 +735,7 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Ring& ring
     }
     case kGateUp: {
       const KernelLayer& layer = a.layers[in.layer];
-      InverseRms(a, layer.ffn_eps, s);
-      auto input = [&](int b, int k) {
-        return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(layer.ffn_norm, k);
-      };
-      WithStagedInput(a, dim, input, [&](auto x) {
+      WithNormedHidden(a, layer.ffn_eps, layer.ffn_norm, s, [&](auto x) {
         SegmentRows(a, ring, segments[0], x, s.out, s);
         SegmentRows(a, ring, segments[1], x, s.out2, s);
       });
@@ -720,11 +748,7 @@ __device__ void Run(const KernelArgs& a, const DeviceInstruction& in, Ring& ring
       break;
     }
     case kLogits: {
-      InverseRms(a, a.final_eps, s);
-      auto input = [&](int b, int k) {
-        return Load(a.hidden + static_cast<int64_t>(b) * dim + k) * s.inverse_rms[b] * Weight(a.final_norm, k);
-      };
-      WithStagedInput(a, dim, input, [&](auto x) { SegmentRows(a, ring, segments[0], x, s.out, s); });
+      WithNormedHidden(a, a.final_eps, a.final_norm, s, [&](auto x) { SegmentRows(a, ring, segments[0], x, s.out, s); });
       for (int b = 0; b < a.batch; ++b) {
         for (int r = r0 + threadIdx.x; r < r1; r += kThreads) {
           a.logits[static_cast<int64_t>(b) * a.vocab + r] = s.out[(r - r0) * kMaxBatch + b];
