@@ -26,7 +26,8 @@
 
 namespace magi::megakernel {
 
-// How the kernel reads a tile's inputs and weights; the defaults are the fastest measured.
+// How the kernel reads a tile's inputs and weights. The defaults are the design's choice; what each
+// costs on an H100 is in docs/benchmarks.md (generate_1b runs 4, 5, 7).
 struct DecodeKernelOptions {
   // Stage each tile's input vectors in shared memory where they fit, else read them from L2
   // for every row (the kernel's first form, kept to compare).
