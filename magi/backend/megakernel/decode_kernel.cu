@@ -31,7 +31,7 @@ struct Shared {
   float inverse_rms[kMaxBatch];
   float reduce[kWarps];
   int reduce_index[kWarps];
-  float partial[2][kWarps * kMaxBatch];  // a ring chunk's per-warp sums (RingRows), by chunk parity
+  float partial[2][kWarps * 2 * kMaxBatch];  // a ring chunk's per-warp sums of two rows (RingRows), by chunk parity
 };
 
 // The block's dynamic shared memory: the staged inputs (KernelArgs::staged_floats), then the
@@ -354,52 +354,95 @@ __device__ __noinline__ void Refill(const KernelArgs& a, Ring& ring) {
   }
 }
 
-// What MatrixRows computes, the weights read from the ring chunk by chunk. A chunk of fewer
-// rows than warps splits each row into `parts` ranges, a warp each, whose sums are added in a
-// fixed order; the chunking depends on the shapes only, so every sequence's sums run in the
-// same order whatever the batch.
+// One warp's sums over vectors [v_begin, v_end) of kRows rows of a ring chunk (rows past the
+// chunk's last read it again; the caller does not store them), for every sequence: each lane
+// over vectors lane, lane + 32, ... in increasing order, then a warp sum (every thread of the
+// warp gets the totals). Each staged input read serves the kRows rows.
+template <int kRows, typename Input>
+__device__ void ChunkRowSums(const uint4* chunk, int vectors, int first_row, int rows, int v_begin, int v_end,
+                             int batch, Input input, float (&sums)[kRows][kMaxBatch]) {
+  const int lane = threadIdx.x % 32;
+  const uint4* weights[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    weights[i] = chunk + static_cast<int64_t>(min(first_row + i, rows - 1)) * vectors;
+#pragma unroll
+    for (int b = 0; b < kMaxBatch; ++b) sums[i][b] = 0;
+  }
+#pragma unroll 2
+  for (int v = v_begin + lane; v < v_end; v += 32) {
+    uint4 raw[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) raw[i] = weights[i][v];
+#pragma unroll
+    for (int b = 0; b < kMaxBatch; ++b) {
+      if (b < batch) {
+        float x[8];
+        input.Load8(b, v * 8, x);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int i = 0; i < kRows; ++i) sums[i][b] += __bfloat162float(reinterpret_cast<const bf16*>(&raw[i])[j]) * x[j];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+    for (int b = 0; b < kMaxBatch; ++b) sums[i][b] = WarpSum(sums[i][b]);
+  }
+}
+
+// A chunk's rows in groups of kRows (two where the chunk has two), each group's row range split
+// into `parts` equal ranges (the most that keeps groups x parts within the warps), an item per
+// warp; a group's sums go straight to `out` when unsplit, else to `partial`
+// ([item][kRows][kMaxBatch]) for RingRows to add in part order.
+template <int kRows, typename Input>
+__device__ int ChunkItems(const uint4* chunk, int vectors, int rows, int batch, Input input, float* out,
+                          float* partial) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = (rows + kRows - 1) / kRows;
+  int parts = 1;
+  while (parts < kWarps && groups * parts * 2 <= kWarps) parts *= 2;
+  const int per_part = (vectors + parts - 1) / parts;
+  for (int item = warp; item < groups * parts; item += kWarps) {
+    const int first = (item / parts) * kRows, part = item % parts;
+    float sums[kRows][kMaxBatch];
+    ChunkRowSums<kRows>(chunk, vectors, first, rows, part * per_part, min(vectors, (part + 1) * per_part), batch,
+                        input, sums);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int b = 0; b < kMaxBatch; ++b) {
+        if (lane != 0 || b >= batch) continue;
+        if (parts == 1) {
+          if (first + i < rows) out[(first + i) * kMaxBatch + b] = sums[i][b];
+        } else {
+          partial[(item * kRows + i) * kMaxBatch + b] = sums[i][b];
+        }
+      }
+    }
+  }
+  return parts;
+}
+
+// What MatrixRows computes, the weights read from the ring chunk by chunk (ChunkItems: two rows
+// per warp where the chunk has two, each staged input read once for both). The chunking depends
+// on the shapes only, so every sequence's sums run in the same order whatever the batch.
 template <typename Input>
 __device__ void RingRows(const KernelArgs& a, Ring& ring, const Segment& segment, int batch, Input input, float* out,
                          Shared& s) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, vectors = segment.k / 8;
+  const int vectors = segment.k / 8;
   for (int row = segment.row_begin; row < segment.row_end;) {
     const int rows = min(ChunkRows(segment.k, ring.slot_bytes), segment.row_end - row);
-    int parts = 1;
-    while (parts < kWarps && rows * parts * 2 <= kWarps) parts *= 2;
     const int slot = ring.read % ring.num_slots;
     WaitBarrier(&ring.full[slot], (ring.read / ring.num_slots) & 1);
     const uint4* chunk = reinterpret_cast<const uint4*>(ring.slots + static_cast<int64_t>(slot) * ring.slot_bytes);
     float* partial = s.partial[ring.read & 1];
-    const int per_part = (vectors + parts - 1) / parts;
-    for (int item = warp; item < rows * parts; item += kWarps) {
-      const int r = item / parts, part = item % parts;
-      const uint4* weights = chunk + static_cast<int64_t>(r) * vectors;
-      const int end = min(vectors, (part + 1) * per_part);
-      float sums[kMaxBatch];
-#pragma unroll
-      for (int b = 0; b < kMaxBatch; ++b) sums[b] = 0;
-#pragma unroll 2
-      for (int v = part * per_part + lane; v < end; v += 32) {
-        const uint4 raw = weights[v];
-        const bf16* w = reinterpret_cast<const bf16*>(&raw);
-#pragma unroll
-        for (int b = 0; b < kMaxBatch; ++b) {
-          if (b < batch) {
-            float x[8];
-            input.Load8(b, v * 8, x);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) sums[b] += __bfloat162float(w[j]) * x[j];
-          }
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kMaxBatch; ++b) {
-        const float total = WarpSum(sums[b]);
-        if (lane == 0 && b < batch) {
-          (parts == 1 ? out[(row + r - segment.row_begin) * kMaxBatch + b] : partial[item * kMaxBatch + b]) = total;
-        }
-      }
-    }
+    float* chunk_out = out + (row - segment.row_begin) * kMaxBatch;
+    const int group_rows = rows >= 2 ? 2 : 1;
+    const int parts = group_rows == 2 ? ChunkItems<2>(chunk, vectors, rows, batch, input, chunk_out, partial)
+                                      : ChunkItems<1>(chunk, vectors, rows, batch, input, chunk_out, partial);
     // The slot is read (thread 0 may refill it) and the partial sums are in.
     __syncthreads();
     ++ring.read;
@@ -407,11 +450,13 @@ __device__ void RingRows(const KernelArgs& a, Ring& ring, const Segment& segment
     if (parts > 1) {
       // `partial` is written again two chunks on, after the next chunk's barrier.
       for (int t = threadIdx.x; t < rows * kMaxBatch; t += kThreads) {
-        const int r = t / kMaxBatch, b = t % kMaxBatch;
+        const int r = t / kMaxBatch, b = t % kMaxBatch, group = r / group_rows, i = r % group_rows;
         if (b >= batch) continue;
         float total = 0;
-        for (int part = 0; part < parts; ++part) total += partial[(r * parts + part) * kMaxBatch + b];
-        out[(row + r - segment.row_begin) * kMaxBatch + b] = total;
+        for (int part = 0; part < parts; ++part) {
+          total += partial[((group * parts + part) * group_rows + i) * kMaxBatch + b];
+        }
+        chunk_out[r * kMaxBatch + b] = total;
       }
     }
     row += rows;
