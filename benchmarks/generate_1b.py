@@ -91,6 +91,9 @@ MAGI_RUNS = [
     # the positions split over the idle SMs and combined.
     ("Magi nccl_stream + CUDA graph + megakernel, attention unsplit", "nccl_stream{cuda_graph=true}",
      ["--partition_backends=megakernel{attention_splits=1},inductor", "--megakernel_timeline={timeline}"]),
+    # The megakernel's tiles on the tensor cores (inputs staged in bf16, plain weight loads).
+    ("Magi nccl_stream + CUDA graph + megakernel, tensor cores", "nccl_stream{cuda_graph=true}",
+     ["--partition_backends=megakernel{tensor_cores=true},inductor", "--megakernel_timeline={timeline}"]),
 ]
 DRY_MAGI_RUNS = [
     ("Magi interpreter", "interpreter", []),

@@ -230,6 +230,79 @@ __device__ void MatrixRows(const void* weights, int k_size, int r0, int r1, int 
   }
 }
 
+// A tile's input vectors staged in bf16 ([batch][k_size]) for the tensor cores (MmaRows).
+struct StagedBf16Input {
+  const bf16* values;
+  int k_size;
+};
+
+// d += a x b for one m16n8k16 tile (bf16 in, fp32 accumulate): PTX ISA, "mma.sync" with
+// .bf16: lane (g, t) = (lane / 4, lane % 4) holds A rows g and g + 8, B column g, and D rows g
+// and g + 8 at columns 2t and 2t + 1.
+__device__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// What MatrixRows computes, on the tensor cores: 16-row groups of the tile times the (up to 8)
+// sequences' bf16 inputs, a group's k range split over the warps the groups leave (`parts`),
+// the parts' sums added in part order through `scratch` (>= 2,048 floats). A dot product does
+// not care in which order k is summed, so A and B share one permutation of k: in each 32-wide
+// block lane (g, t) loads 16 contiguous bytes (k = 8t..8t+7) of weight rows g and g + 8 and of
+// sequence g's input, and feeds values 0-3 to one mma and 4-7 to the next (the fragments' own
+// layout would need 4-byte pieces). A sequence is a column: its sums do not depend on the batch.
+constexpr int kMmaBlocksInFlight = 4;
+__device__ void MmaRows(const void* weights, int k_size, int r0, int r1, int batch, StagedBf16Input input, float* out,
+                        float* scratch) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int rows = r1 - r0, groups = (rows + 15) / 16, parts = max(1, kWarps / groups);
+  const int blocks = (k_size + 31) / 32, per_part = (blocks + parts - 1) / parts;
+  const bf16* w = static_cast<const bf16*>(weights);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int item = warp; item < groups * parts; item += kWarps) {
+    const int group = item / parts, part = item % parts;
+    // Rows past the tile read its last row again; their sums are not stored.
+    const bf16* row_lo = w + static_cast<int64_t>(min(r0 + group * 16 + g, r1 - 1)) * k_size;
+    const bf16* row_hi = w + static_cast<int64_t>(min(r0 + group * 16 + g + 8, r1 - 1)) * k_size;
+    const bf16* x = input.values + static_cast<int64_t>(min(g, batch - 1)) * k_size;
+    float d[4] = {0, 0, 0, 0};
+    const int end = min(blocks, (part + 1) * per_part);
+    for (int first = part * per_part; first < end; first += kMmaBlocksInFlight) {
+      uint4 lo[kMmaBlocksInFlight], hi[kMmaBlocksInFlight], in[kMmaBlocksInFlight];
+#pragma unroll
+      for (int u = 0; u < kMmaBlocksInFlight; ++u) {
+        const int k = (first + u) * 32 + 8 * t;
+        const bool valid = first + u < end && k < k_size;
+        lo[u] = valid ? __ldg(reinterpret_cast<const uint4*>(row_lo + k)) : zero;
+        hi[u] = valid ? __ldg(reinterpret_cast<const uint4*>(row_hi + k)) : zero;
+        in[u] = valid && g < batch ? *reinterpret_cast<const uint4*>(x + k) : zero;  // no sequence: zeros
+      }
+#pragma unroll
+      for (int u = 0; u < kMmaBlocksInFlight; ++u) {
+        Mma(d, lo[u].x, hi[u].x, lo[u].y, hi[u].y, in[u].x, in[u].y);
+        Mma(d, lo[u].z, hi[u].z, lo[u].w, hi[u].w, in[u].z, in[u].w);
+      }
+    }
+    float* sums = scratch + item * 16 * kMaxBatch;  // [16 rows][8 sequences]
+    sums[g * kMaxBatch + 2 * t] = d[0];
+    sums[g * kMaxBatch + 2 * t + 1] = d[1];
+    sums[(g + 8) * kMaxBatch + 2 * t] = d[2];
+    sums[(g + 8) * kMaxBatch + 2 * t + 1] = d[3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * kMaxBatch; i += kThreads) {
+    const int r = i / kMaxBatch, b = i % kMaxBatch, group = r / 16;
+    if (b >= batch) continue;
+    float total = 0;
+    for (int part = 0; part < parts; ++part) total += scratch[((group * parts + part) * 16 + r % 16) * kMaxBatch + b];
+    out[r * kMaxBatch + b] = total;
+  }
+  __syncthreads();
+}
+
 // The Hopper bulk-copy engine and its shared-memory barriers (PTX ISA, "cp.async.bulk" and
 // "mbarrier"): a copy's completion counts its bytes against the barrier's expected count, and
 // the barrier's phase flips when the arrival and all of the bytes are in.
@@ -464,6 +537,12 @@ __device__ void RingRows(const KernelArgs& a, Ring& ring, const Segment& segment
   __syncthreads();
 }
 
+// On the tensor cores (KernelArgs::tensor_cores: the launch has no ring).
+__device__ void SegmentRows(const KernelArgs& a, Ring&, const Segment& segment, StagedBf16Input input, float* out,
+                            Shared& s) {
+  MmaRows(segment.weights, segment.k, segment.row_begin, segment.row_end, a.batch, input, out, s.scores);
+}
+
 // A segment's rows for every sequence into out[(row - segment.row_begin) * kMaxBatch + b]:
 // from the ring when the launch has one, else with direct loads.
 template <typename Input>
@@ -479,12 +558,22 @@ __device__ void SegmentRows(const KernelArgs& a, Ring& ring, const Segment& segm
 // A tile's input vectors, [batch][k_size] floats, in dynamic shared memory when the launch gave
 // enough (KernelArgs::staged_floats): computed once per instruction (the norm applied) instead of
 // once per row, and then read from shared memory instead of L2.
-// Runs `rows(x)` with x a StagedInput of `input(b, k)` when it fits, else a ComputedInput.
+// Runs `rows(x)` with x a StagedInput of `input(b, k)` when it fits (a StagedBf16Input for the
+// tensor cores), else a ComputedInput.
 template <typename Input, typename Rows>
 __device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Rows rows) {
   float* staged = reinterpret_cast<float*>(DynamicShared());
   if (a.staged_floats < a.batch * k_size) {
     rows(ComputedInput<Input>{input});
+    return;
+  }
+  if (a.tensor_cores) {
+    bf16* staged16 = reinterpret_cast<bf16*>(staged);
+    for (int b = 0; b < a.batch; ++b) {
+      for (int k = threadIdx.x; k < k_size; k += kThreads) staged16[b * k_size + k] = __float2bfloat16(input(b, k));
+    }
+    __syncthreads();
+    rows(StagedBf16Input{staged16, k_size});
     return;
   }
   for (int b = 0; b < a.batch; ++b) {
@@ -502,7 +591,7 @@ __device__ void WithStagedInput(const KernelArgs& a, int k_size, Input input, Ro
 template <typename Rows>
 __device__ void WithNormedHidden(const KernelArgs& a, float eps, const void* norm, Shared& s, Rows rows) {
   const int dim = a.dim;
-  if (a.staged_floats < a.batch * dim) {
+  if (a.tensor_cores || a.staged_floats < a.batch * dim) {
     InverseRms(a, eps, s);
     WithStagedInput(a, dim,
                     [&](int b, int k) {

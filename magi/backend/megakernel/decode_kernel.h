@@ -81,6 +81,9 @@ struct KernelArgs {
   // `ring_offset_bytes` (past the staged inputs, a multiple of 128). The weights must be
   // 16-byte aligned (the bulk copies' and the vector loads' unit).
   int32_t ring_slots, ring_slot_bytes, ring_offset_bytes;
+  // 1: the matrix tiles multiply on the tensor cores, their inputs staged in bf16 (needs
+  // staged_floats for the widest matrix and no ring).
+  int32_t tensor_cores;
 };
 
 // Launches the step on `num_sms` blocks (the program's SM count) as a cooperative launch, so

@@ -67,7 +67,8 @@ void CheckThreeSteps(bool cuda_graph, const DecodeKernelOptions& kernel = {}, in
       DecodeKernelRunner::Create(*program, at::kCUDA, kernel);
   ASSERT_TRUE(runner.ok()) << runner.status();
   EXPECT_EQ((*runner)->stages_inputs(), kernel.stage_inputs);
-  EXPECT_EQ((*runner)->ring_slots() > 0, kernel.stream_weights);
+  EXPECT_EQ((*runner)->ring_slots() > 0, kernel.stream_weights && !kernel.tensor_cores);
+  EXPECT_EQ((*runner)->uses_tensor_cores(), kernel.tensor_cores);
   std::cout << "ring: " << (*runner)->ring_slots() << " slots of " << (*runner)->ring_slot_bytes() << " bytes\n";
 
   // The kernel's tensors in bf16 on the GPU; the reference in fp32 on the same bf16 values: the
@@ -232,6 +233,20 @@ TEST(DecodeKernelTest, ThreeStepsAtBatch8InTheFirstFormEqualTheReferenceExecutor
   kernel.stage_inputs = false;
   kernel.stream_weights = false;
   CheckThreeSteps(/*cuda_graph=*/false, kernel, /*attention_splits=*/1, Batch8Case());
+}
+
+// The tensor cores: inputs staged in bf16, 16-row groups times the sequences (the tiny model's
+// 2, whose down projection's 176 columns end in half a 32-wide block; the batch-8 model's 8,
+// whose LM head's last tile is 13 rows of a 16-row group).
+TEST(DecodeKernelTest, ThreeStepsOnTheTensorCoresEqualTheReferenceExecutor) {
+  DecodeKernelOptions kernel;
+  kernel.tensor_cores = true;
+  CheckThreeSteps(/*cuda_graph=*/true, kernel);
+}
+TEST(DecodeKernelTest, ThreeStepsAtBatch8OnTheTensorCoresEqualTheReferenceExecutor) {
+  DecodeKernelOptions kernel;
+  kernel.tensor_cores = true;
+  CheckThreeSteps(/*cuda_graph=*/false, kernel, 0, Batch8Case());
 }
 
 TEST(DecodeKernelTest, RingOptionsOutOfRangeAreRefusedNamingTheLimits) {

@@ -47,12 +47,19 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   }
   absl::StatusOr<DeviceProgram> packed = PackProgram(program);
   if (!packed.ok()) return packed.status();
+  if (options.tensor_cores && !options.stage_inputs) {
+    return absl::InvalidArgumentError(
+        "the decode kernel's tensor cores take staged inputs: stage_inputs=false with tensor_cores=true");
+  }
+  // The tensor cores read the weights with plain loads (a ring slot's rows at a 2 x K stride
+  // would conflict in shared memory).
+  const bool stream_weights = options.stream_weights && !options.tensor_cores;
   // A slot holds at least one row of the widest matrix (the down projection's, or a q/k/v row).
   const int64_t widest_row_bytes = 2 * std::max(program.model.dim, program.model.ffn_hidden);
   int64_t slot_bytes = options.ring_slot_bytes;
   if (slot_bytes == 0) slot_bytes = std::max<int64_t>(32 * 1024, (widest_row_bytes + 127) / 128 * 128);
-  if (options.stream_weights && (slot_bytes % 128 != 0 || slot_bytes < widest_row_bytes ||
-                                 options.max_ring_slots < 2 || options.max_ring_slots > kMaxRingSlots)) {
+  if (stream_weights && (slot_bytes % 128 != 0 || slot_bytes < widest_row_bytes || options.max_ring_slots < 2 ||
+                         options.max_ring_slots > kMaxRingSlots)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the weight ring takes slots of a multiple of 128 bytes holding a row of the widest matrix (", widest_row_bytes,
         " bytes) and 2..", kMaxRingSlots, " slots; given ", options.ring_slot_bytes, " bytes, at most ",
@@ -71,7 +78,7 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
     // The ring takes what the staged inputs leave, if that is two slots or more.
     const int64_t offset = (layout.staged_floats * static_cast<int64_t>(sizeof(float)) + 127) / 128 * 128;
     const int64_t slots = std::min<int64_t>(options.max_ring_slots, (most - offset) / slot_bytes);
-    if (options.stream_weights && slots >= 2) {
+    if (stream_weights && slots >= 2) {
       layout.ring_slots = static_cast<int32_t>(slots);
       layout.ring_slot_bytes = static_cast<int32_t>(slot_bytes);
       layout.ring_offset_bytes = static_cast<int32_t>(offset);
@@ -91,6 +98,7 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
   runner->ring_slots_ = layout.ring_slots;
   runner->ring_slot_bytes_ = layout.ring_slot_bytes;
   runner->ring_offset_bytes_ = layout.ring_offset_bytes;
+  runner->tensor_cores_ = options.tensor_cores;
   runner->device_ = at::Device(at::kCUDA, index);
   const at::Device d = runner->device_;
   runner->instructions_ = ToDevice(packed->instructions.data(), packed->instructions.size(), d);
@@ -232,6 +240,7 @@ absl::Status DecodeKernelRunner::Step(const DecodeTensors& t) {
   args.ring_slots = ring_slots_;
   args.ring_slot_bytes = ring_slot_bytes_;
   args.ring_offset_bytes = ring_offset_bytes_;
+  args.tensor_cores = tensor_cores_ ? 1 : 0;
   if (absl::Status status =
           CudaStatus(LaunchDecodeStep(args, program_.options.num_sms, stream), "launching the decode kernel");
       !status.ok()) {

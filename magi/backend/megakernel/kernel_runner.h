@@ -27,7 +27,7 @@
 namespace magi::megakernel {
 
 // How the kernel reads a tile's inputs and weights. The defaults are the design's choice; what each
-// costs on an H100 is in docs/benchmarks.md (generate_1b runs 4, 5, 7).
+// costs on an H100 is in docs/benchmarks.md (generate_1b runs 4, 5, 7, 9).
 struct DecodeKernelOptions {
   // Stage each tile's input vectors in shared memory where they fit, else read them from L2
   // for every row (the kernel's first form, kept to compare).
@@ -40,6 +40,10 @@ struct DecodeKernelOptions {
   int ring_slot_bytes = 0;
   // The most slots the ring takes (2..kMaxRingSlots); fewer where shared memory runs out.
   int max_ring_slots = kMaxRingSlots;
+  // Multiply the matrix tiles on the tensor cores (mma.m16n8k16), their inputs staged in bf16
+  // (as PyTorch's bf16 activations are), the weights read with plain loads (no ring). Needs
+  // stage_inputs.
+  bool tensor_cores = false;
 };
 
 class DecodeKernelRunner {
@@ -68,6 +72,7 @@ class DecodeKernelRunner {
   // The weight ring's slots (0: the weights are read with plain loads) and their bytes.
   int ring_slots() const { return ring_slots_; }
   int ring_slot_bytes() const { return ring_slot_bytes_; }
+  bool uses_tensor_cores() const { return tensor_cores_; }
 
  private:
   DecodeKernelRunner() = default;
@@ -81,6 +86,7 @@ class DecodeKernelRunner {
   int64_t steps_run_ = 0;
   int32_t staged_floats_ = 0;
   int32_t ring_slots_ = 0, ring_slot_bytes_ = 0, ring_offset_bytes_ = 0;
+  bool tensor_cores_ = false;
 };
 
 }  // namespace magi::megakernel

@@ -181,6 +181,7 @@ class MegakernelExecutable : public TorchExecutable {
       DecodeKernelOptions kernel;
       kernel.stage_inputs = options_.stage_inputs;
       kernel.stream_weights = options_.stream_weights;
+      kernel.tensor_cores = options_.tensor_cores;
       MAGI_ASSIGN_OR_RETURN(runner_, DecodeKernelRunner::Create(program_, tensors.tokens.device(), kernel));
     }
     MAGI_RETURN_IF_ERROR(runner_->Step(tensors));
@@ -233,17 +234,21 @@ absl::StatusOr<MegakernelOptions> MegakernelOptions::Parse(const ComponentOption
   MegakernelOptions parsed;
   for (const auto& [key, value] : options) {
     int64_t number = 0;
-    if (key == "check" || key == "stage_inputs" || key == "stream_weights") {
+    bool* flag = key == "check"            ? &parsed.check
+                 : key == "stage_inputs"   ? &parsed.stage_inputs
+                 : key == "stream_weights" ? &parsed.stream_weights
+                 : key == "tensor_cores"   ? &parsed.tensor_cores
+                                           : nullptr;
+    if (flag != nullptr) {
       if (value != "true" && value != "false") {
         return absl::InvalidArgumentError(absl::StrCat("megakernel: ", key, "=", value, " is not true or false"));
       }
-      (key == "check" ? parsed.check : key == "stage_inputs" ? parsed.stage_inputs : parsed.stream_weights) =
-          value == "true";
+      *flag = value == "true";
       continue;
     }
     if (key != "num_sms" && key != "tile_rows" && key != "attention_splits") {
       return absl::InvalidArgumentError(absl::StrCat("megakernel: unknown option '", key,
-                                                     "' (options: num_sms, tile_rows, attention_splits, check, stage_inputs, stream_weights)"));
+                                                     "' (options: num_sms, tile_rows, attention_splits, check, stage_inputs, stream_weights, tensor_cores)"));
     }
     if (!absl::SimpleAtoi(value, &number) || number < 0 || number > (1 << 20)) {
       return absl::InvalidArgumentError(

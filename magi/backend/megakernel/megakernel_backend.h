@@ -19,7 +19,9 @@
 // 0: chosen for the SM count), check (prove each program, default true), stage_inputs (stage
 // tiles' inputs in shared memory, default true; false: the kernel's first form),
 // stream_weights (read the weights through a shared-memory ring filled ahead by the bulk-copy
-// engine, default true; false: plain vector loads). The last two are DecodeKernelOptions'.
+// engine, default true; false: plain vector loads), tensor_cores (multiply the tiles on the
+// tensor cores, inputs staged in bf16, no ring; default false). The last three are
+// DecodeKernelOptions'.
 #ifndef MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
 #define MAGI_BACKEND_MEGAKERNEL_MEGAKERNEL_BACKEND_H_
 
@@ -41,6 +43,7 @@ struct MegakernelOptions {
   bool check = true;
   bool stage_inputs = true;    // DecodeKernelOptions'
   bool stream_weights = true;
+  bool tensor_cores = false;
 
   static absl::StatusOr<MegakernelOptions> Parse(const ComponentOptions& options);
 };
