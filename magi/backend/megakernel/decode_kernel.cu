@@ -258,7 +258,7 @@ constexpr int kMmaBlocksInFlight = 4;
 __device__ void MmaRows(const void* weights, int k_size, int r0, int r1, int batch, StagedBf16Input input, float* out,
                         float* scratch) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int rows = r1 - r0, groups = (rows + 15) / 16, parts = max(1, kWarps / groups);
+  const int rows = r1 - r0, groups = (rows + 15) / 16, parts = groups > 0 ? max(1, kWarps / groups) : 1;
   const int blocks = (k_size + 31) / 32, per_part = (blocks + parts - 1) / parts;
   const bf16* w = static_cast<const bf16*>(weights);
   const uint4 zero = make_uint4(0, 0, 0, 0);

@@ -74,6 +74,10 @@ absl::StatusOr<std::unique_ptr<DecodeKernelRunner>> DecodeKernelRunner::Create(c
     const int64_t needed = program.model.batch * std::max(program.model.dim, program.model.ffn_hidden);
     if (options.stage_inputs && needed * static_cast<int64_t>(sizeof(float)) <= most) {
       layout.staged_floats = static_cast<int32_t>(needed);
+    } else if (options.tensor_cores) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the decode kernel's tensor cores need the inputs staged: ", needed * sizeof(float),
+          " bytes of shared memory (batch x the widest matrix's width, fp32), cuda:", index, " gives ", most));
     }
     // The ring takes what the staged inputs leave, if that is two slots or more.
     const int64_t offset = (layout.staged_floats * static_cast<int64_t>(sizeof(float)) + 127) / 128 * 128;

@@ -258,6 +258,9 @@ absl::StatusOr<MegakernelOptions> MegakernelOptions::Parse(const ComponentOption
     if (key == "tile_rows") parsed.tile_rows = number;
     if (key == "attention_splits") parsed.attention_splits = static_cast<int>(number);
   }
+  if (parsed.tensor_cores && !parsed.stage_inputs) {
+    return absl::InvalidArgumentError("megakernel: tensor_cores=true takes staged inputs (not stage_inputs=false)");
+  }
   return parsed;
 }
 

@@ -202,8 +202,11 @@ TEST(MegakernelBackendTest, APositionOutsideTheWindowIsRefused) {
 
 TEST(MegakernelBackendTest, OptionsAreCheckedNamingTheKey) {
   auto create = [](ComponentOptions options) { return Registry<Backend>::Global().Create("megakernel", options).status(); };
-  EXPECT_TRUE(create({{"num_sms", "8"}, {"check", "false"}, {"tile_rows", "32"}, {"attention_splits", "4"}, {"stage_inputs", "false"},
-                      {"stream_weights", "false"}, {"tensor_cores", "true"}}).ok());
+  EXPECT_TRUE(create({{"num_sms", "8"}, {"check", "false"}, {"tile_rows", "32"}, {"attention_splits", "4"},
+                      {"stage_inputs", "false"}, {"stream_weights", "false"}}).ok());
+  EXPECT_TRUE(create({{"tensor_cores", "true"}}).ok());
+  EXPECT_EQ(create({{"tensor_cores", "true"}, {"stage_inputs", "false"}}).message(),
+            "megakernel: tensor_cores=true takes staged inputs (not stage_inputs=false)");
   EXPECT_EQ(create({{"sms", "8"}}).message(),
             "megakernel: unknown option 'sms' (options: num_sms, tile_rows, attention_splits, check, stage_inputs, stream_weights, tensor_cores)");
   EXPECT_EQ(create({{"num_sms", "-1"}}).message(), "megakernel: num_sms=-1 is not a non-negative integer");
